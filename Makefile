@@ -1,0 +1,55 @@
+# gpuhealth: `make demo` runs it on a simulated fleet, `make test` checks everything.
+# Both set up .venv from scratch; `make test` also installs the Debian packages the
+# integration tests need (prometheus, prometheus-alertmanager, postgresql) when root.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+DEMO_LISTEN ?= 127.0.0.1:9400
+
+.PHONY: help venv system-deps lint typecheck test test-unit test-integration demo generate bench clean
+
+help:
+	@echo "make demo      run gpuhealth on a simulated fleet and print where to look"
+	@echo "make test      set everything up, lint, type-check and run all tests"
+	@echo "make generate  regenerate docs/metrics.md from the catalogue"
+	@echo "make bench     run the benchmarks (ratios against in-process baselines)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+generate: $(STAMP)
+	$(BIN)/gpuhealth docs metrics
+
+test: $(STAMP) system-deps lint typecheck
+	$(BIN)/gpuhealth docs metrics --check
+	$(BIN)/python -m pytest
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -m 'not integration and not gpu'
+
+demo: $(STAMP)
+	$(BIN)/gpuhealth collect --backend sim --sim-gpus 8 --seed 7 --interval 2s \
+		--sim-speed 600 --sim-fault 2:ecc:6 --sim-fault 5:thermal:4 --sim-fault 7:pcie:8 \
+		--listen $(DEMO_LISTEN)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_exporter.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Prometheus alert rules generated from the catalogue, with promtool unit tests."""

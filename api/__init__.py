@@ -1,0 +1,1 @@
+"""API: the FastAPI service (risk lookups, decisions, failure records, Alertmanager webhook)."""

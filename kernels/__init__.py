@@ -1,0 +1,1 @@
+"""CUDA stress kernels (GEMM check, memtest, bandwidth) and their runner."""

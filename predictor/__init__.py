@@ -1,0 +1,1 @@
+"""Predictor: features, risk model (ECC/thermal/PCIe heads), RMA rules, decision policy."""

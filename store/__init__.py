@@ -1,0 +1,1 @@
+"""Store: SQLAlchemy models, sessions, migrations and queries (SQLite or PostgreSQL)."""
