@@ -1,0 +1,238 @@
+"""The history frame: one row per GPU per sample, the common language of gpuhealth.
+
+Columns are the identity columns plus catalogue short names (docs/history-format.md).
+Files are Parquet (pyarrow) or CSV. Reading validates: a missing identity column,
+a non-numeric metric, an unparseable timestamp each raise HistoryError naming the
+file, the column and the first bad value; out-of-order rows are sorted; rows that
+repeat a (gpu_uuid, timestamp) are dropped with a warning. NaN is allowed in metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpuhealth import catalog
+from gpuhealth.catalog import IDENTITY_COLUMNS
+
+log = logging.getLogger(__name__)
+
+FAILURE_MODES = ("ecc", "thermal", "pcie", "other")
+FAILURE_COLUMNS = ("gpu_uuid", "failed_at", "mode")
+STRING_COLUMNS = ("hostname", "gpu_uuid", "model_name")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+CSV_SUFFIXES = (".csv", ".csv.gz")
+
+
+class HistoryError(ValueError):
+    """A history or failures file (or frame) is not usable; the message says why and where."""
+
+
+class HistoryWarning(UserWarning):
+    """Something in a history was repaired (duplicates dropped); the data is still usable."""
+
+
+def metric_dtype(name: str) -> np.dtype:
+    """float64 for counters (they grow large and must stay exact), float32 for gauges."""
+    f = catalog.BY_NAME.get(name)
+    return np.dtype(np.float64 if f is None or f.kind == "counter" else np.float32)
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """The frame's metric columns: everything but the identity columns."""
+    return [c for c in frame.columns if c not in IDENTITY_COLUMNS]
+
+
+def _suffix(path: Path) -> str:
+    name = path.name.lower()
+    return ".csv.gz" if name.endswith(".csv.gz") else path.suffix.lower()
+
+
+def read(path: str | Path) -> pd.DataFrame:
+    """Read and validate a history file (Parquet or CSV)."""
+    p = Path(path)
+    if not p.exists():
+        raise HistoryError(f"{p}: no such file")
+    kind = _suffix(p)
+    try:
+        if kind in PARQUET_SUFFIXES:
+            frame = pq.read_table(p).to_pandas()
+        elif kind in CSV_SUFFIXES:
+            frame = pd.read_csv(p, low_memory=False)
+        else:
+            raise HistoryError(f"{p}: unknown format {kind!r}: use .parquet or .csv")
+    except HistoryError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, pd.errors.ParserError) as err:
+        raise HistoryError(f"{p}: cannot be read as {kind[1:]}: {' '.join(str(err).split())}") from err
+    return validate(frame, source=str(p))
+
+
+def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
+    """Check and normalise a frame: types, time order, duplicates. Returns a new frame."""
+    missing = [c for c in IDENTITY_COLUMNS if c not in frame.columns]
+    if missing:
+        raise HistoryError(
+            f"{source}: missing identity column(s) {', '.join(missing)}; "
+            f"a history needs {', '.join(IDENTITY_COLUMNS)}"
+        )
+    out: dict[str, pd.Series | np.ndarray] = {}
+    out["timestamp"] = _timestamps(frame["timestamp"], source)
+    for col in STRING_COLUMNS:
+        s = frame[col]
+        if s.isna().any():
+            row = int(np.flatnonzero(s.isna().to_numpy())[0])
+            raise HistoryError(f"{source}: column {col!r} is empty in row {row}")
+        out[col] = s.astype(str)
+    out["gpu_index"] = _numeric(frame["gpu_index"], "gpu_index", source, allow_nan=False).astype(np.int32)
+    for col in metric_columns(frame):
+        out[col] = _numeric(frame[col], col, source).astype(metric_dtype(col))
+    result = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
+    return _order(result, source)
+
+
+def _timestamps(s: pd.Series, source: str) -> pd.Series:
+    if pd.api.types.is_datetime64_any_dtype(s):
+        ts = s if getattr(s.dt, "tz", None) is not None else s.dt.tz_localize("UTC")
+        ts = ts.dt.tz_convert("UTC")
+    elif pd.api.types.is_numeric_dtype(s):
+        ts = pd.to_datetime(s, unit="s", utc=True, errors="coerce")  # Unix seconds
+    else:
+        ts = pd.to_datetime(s, utc=True, errors="coerce", format="mixed")
+    bad = ts.isna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise HistoryError(
+            f"{source}: unparseable timestamp {s.iloc[row]!r} in row {row} "
+            f"({int(bad.sum())} bad in all); use ISO 8601 (2026-01-31T12:00:00Z) or Unix seconds"
+        )
+    return ts.astype("datetime64[ns, UTC]")
+
+
+def _numeric(s: pd.Series, col: str, source: str, allow_nan: bool = True) -> pd.Series:
+    if pd.api.types.is_bool_dtype(s):
+        return s.astype(np.float64)
+    if pd.api.types.is_numeric_dtype(s):
+        v = s
+    else:
+        v = pd.to_numeric(s, errors="coerce")
+        bad = v.isna().to_numpy() & s.notna().to_numpy() & (s.astype(str).str.strip() != "").to_numpy()
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise HistoryError(
+                f"{source}: column {col!r} must be numeric; {s.iloc[row]!r} in row {row} "
+                f"({int(bad.sum())} non-numeric in all)"
+            )
+    if not allow_nan and v.isna().any():
+        row = int(np.flatnonzero(v.isna().to_numpy())[0])
+        raise HistoryError(f"{source}: column {col!r} is empty in row {row}")
+    return v
+
+
+def _order(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    ts = frame["timestamp"].to_numpy()
+    uuid = frame["gpu_uuid"].to_numpy()
+    ordered = len(frame) < 2 or bool(np.all(ts[1:] >= ts[:-1]))
+    if not ordered:
+        log.info("%s: rows out of time order; sorting", source)
+        frame = frame.sort_values(["timestamp", "gpu_uuid"], kind="stable", ignore_index=True)
+        ts = frame["timestamp"].to_numpy()
+        uuid = frame["gpu_uuid"].to_numpy()
+    dup = frame.duplicated(["gpu_uuid", "timestamp"], keep="first").to_numpy()
+    if dup.any():
+        n = int(dup.sum())
+        first = int(np.flatnonzero(dup)[0])
+        msg = (
+            f"{source}: dropped {n} row(s) repeating a (gpu_uuid, timestamp) pair, "
+            f"first {uuid[first]} at {pd.Timestamp(ts[first]).isoformat()}"
+        )
+        warnings.warn(msg, HistoryWarning, stacklevel=3)
+        frame = frame.loc[~dup].reset_index(drop=True)
+    return frame
+
+
+def write(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write a frame as Parquet or CSV by the file's suffix (validated first)."""
+    p = Path(path)
+    kind = _suffix(p)
+    if kind not in PARQUET_SUFFIXES + CSV_SUFFIXES:
+        raise HistoryError(f"{p}: unknown format {kind!r}: use .parquet or .csv")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if kind in PARQUET_SUFFIXES:
+        pq.write_table(to_arrow(frame), p, compression="zstd")
+    else:
+        out = frame.copy()
+        out["timestamp"] = out["timestamp"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+        out.to_csv(p, index=False)
+    return p
+
+
+def to_arrow(frame: pd.DataFrame) -> pa.Table:
+    """The frame as an Arrow table with the file schema (no pandas index)."""
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def empty(columns: Iterable[str] = catalog.HISTORY_COLUMNS) -> pd.DataFrame:
+    """A frame with no rows and the given metric columns."""
+    data: dict[str, pd.Series] = {
+        "timestamp": pd.Series([], dtype="datetime64[ns, UTC]"),
+        "hostname": pd.Series([], dtype=str),
+        "gpu_uuid": pd.Series([], dtype=str),
+        "gpu_index": pd.Series([], dtype=np.int32),
+        "model_name": pd.Series([], dtype=str),
+    }
+    for c in columns:
+        data[c] = pd.Series([], dtype=metric_dtype(c))
+    return pd.DataFrame(data)
+
+
+def read_failures(path: str | Path) -> pd.DataFrame:
+    """Read failure labels: CSV with gpu_uuid, failed_at, mode (+ optional hostname, xid)."""
+    p = Path(path)
+    if not p.exists():
+        raise HistoryError(f"{p}: no such file")
+    try:
+        frame = pd.read_csv(p)
+    except (OSError, ValueError, pd.errors.ParserError) as err:
+        raise HistoryError(f"{p}: cannot be read as CSV: {' '.join(str(err).split())}") from err
+    return validate_failures(frame, str(p))
+
+
+def validate_failures(frame: pd.DataFrame, source: str = "failures") -> pd.DataFrame:
+    """Check failure labels: required columns, parseable times, known modes."""
+    missing = [c for c in FAILURE_COLUMNS if c not in frame.columns]
+    if missing:
+        raise HistoryError(
+            f"{source}: missing column(s) {', '.join(missing)}; need {', '.join(FAILURE_COLUMNS)}"
+        )
+    out = frame.copy()
+    out["failed_at"] = _timestamps(frame["failed_at"], source)
+    out["gpu_uuid"] = frame["gpu_uuid"].astype(str)
+    mode = frame["mode"].astype(str).str.strip().str.lower()
+    bad = ~mode.isin(FAILURE_MODES)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise HistoryError(
+            f"{source}: unknown mode {frame['mode'].iloc[row]!r} in row {row}; use {', '.join(FAILURE_MODES)}"
+        )
+    out["mode"] = mode
+    if "xid" in out.columns:
+        out["xid"] = _numeric(frame["xid"], "xid", source).astype("Int64")
+    return out.sort_values("failed_at", kind="stable", ignore_index=True)
+
+
+def write_failures(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write failure labels as CSV (ISO 8601 UTC times)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    out = frame.copy()
+    out["failed_at"] = pd.to_datetime(out["failed_at"], utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    out.to_csv(p, index=False)
+    return p
