@@ -90,7 +90,7 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
         if s.isna().any():
             row = int(np.flatnonzero(s.isna().to_numpy())[0])
             raise HistoryError(f"{source}: column {col!r} is empty in row {row}")
-        out[col] = s.astype(str)
+        out[col] = _categorical(s)
     out["gpu_index"] = _numeric(frame["gpu_index"], "gpu_index", source, allow_nan=False).astype(np.int32)
     for col in metric_columns(frame):
         out[col] = _numeric(frame[col], col, source).astype(metric_dtype(col))
@@ -114,6 +114,14 @@ def _timestamps(s: pd.Series, source: str) -> pd.Series:
             f"({int(bad.sum())} bad in all); use ISO 8601 (2026-01-31T12:00:00Z) or Unix seconds"
         )
     return ts.astype("datetime64[ns, UTC]")
+
+
+def _categorical(s: pd.Series) -> pd.Series:
+    """Identity strings as categoricals: millions of rows share a few thousand values."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        cats = s.cat.categories
+        return s if pd.api.types.is_string_dtype(cats) else s.cat.rename_categories(cats.astype(str))
+    return s.astype(str).astype("category")
 
 
 def _numeric(s: pd.Series, col: str, source: str, allow_nan: bool = True) -> pd.Series:
@@ -183,10 +191,10 @@ def empty(columns: Iterable[str] = catalog.HISTORY_COLUMNS) -> pd.DataFrame:
     """A frame with no rows and the given metric columns."""
     data: dict[str, pd.Series] = {
         "timestamp": pd.Series([], dtype="datetime64[ns, UTC]"),
-        "hostname": pd.Series([], dtype=str),
-        "gpu_uuid": pd.Series([], dtype=str),
+        "hostname": pd.Series([], dtype=str).astype("category"),
+        "gpu_uuid": pd.Series([], dtype=str).astype("category"),
         "gpu_index": pd.Series([], dtype=np.int32),
-        "model_name": pd.Series([], dtype=str),
+        "model_name": pd.Series([], dtype=str).astype("category"),
     }
     for c in columns:
         data[c] = pd.Series([], dtype=metric_dtype(c))
