@@ -1,0 +1,1 @@
+"""Per-node collector: backends, sampling loop, XID watcher, Prometheus exporter."""

@@ -1,0 +1,70 @@
+"""The one interface every telemetry backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+class BackendError(RuntimeError):
+    """A backend could not start or read; the message is one line an operator can act on."""
+
+
+class BackendUnavailable(BackendError):
+    """The library a backend needs (NVML, DCGM) is not installed or does not load."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Identity of one GPU, as discovered at start."""
+
+    index: int
+    uuid: str
+    model_name: str
+    hostname: str
+    pci_bus_id: str = ""
+    serial: str = ""
+    driver_version: str = ""
+
+
+@dataclass
+class GpuReading:
+    """One GPU's values at one sample; a field the GPU does not support is absent."""
+
+    info: GpuInfo
+    values: dict[str, float] = field(default_factory=dict)
+    lost: bool = False
+    error: str | None = None
+    """Why the GPU is lost or a read failed, for logs and /healthz."""
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One XID error reported by the driver."""
+
+    gpu_uuid: str
+    xid: int
+    timestamp: float
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A source of GPU telemetry: NVML, DCGM, the simulator or a recorded history."""
+
+    name: str
+
+    def gpus(self) -> list[GpuInfo]:
+        """The GPUs found at start (lost ones included)."""
+        ...
+
+    def read(self) -> list[GpuReading]:
+        """One reading per GPU; never raises for a single GPU's trouble."""
+        ...
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        """XID events seen since the last call, oldest first."""
+        ...
+
+    def close(self) -> None:
+        """Release the library and stop background threads."""
+        ...

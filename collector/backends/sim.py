@@ -1,0 +1,70 @@
+"""The `sim` backend: a simulated fleet (simulator.fleet) served as if it were real GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collector.backends.base import GpuInfo, GpuReading, XidEvent
+from simulator.fleet import FaultSpec, FleetSim, SimConfig
+from simulator.models import DEFAULT_MODEL
+
+
+class SimBackend:
+    """Each `read()` advances the simulation by `step_s` simulated seconds."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        gpus_per_node: int = 8,
+        seed: int = 0,
+        step_s: float = 10.0,
+        model: str = DEFAULT_MODEL,
+        faults: Sequence[FaultSpec] = (),
+        driver_version: str = "570.124.06",
+    ) -> None:
+        if step_s <= 0:
+            raise ValueError("simulated step must be positive")
+        cfg = SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, models={model: 1.0})
+        self.fleet = FleetSim(cfg)
+        self.step_s = step_s
+        for f in faults:
+            self.fleet.inject(f)
+        self.driver_version = driver_version
+        self._infos = self._identities()
+
+    def _identities(self) -> list[GpuInfo]:
+        return [
+            GpuInfo(
+                index=g.index,
+                uuid=g.uuid,
+                model_name=g.model.name,
+                hostname=g.node,
+                pci_bus_id=g.pci_bus_id,
+                serial=g.serial,
+                driver_version=self.driver_version,
+            )
+            for g in self.fleet.gpus
+        ]
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self._infos)
+
+    def read(self) -> list[GpuReading]:
+        self.fleet.step(self.step_s)
+        self._infos = self._identities()  # a repaired slot holds a new GPU (new UUID)
+        cols = self.fleet.values()
+        out = []
+        for i, info in enumerate(self._infos):
+            if self.fleet.lost[i]:
+                out.append(GpuReading(info, {}, lost=True, error="GPU has fallen off the bus (XID 79)"))
+            else:
+                out.append(GpuReading(info, {k: float(v[i]) for k, v in cols.items()}))
+        return out
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        return [XidEvent(self._infos[i].uuid, code, t) for i, code, t in self.fleet.drain_events()]
+
+    def close(self) -> None:
+        return None

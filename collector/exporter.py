@@ -1,0 +1,251 @@
+"""Prometheus exporter: dcgm-exporter-compatible names and labels, rendered from snapshots.
+
+Collectors follow prometheus_client's custom-collector pattern (`collect()` yields
+metric families), so tests use their own `CollectorRegistry`. The HTTP endpoint
+renders those families with `render()` rather than `generate_latest`, because
+prometheus_client forces a `_total` suffix on every counter's TYPE line while
+dcgm-exporter exports counters under bare DCGM names (`DCGM_FI_DEV_PCIE_REPLAY_COUNTER`
+typed `counter`); keeping the exact names is the point of being compatible.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from collector.sampler import Sampler, Snapshot
+from gpuhealth.catalog import Field
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id")
+"""dcgm-exporter's per-GPU labels; the host label ("Hostname" or "hostname") is added."""
+
+
+def gpu_labels(
+    info_index: int, uuid: str, model: str, pci: str, host: str, host_label: str
+) -> dict[str, str]:
+    """The label set dcgm-exporter puts on every per-GPU series."""
+    return {
+        "gpu": str(info_index),
+        "UUID": uuid,
+        "device": f"nvidia{info_index}",
+        "modelName": model,
+        "pci_bus_id": pci,
+        host_label: host,
+    }
+
+
+class GpuCollector(Collector):
+    """Per-GPU series from the latest snapshot; builds its families once per snapshot."""
+
+    def __init__(
+        self,
+        source: Callable[[], Snapshot | None],
+        fields: Sequence[Field],
+        hostname_label: str = "Hostname",
+    ) -> None:
+        self._source = source
+        self._fields = tuple(fields)
+        self._host_label = hostname_label
+        self._cache: tuple[int, list[Metric]] | None = None
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._source()
+        if snap is None:
+            return iter(())
+        with self._lock:
+            if self._cache is None or self._cache[0] != snap.seq:
+                self._cache = (snap.seq, self._build(snap))
+            return iter(self._cache[1])
+
+    def _build(self, snap: Snapshot) -> list[Metric]:
+        labels = {
+            r.info.uuid: gpu_labels(
+                r.info.index, r.info.uuid, r.info.model_name, r.info.pci_bus_id,
+                r.info.hostname, self._host_label,
+            )
+            for r in snap.readings
+        }  # fmt: skip
+        out: list[Metric] = []
+        for f in self._fields:
+            fam = Metric(f.metric_name, f.help, f.kind)
+            for r in snap.readings:
+                v = r.values.get(f.name)
+                if v is None or r.lost or v != v:  # absent, lost or NaN: no sample
+                    continue
+                fam.add_sample(f.metric_name, labels[r.info.uuid], float(v))
+            if fam.samples:
+                out.append(fam)
+        xid = Metric(
+            "gpuhealth_xid_errors",
+            "XID errors seen since the collector started, by code.",
+            "counter",
+        )
+        for r in snap.readings:
+            for code, n in sorted(snap.xid_counts.get(r.info.uuid, {}).items()):
+                xid.add_sample(
+                    "gpuhealth_xid_errors_total",
+                    {**labels[r.info.uuid], "xid": str(code)},
+                    float(n),
+                )
+        if xid.samples:
+            out.append(xid)
+        lost = GaugeMetricFamily("gpuhealth_gpu_lost", "1 when the GPU stopped answering (fell off the bus).")
+        for r in snap.readings:
+            lost.add_sample("gpuhealth_gpu_lost", labels[r.info.uuid], 1.0 if r.lost else 0.0)
+        out.append(lost)
+        out.append(
+            GaugeMetricFamily(
+                "gpuhealth_gpus",
+                "GPUs visible and answering.",
+                value=sum(not r.lost for r in snap.readings),
+            )
+        )
+        return out
+
+
+class SelfCollector(Collector):
+    """Scrape health in the node_exporter style: success, duration and age of the data."""
+
+    def __init__(self, sampler: Sampler, clock: Callable[[], float] | None = None) -> None:
+        self._sampler = sampler
+        self._clock = clock or sampler._clock
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._sampler.latest
+        success = GaugeMetricFamily(
+            "gpuhealth_collector_success",
+            "1 if the collector's last run succeeded.",
+            labels=["collector"],
+        )
+        duration = GaugeMetricFamily(
+            "gpuhealth_collector_duration_seconds",
+            "Duration of the collector's last run in seconds.",
+            labels=["collector"],
+        )
+        if snap is None:
+            success.add_metric(["sample"], 0.0)
+            yield success
+            return
+        for name, st in sorted(snap.status.items()):
+            success.add_metric([name], 1.0 if st.success else 0.0)
+            duration.add_metric([name], st.duration_s)
+        yield success
+        yield duration
+        yield GaugeMetricFamily(
+            "gpuhealth_sample_age_seconds",
+            "Age of the snapshot this scrape renders, in seconds.",
+            value=max(0.0, self._clock() - snap.taken_at),
+        )
+
+
+def render(metrics: Iterable[Metric]) -> bytes:
+    """Prometheus text format 0.0.4, with counter names kept exactly as their samples spell them."""
+    out: list[str] = []
+    label_cache: dict[int, str] = {}
+    for m in metrics:
+        if not m.samples:
+            continue
+        typ = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(m.type, m.type)
+        head = m.samples[0].name if m.type == "counter" else m.name
+        doc = m.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {head} {doc}\n# TYPE {head} {typ}\n")
+        for s in m.samples:
+            # Per-GPU label dicts are shared by every family of a snapshot: escape them once.
+            key = id(s.labels)
+            lbl = label_cache.get(key)
+            if lbl is None:
+                lbl = _labels(s.labels)
+                label_cache[key] = lbl
+            out.append(f"{s.name}{lbl} {floatToGoString(s.value)}\n")
+    return "".join(out).encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items())) + "}"
+
+
+class ExporterServer:
+    """HTTP endpoint: /metrics, /healthz and a small index page."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        health: Callable[[], tuple[bool, str]],
+        host: str,
+        port: int,
+    ) -> None:
+        self.registry = registry
+        self.health = health
+        handler = _make_handler(self)
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="gpuhealth-http", daemon=True)
+        self._thread.start()
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _make_handler(server: ExporterServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                try:
+                    body = render(server.registry.collect())
+                except Exception as err:  # a scrape must answer, with a reason
+                    log.exception("rendering /metrics failed")
+                    self._send(500, f"rendering metrics failed: {err}\n".encode())
+                    return
+                self._send(200, body, CONTENT_TYPE)
+            elif path == "/healthz":
+                ok, reason = server.health()
+                self._send(200 if ok else 503, (reason + "\n").encode())
+            elif path == "/":
+                self._send(
+                    200,
+                    b"<html><body><h1>gpuhealth collector</h1>"
+                    b'<p><a href="/metrics">/metrics</a> <a href="/healthz">/healthz</a></p></body></html>',
+                    "text/html; charset=utf-8",
+                )
+            else:
+                self._send(404, b"not found: try /metrics or /healthz\n")
+
+        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("http: " + format, *args)
+
+    return Handler

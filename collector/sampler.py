@@ -1,0 +1,149 @@
+"""The sampling loop: reads a backend on its own thread and keeps the latest snapshot.
+
+A scrape only ever renders the latest snapshot, so a hanging driver call stalls
+sampling (visible as a growing sample age and a failing /healthz), never a scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from collector.backends.base import Backend, GpuReading
+
+log = logging.getLogger(__name__)
+
+STALL_FACTOR = 3.0
+"""Sampling counts as stalled when the snapshot is older than this many intervals."""
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    """Outcome of one run of a collector step ("sample", "xid")."""
+
+    success: bool
+    duration_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a scrape renders, taken at one moment; never mutated once published."""
+
+    seq: int
+    taken_at: float
+    readings: tuple[GpuReading, ...]
+    xid_counts: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    """Cumulative XID events per GPU UUID and code since the collector started."""
+    status: Mapping[str, CollectorStatus] = field(default_factory=dict)
+
+
+class Sampler:
+    """Reads a backend every `interval_s` seconds on a background thread."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        interval_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"sampling interval must be positive, got {interval_s}")
+        self.backend = backend
+        self.interval_s = interval_s
+        self._clock = clock
+        self._latest: Snapshot | None = None
+        self._seq = 0
+        self._xid_counts: dict[str, dict[int, int]] = {}
+        self._last_xid: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._first = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def latest(self) -> Snapshot | None:
+        """The most recent snapshot (a plain attribute read: safe without a lock)."""
+        return self._latest
+
+    def sample_once(self) -> Snapshot:
+        """Read the backend once, publish and return the snapshot."""
+        status: dict[str, CollectorStatus] = {}
+        t0 = time.perf_counter()
+        try:
+            readings = self.backend.read()
+            status["sample"] = CollectorStatus(True, time.perf_counter() - t0)
+        except Exception as err:  # a failed read must not end the loop
+            log.warning("reading %s backend failed: %s", self.backend.name, err)
+            readings = []
+            status["sample"] = CollectorStatus(False, time.perf_counter() - t0, str(err))
+        t1 = time.perf_counter()
+        try:
+            for ev in self.backend.drain_xid_events():
+                per_gpu = self._xid_counts.setdefault(ev.gpu_uuid, {})
+                per_gpu[ev.xid] = per_gpu.get(ev.xid, 0) + 1
+                self._last_xid[ev.gpu_uuid] = ev.xid
+            status["xid"] = CollectorStatus(True, time.perf_counter() - t1)
+        except Exception as err:
+            log.warning("draining XID events of %s backend failed: %s", self.backend.name, err)
+            status["xid"] = CollectorStatus(False, time.perf_counter() - t1, str(err))
+        for r in readings:
+            # DCGM_FI_DEV_XID_ERRORS semantics: the last XID seen, 0 before any.
+            # A backend that reads the field itself (DCGM, sim) keeps its own value.
+            if "xid" not in r.values and not r.lost:
+                r.values["xid"] = float(self._last_xid.get(r.info.uuid, 0))
+        self._seq += 1
+        snap = Snapshot(
+            seq=self._seq,
+            taken_at=self._clock(),
+            readings=tuple(readings),
+            xid_counts=MappingProxyType({u: dict(c) for u, c in self._xid_counts.items()}),
+            status=MappingProxyType(status),
+        )
+        self._latest = snap
+        self._first.set()
+        return snap
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, reason) for /healthz."""
+        snap = self._latest
+        if snap is None:
+            return False, "no sample taken yet"
+        age = self._clock() - snap.taken_at
+        if age > STALL_FACTOR * self.interval_s:
+            return (
+                False,
+                f"sampling stalled: last sample {age:.0f}s ago (interval {self.interval_s:g}s)",
+            )
+        if not snap.status["sample"].success:
+            return False, f"last sample failed: {snap.status['sample'].error}"
+        if not any(not r.lost for r in snap.readings):
+            return False, "no GPU visible"
+        return True, f"ok: {sum(not r.lost for r in snap.readings)} GPU(s)"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample_once()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        """Sample now and then every interval on a daemon thread (a hung driver blocks only it)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="gpuhealth-sampler", daemon=True)
+        self._thread.start()
+
+    def wait_first(self, timeout: float) -> bool:
+        """Wait until the first snapshot is published; False on timeout."""
+        return self._first.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop (a read hanging in the driver is left behind: the thread is a daemon)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None

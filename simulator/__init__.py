@@ -1,0 +1,1 @@
+"""Fleet simulator: GPU models, workloads, thermal physics, fault modes and failure labels."""

@@ -1,0 +1,582 @@
+"""A simulated fleet, vectorised over GPUs: workload, thermal physics, counters, faults.
+
+Every value comes from a small physical model: power follows load, temperature
+follows power and inlet air, counters only grow (volatile ones reset at reboot).
+Faults unfold over a precursor window towards a failure; a share of failures has
+no precursor at all; healthy confounders (SBE bursts, hot slots, replay bursts
+after reboots, missing samples, unsupported fields) make naive thresholds cry
+wolf. Deterministic per seed: the same seed and steps give the same values on any
+machine, whatever the wall clock says.
+
+Rates are field statistics from ../shared/REFERENCE.md, times an acceleration
+factor so that a few months of a few hundred GPUs hold enough failures to learn from.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from simulator.models import DEFAULT_MODEL, MODELS, GpuModel, get_model
+
+HOUR = 3600.0
+DAY = 86400.0
+YEAR = 365.0 * DAY
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: a fixed start keeps runs reproducible
+
+
+class FaultMode(StrEnum):
+    """How a fault unfolds (what `--sim-fault` injects)."""
+
+    ECC = "ecc"  # HBM wear-out: SBE rate rising by orders of magnitude, remaps, DBE, XID 48
+    THERMAL = "thermal"  # cooling degradation: temperature creeping up, throttling, shutdown
+    PCIE = "pcie"  # link degradation: replays rising, x16 -> x8, then XID 79
+    OFFBUS = "offbus"  # no precursor: the GPU falls off the bus (XID 79)
+    GSP = "gsp"  # no precursor: GSP firmware timeout / error (XID 119 / 120)
+    SRAM = "sram"  # no precursor: uncorrectable SRAM error (XID 95)
+
+
+PRECURSOR_MODES = (FaultMode.ECC, FaultMode.THERMAL, FaultMode.PCIE)
+SUDDEN_MODES = (FaultMode.OFFBUS, FaultMode.GSP, FaultMode.SRAM)
+LABEL = {  # failure label mode (docs/architecture.md: ecc | thermal | pcie | other)
+    FaultMode.ECC: "ecc", FaultMode.THERMAL: "thermal", FaultMode.PCIE: "pcie",
+    FaultMode.OFFBUS: "other", FaultMode.GSP: "other", FaultMode.SRAM: "other",
+}  # fmt: skip
+_MODE_CODE = {m: i + 1 for i, m in enumerate(FaultMode)}  # 0 = healthy
+_CODE_MODE = {v: k for k, v in _MODE_CODE.items()}
+
+XID_OFF_BUS = 79
+XID_DBE = 48
+XID_SBE_HIGH = 92
+XID_REMAP = 63
+XID_REMAP_FAIL = 64
+XID_CONTAINED = 94
+XID_UNCONTAINED = 95
+XID_GSP_TIMEOUT = 119
+XID_GSP_ERROR = 120
+THROTTLE_SW_POWER = 0x4
+THROTTLE_HW_SLOWDOWN = 0x8
+THROTTLE_SW_THERMAL = 0x20
+THROTTLE_HW_THERMAL = 0x40
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A fault injected into one GPU: it fails `hours` of simulated time after injection."""
+
+    gpu: int
+    mode: FaultMode
+    hours: float = 24.0
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSpec:
+        """Parse "GPU:MODE[:HOURS]", e.g. "3:ecc:12"."""
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"fault {text!r}: expected GPU:MODE[:HOURS], e.g. 3:ecc:12")
+        try:
+            gpu = int(parts[0])
+            mode = FaultMode(parts[1])
+            hours = float(parts[2]) if len(parts) == 3 else 24.0
+        except ValueError:
+            modes = ", ".join(m.value for m in FaultMode)
+            raise ValueError(
+                f"fault {text!r}: GPU must be an index, MODE one of {modes}, HOURS a number"
+            ) from None
+        if gpu < 0 or hours <= 0:
+            raise ValueError(f"fault {text!r}: GPU index must be >= 0 and HOURS > 0")
+        return cls(gpu, mode, hours)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Knobs of a simulated fleet; the defaults are field statistics (REFERENCE.md)."""
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    seed: int = 0
+    models: Mapping[str, float] = field(default_factory=lambda: {DEFAULT_MODEL: 1.0})
+    """GPU model mix, by share of nodes (a node holds one model)."""
+    random_failures: bool = False
+    """Draw failures from field rates (the batch simulator) or only injected ones (live sim)."""
+    annual_failure_rate: float = 0.11
+    """GPU-attributable interruptions per GPU-year at training load (Llama 3: ~11 %/year)."""
+    acceleration: float = 4.0
+    """Multiplies the failure rate so 512 GPUs x 120 days hold >= 60 failures."""
+    mode_mix: Mapping[str, float] = field(
+        default_factory=lambda: {"ecc": 0.30, "thermal": 0.15, "pcie": 0.15, "sudden": 0.40}
+    )
+    """Share of failure modes; HBM ~3 %/year of ~11 % -> ~0.3 ECC; "sudden" has no precursor."""
+    precursor_days: Mapping[str, tuple[float, float]] = field(
+        default_factory=lambda: {"ecc": (5.0, 0.8), "thermal": (3.0, 0.7), "pcie": (2.0, 0.8)}
+    )
+    """Precursor window per mode: lognormal (median days, sigma), clipped to 6 h .. 30 days."""
+    ecc_factor_h100: float = 3.2
+    """H100/H200 memory errors are 3.2x as frequent as A100's (NCSA Delta)."""
+    reboot_days: float = 21.0
+    """Mean days between node reboots (volatile counters reset, pending remaps apply)."""
+    repair_days: tuple[float, float] = (1.0, 5.0)
+    """A failed GPU is replaced (new UUID) after a uniform delay in this range."""
+    dropout: float = 0.01
+    """Share of samples missing (scrape gaps)."""
+    sbe_burst_share: float = 0.03
+    """Healthy GPUs with bursts of SBEs that never fail (Titan: SBEs concentrate in few cards)."""
+    hot_node_share: float = 0.1
+    """Nodes in hot spots (top of rack, far from the inlet) that run warm but stay healthy."""
+    memtemp_missing_share: float = 0.02
+    """GPUs whose memory temperature sensor reads nothing (NaN)."""
+    start: float = EPOCH
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError("a simulated fleet needs at least one node and one GPU per node")
+        for name in self.models:
+            get_model(name)
+        if not self.models or min(self.models.values()) < 0 or sum(self.models.values()) <= 0:
+            raise ValueError("model shares must be non-negative and not all zero")
+        if set(self.mode_mix) != {"ecc", "thermal", "pcie", "sudden"}:
+            raise ValueError("mode_mix needs shares for ecc, thermal, pcie and sudden")
+        if self.acceleration < 0 or self.annual_failure_rate < 0:
+            raise ValueError("failure rate and acceleration must be >= 0")
+
+
+@dataclass(frozen=True)
+class SimGpu:
+    """Identity of the GPU now in one slot."""
+
+    index: int
+    node: str
+    uuid: str
+    model: GpuModel
+    pci_bus_id: str
+    serial: str
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One GPU failure: the label a predictor learns from."""
+
+    gpu_uuid: str
+    hostname: str
+    failed_at: float
+    mode: str
+    fault: FaultMode
+    xid: int
+    onset: float
+    """When its precursor began (== failed_at for sudden failures)."""
+
+
+def _model_arrays(models: list[GpuModel]) -> dict[str, np.ndarray]:
+    keys = [
+        "power_limit_w", "idle_power_w", "sm_clock_max_mhz", "sm_clock_idle_mhz", "mem_clock_mhz",
+        "fb_total_mib", "pcie_gen_max", "pcie_width_max", "slowdown_c", "shutdown_c",
+        "thermal_resistance_c_per_w",
+    ]  # fmt: skip
+    return {k: np.array([float(getattr(m, k)) for m in models]) for k in keys}
+
+
+class FleetSim:
+    """Nodes x GPUs stepped together; `step(dt)` advances simulated time by dt seconds."""
+
+    def __init__(self, config: SimConfig | None = None, **kw: object) -> None:
+        cfg = config if config is not None else SimConfig(**kw)  # type: ignore[arg-type]
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        r = self.rng
+        self.time = cfg.start
+        nodes, per = cfg.nodes, cfg.gpus_per_node
+        n = nodes * per
+        self.n = n
+        names = list(cfg.models)
+        shares = np.array([cfg.models[k] for k in names], dtype=float)
+        node_model = r.choice(len(names), nodes, p=shares / shares.sum())
+        self.models = [MODELS[names[node_model[i // per]]] for i in range(n)]
+        self.model = self.models[0]
+        self.m = _model_arrays(self.models)
+        self.slot = np.tile(np.arange(per), nodes)
+        self.node = np.repeat(np.arange(nodes), per)
+        self.hostnames = [f"sim-node-{k:02d}" for k in range(nodes)]
+        self._generation = np.zeros(n, dtype=np.int64)
+        self.repairs = 0
+        """How many GPUs have been replaced: identities change only when this does."""
+        self.gpus = [self._identity(i) for i in range(n)]
+        # Inlet air by rack position (4 nodes a rack, top runs warmer), hot spots, and
+        # slot offsets inside a node (REFERENCE.md: ~14 C spread between slots).
+        rack_pos = np.arange(nodes) % 4
+        hot = r.random(nodes) < cfg.hot_node_share
+        self.hot_node = np.repeat(hot, per)
+        self.inlet_c = np.repeat(r.uniform(19.0, 24.0, nodes) + 1.5 * rack_pos + 6.0 * hot, per)
+        self.slot_offset_c = np.tile(np.linspace(0.0, 8.0, per), nodes) + r.normal(0, 1.0, n)
+        self.mem_offset_c = r.uniform(9.0, 18.0, n)  # memory above core at idle
+        self.memtemp_missing = r.random(n) < cfg.memtemp_missing_share
+        # Workload per node: 0 training, 1 inference (diurnal), 2 idle gap between jobs.
+        self.workload = np.repeat(r.choice(3, nodes, p=[0.6, 0.3, 0.1]), per)
+        self.phase = np.repeat(r.uniform(0, DAY, nodes), per)
+        self.temp_c = (
+            self.inlet_c + self.slot_offset_c + self.m["thermal_resistance_c_per_w"] * self.m["idle_power_w"]
+        )
+        self.mem_temp_c = self.temp_c + self.mem_offset_c
+        self.util = np.zeros(n)
+        self.power_w = self.m["idle_power_w"].copy()
+        self.clocks_event_reasons = np.zeros(n)
+        self.sm_clock = self.m["sm_clock_idle_mhz"].copy()
+        self.energy_mj = r.uniform(1e9, 5e9, n)
+        self.sbe_vol = np.zeros(n)
+        self.dbe_vol = np.zeros(n)
+        self.sbe_agg = np.floor(r.exponential(0.3, n))  # most GPUs have logged none
+        self.dbe_agg = np.zeros(n)
+        self.remap_corr = np.zeros(n)
+        self.remap_unc = np.zeros(n)
+        self.remap_pending = np.zeros(n)
+        self.remap_failure = np.zeros(n)
+        self.replays = np.floor(r.exponential(2.0, n))
+        self.replay_burst = np.zeros(n)  # replays still to come from a link retrain after reboot
+        self.link_width = self.m["pcie_width_max"].copy()
+        self.link_gen = self.m["pcie_gen_max"].copy()
+        self.thermal_violation_us = np.zeros(n)
+        self.power_violation_us = np.zeros(n)
+        self.nvlink_crc = np.zeros(n)
+        self.sbe_burst_gpu = r.random(n) < cfg.sbe_burst_share
+        self.lost = np.zeros(n, dtype=bool)
+        """Stopped answering (fell off the bus or shut down); rows stop at failure."""
+        self.failed = np.zeros(n, dtype=bool)
+        self.repair_at = np.full(n, np.inf)
+        self.last_xid = np.zeros(n)
+        self.xid_now = np.zeros(n)  # last XID of the current step (history `xid` column)
+        # The fault now unfolding in each slot (mode code 0 = none).
+        self.fault_mode = np.zeros(n, dtype=np.int64)
+        self.fault_onset = np.full(n, np.inf)
+        self.fault_at = np.full(n, np.inf)
+        self.next_reboot = self.time + r.exponential(cfg.reboot_days * DAY, nodes)
+        self.failures: list[Failure] = []
+        self._events: list[tuple[int, int, float]] = []
+        self._first_step = True
+        self._fault_queue: list[list[tuple[float, FaultMode, float]]] = [[] for _ in range(n)]
+        if cfg.random_failures:
+            self._schedule_random_failures()
+
+    # -- identity -----------------------------------------------------------
+    def _identity(self, i: int) -> SimGpu:
+        gen = int(self._generation[i])
+        key = f"gpuhealth-sim/{self.cfg.seed}/{i}" + (f"/r{gen}" if gen else "")
+        return SimGpu(
+            index=int(self.slot[i]),
+            node=self.hostnames[int(self.node[i])],
+            uuid="GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, key)),
+            model=self.models[i],
+            pci_bus_id=f"00000000:{0x18 + 0x10 * int(self.slot[i]):02X}:00.0",
+            serial=f"1650{self.cfg.seed % 1000:03d}{i:05d}{gen}",
+        )
+
+    # -- faults ---------------------------------------------------------------
+    def _schedule_random_failures(self) -> None:
+        """Draw each slot's failures for a long horizon (a Poisson process per slot)."""
+        cfg, r = self.cfg, self.rng
+        rate = cfg.annual_failure_rate * cfg.acceleration / YEAR
+        if rate <= 0:
+            return
+        horizon = 3 * YEAR
+        mix = cfg.mode_mix
+        for i in range(self.n):
+            # Newer HBM fails more often (the factor), yet the share without precursor stays
+            # what the config says, so that recall over all failures stays honest.
+            ecc_w = mix["ecc"] * (cfg.ecc_factor_h100 if "A100" not in self.models[i].name else 1.0)
+            slow = np.array([ecc_w, mix["thermal"], mix["pcie"]])
+            sudden = mix["sudden"] / sum(mix.values())
+            w = np.append(slow / slow.sum() * (1.0 - sudden), sudden)
+            t = self.time
+            while True:
+                t += r.exponential(1.0 / rate)
+                if t > self.time + horizon:
+                    break
+                k = r.choice(4, p=w / w.sum())
+                if k == 3:
+                    mode = SUDDEN_MODES[r.choice(3, p=[0.4, 0.35, 0.25])]
+                    lead = 0.0
+                else:
+                    mode = PRECURSOR_MODES[k]
+                    median, sigma = cfg.precursor_days[mode.value]
+                    lead = float(np.clip(r.lognormal(np.log(median), sigma), 0.25, 30.0)) * DAY
+                self._fault_queue[i].append((t, mode, lead))
+        for i in range(self.n):
+            self._arm_next(i)
+
+    def _arm_next(self, i: int) -> None:
+        q = self._fault_queue[i]
+        while q and q[0][0] <= self.time:
+            q.pop(0)  # fell inside a repair: that GPU was not there to fail
+        if q:
+            at, mode, lead = q.pop(0)
+            self.fault_mode[i] = _MODE_CODE[mode]
+            self.fault_at[i] = at
+            self.fault_onset[i] = at - lead
+        else:
+            self.fault_mode[i] = 0
+            self.fault_at[i] = self.fault_onset[i] = np.inf
+
+    def inject(self, fault: FaultSpec) -> None:
+        """Start a fault now; the GPU fails `fault.hours` of simulated time later."""
+        if fault.gpu >= self.n:
+            raise ValueError(f"fault on GPU {fault.gpu}: the simulated fleet has GPUs 0..{self.n - 1}")
+        i = fault.gpu
+        self.fault_mode[i] = _MODE_CODE[fault.mode]
+        self.fault_onset[i] = self.time if fault.mode in PRECURSOR_MODES else self.time + fault.hours * HOUR
+        self.fault_at[i] = self.time + fault.hours * HOUR
+
+    def progress(self) -> np.ndarray:
+        """Per GPU, how far its precursor has gone: 0 healthy or not begun, 1 failing now."""
+        with np.errstate(invalid="ignore"):  # inf - inf for slots without a fault
+            span = np.maximum(self.fault_at - self.fault_onset, 1.0)
+            p = (self.time - self.fault_onset) / span
+        return np.where(np.isfinite(p), np.clip(p, 0.0, 1.0), 0.0)
+
+    def _xid(self, mask: np.ndarray, code: int) -> None:
+        idx = np.flatnonzero(mask & ~self.lost)
+        for i in idx:
+            self._events.append((int(i), code, self.time))
+        self.last_xid[idx] = code
+        self.xid_now[idx] = code
+
+    def drain_events(self) -> list[tuple[int, int, float]]:
+        """XID events (gpu, code, sim time) since the last call."""
+        ev, self._events = self._events, []
+        return ev
+
+    # -- the model ------------------------------------------------------------
+    def step(self, dt: float) -> None:
+        """Advance simulated time by dt seconds."""
+        if dt <= 0:
+            raise ValueError("simulation step must be positive")
+        m, r, n = self.m, self.rng, self.n
+        self.time += dt
+        self.xid_now[:] = 0
+        self._reboots(dt)
+        self._repairs()
+        p = self.progress()
+        code = self.fault_mode
+        ecc = (code == _MODE_CODE[FaultMode.ECC]) & (p > 0) & ~self.failed
+        thermal = (code == _MODE_CODE[FaultMode.THERMAL]) & (p > 0) & ~self.failed
+        pcie = (code == _MODE_CODE[FaultMode.PCIE]) & (p > 0) & ~self.failed
+        self._workload(dt)
+        load = self.util / 100.0
+        self.power_w = np.clip(
+            m["idle_power_w"] + (m["power_limit_w"] * 0.97 - m["idle_power_w"]) * load + r.normal(0, 4, n),
+            m["idle_power_w"] * 0.8,
+            m["power_limit_w"],
+        )
+        # Thermal: first-order lag (heat sinks, ~2 min) towards inlet + slot + R*P; a
+        # cooling fault raises the thermal resistance until the GPU passes shutdown.
+        cooling = np.where(thermal, 1.0 + 1.6 * p**1.5, 1.0)
+        steady = self.inlet_c + self.slot_offset_c + m["thermal_resistance_c_per_w"] * self.power_w * cooling
+        alpha = 1.0 if self._first_step else 1.0 - np.exp(-dt / 120.0)
+        self._first_step = False
+        self.temp_c = self.temp_c + alpha * (steady - self.temp_c) + r.normal(0, 0.3, n)
+        # Memory runs 9-18 C above core at idle, less under load; failing cooling widens it.
+        mem_extra = np.where(thermal, 12.0 * p, 0.0)
+        self.mem_temp_c = (
+            self.temp_c + self.mem_offset_c * (1.0 - 0.5 * load) + mem_extra + r.normal(0, 0.3, n)
+        )
+        hot = (self.temp_c >= m["slowdown_c"]) | (self.mem_temp_c >= 95.0)
+        capped = self.power_w >= m["power_limit_w"] * 0.995
+        reasons = np.where(hot, THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL, 0)
+        reasons |= np.where(capped, THROTTLE_SW_POWER, 0)
+        self.clocks_event_reasons = reasons.astype(float)
+        # A slowdown may last part of an interval; charge the share of dt above the threshold.
+        over = np.clip((self.temp_c - m["slowdown_c"] + 2.0) / 4.0, 0.0, 1.0)
+        self.thermal_violation_us += np.where(hot, dt * 1e6 * over, 0.0)
+        self.power_violation_us += np.where(capped, dt * 1e6 * 0.3, 0.0)
+        self.sm_clock = np.where(
+            load > 0.05, m["sm_clock_max_mhz"] * np.where(hot, 0.7, 1.0), m["sm_clock_idle_mhz"]
+        )
+        self.energy_mj += self.power_w * dt * 1000.0
+        self.nvlink_crc += r.poisson(1e-6 * dt, n)
+        self._ecc(dt, p, ecc)
+        self._pcie(dt, p, pcie)
+        self._fail(p, thermal)
+
+    def _workload(self, dt: float) -> None:
+        """Training steady and high, inference follows the day, idle gaps between jobs."""
+        r, n, per = self.rng, self.n, self.cfg.gpus_per_node
+        nodes = self.cfg.nodes
+        wl = self.workload[::per]
+        # Jobs end after ~5 days on average; idle gaps last ~8 h.
+        end_job = (wl != 2) & (r.random(nodes) < dt / (5 * DAY))
+        start_job = (wl == 2) & (r.random(nodes) < dt / (8 * HOUR))
+        new_kind = r.choice(2, nodes, p=[0.7, 0.3])
+        wl = np.where(end_job, 2, np.where(start_job, new_kind, wl))
+        self.workload = np.repeat(wl, per)
+        day = np.sin(2 * np.pi * (self.time + self.phase) / DAY)
+        target = np.select(
+            [self.workload == 0, self.workload == 1],
+            [r.normal(96, 2, n), 55 + 30 * day + r.normal(0, 5, n)],
+            r.uniform(0, 2, n),
+        )
+        self.util = np.where(self.lost | self.failed, 0.0, np.clip(target, 0, 100))
+
+    def _ecc(self, dt: float, p: np.ndarray, ecc: np.ndarray) -> None:
+        r, h = self.rng, dt / HOUR
+        # HBM wear-out: SBEs from ~1/day at onset to thousands a day near failure.
+        rate_h = np.where(ecc, 0.05 * 10 ** (3.5 * p), 1e-4)
+        # Healthy SBE bursts (never fail): a burst of tens to hundreds, a few times a month.
+        burst = self.sbe_burst_gpu & (r.random(self.n) < h / (10 * 24))
+        new_sbe = r.poisson(rate_h * h) + np.where(burst, r.integers(10, 300, self.n), 0)
+        new_sbe = np.where(self.lost, 0, new_sbe)
+        self.sbe_vol += new_sbe
+        self.sbe_agg += new_sbe
+        # XID 92 when the SBE rate is high: NVIDIA's "high single-bit ECC rate".
+        self._xid(ecc & (rate_h > 5.0) & (r.random(self.n) < 0.5), XID_SBE_HIGH)
+        # Correctable remaps follow the SBE damage, uncorrectable ones come late with DBEs.
+        want_corr = np.where(ecc, np.floor(12 * np.clip(p - 0.25, 0, 1)), 0)
+        add_corr = np.maximum(want_corr - self.remap_corr, 0) * ecc
+        dbe_now = ecc & (p > 0.7) & (r.random(self.n) < 0.05 * h * (p - 0.7) / 0.3)
+        self.remap_corr += add_corr
+        self.remap_unc += dbe_now
+        self.dbe_vol += dbe_now
+        self.dbe_agg += dbe_now
+        remapped = (add_corr > 0) | dbe_now
+        self.remap_pending = np.maximum(self.remap_pending, remapped.astype(float))
+        self._xid(dbe_now, XID_DBE)
+        self._xid(dbe_now & (r.random(self.n) < 0.5), XID_CONTAINED)
+        self._xid(remapped, XID_REMAP)
+
+    def _pcie(self, dt: float, p: np.ndarray, pcie: np.ndarray) -> None:
+        r, h = self.rng, dt / HOUR
+        # Replays climb ~3 orders of magnitude; the link trains down to x8 half-way.
+        rate_h = np.where(pcie, 2.0 * 10 ** (3 * p), 0.01)
+        burst = np.minimum(self.replay_burst, r.integers(20, 200, self.n))
+        self.replay_burst -= burst
+        self.replays += np.where(self.lost, 0, r.poisson(rate_h * h) + burst)
+        self.link_width = np.where(pcie & (p > 0.5), self.m["pcie_width_max"] / 2, self.link_width)
+        self.link_gen = np.where(pcie & (p > 0.8), np.maximum(self.m["pcie_gen_max"] - 1, 1), self.link_gen)
+
+    def _fail(self, p: np.ndarray, thermal: np.ndarray) -> None:
+        r, code = self.rng, self.fault_mode
+        overheated = thermal & (self.temp_c >= self.m["shutdown_c"])
+        due = ((self.time >= self.fault_at) | overheated) & ~self.failed & (code > 0)
+        for i in np.flatnonzero(due):
+            mode = _CODE_MODE[int(code[i])]
+            xid = {
+                FaultMode.ECC: XID_REMAP_FAIL if r.random() < 0.5 else XID_UNCONTAINED,
+                FaultMode.THERMAL: XID_OFF_BUS if r.random() < 0.5 else 0,
+                FaultMode.PCIE: XID_OFF_BUS,
+                FaultMode.OFFBUS: XID_OFF_BUS,
+                FaultMode.GSP: XID_GSP_TIMEOUT if r.random() < 0.6 else XID_GSP_ERROR,
+                FaultMode.SRAM: XID_UNCONTAINED,
+            }[mode]
+            if mode == FaultMode.ECC:
+                self.remap_failure[i] = 1.0
+            if xid:
+                self._xid(np.arange(self.n) == i, xid)
+            g = self.gpus[i]
+            self.failures.append(
+                Failure(
+                    g.uuid,
+                    g.node,
+                    self.time,
+                    LABEL[mode],
+                    mode,
+                    xid,
+                    float(min(self.fault_onset[i], self.time)),
+                )
+            )
+            self.failed[i] = True  # drained and pulled: the history's rows stop here
+            # Off the bus or shut down: NVML loses it. A failed remap leaves it answering.
+            self.lost[i] = mode != FaultMode.ECC
+            lo, hi = self.cfg.repair_days
+            self.repair_at[i] = self.time + r.uniform(lo, hi) * DAY if self.cfg.random_failures else np.inf
+
+    def _repairs(self) -> None:
+        """A replacement GPU (new UUID, fresh counters) takes a failed one's slot."""
+        for i in np.flatnonzero(self.failed & (self.time >= self.repair_at)):
+            self._generation[i] += 1
+            self.repairs += 1
+            self.gpus[i] = self._identity(int(i))
+            self.failed[i] = self.lost[i] = False
+            self.repair_at[i] = np.inf
+            for arr in (self.sbe_vol, self.dbe_vol, self.sbe_agg, self.dbe_agg, self.remap_corr,
+                        self.remap_unc, self.remap_pending, self.remap_failure, self.replays,
+                        self.thermal_violation_us, self.power_violation_us, self.nvlink_crc,
+                        self.last_xid):  # fmt: skip
+                arr[i] = 0.0
+            self.link_width[i] = self.m["pcie_width_max"][i]
+            self.link_gen[i] = self.m["pcie_gen_max"][i]
+            self._arm_next(int(i))
+
+    def _reboots(self, dt: float) -> None:
+        """Node reboots: volatile counters reset, pending remaps apply, links retrain."""
+        due = self.time >= self.next_reboot
+        if not due.any():
+            return
+        r, per = self.rng, self.cfg.gpus_per_node
+        self.next_reboot = np.where(
+            due, self.time + r.exponential(self.cfg.reboot_days * DAY, due.size), self.next_reboot
+        )
+        g = np.repeat(due, per) & ~self.failed
+        for arr in (self.sbe_vol, self.dbe_vol, self.replays, self.thermal_violation_us,
+                    self.power_violation_us, self.remap_pending):  # fmt: skip
+            arr[g] = 0.0
+        self.energy_mj[g] = 0.0
+        # Link retraining after a reboot sometimes costs a burst of replays (a confounder).
+        self.replay_burst[g & (r.random(self.n) < 0.2)] = r.integers(20, 400)
+
+    # -- output ---------------------------------------------------------------
+    def values(self) -> dict[str, np.ndarray]:
+        """Current values per catalogue short name, one array entry per GPU."""
+        m, n = self.m, self.n
+        fb_used = np.where(self.util > 5, m["fb_total_mib"] * 0.85, 500.0)
+        load = self.util / 100.0
+        zeros = np.zeros(n)
+        return {
+            "gpu_temp_c": np.round(self.temp_c),
+            "memory_temp_c": np.where(self.memtemp_missing, np.nan, np.round(self.mem_temp_c)),
+            "slowdown_temp_c": m["slowdown_c"],
+            "shutdown_temp_c": m["shutdown_c"],
+            "power_w": np.round(self.power_w, 3),
+            "power_limit_w": m["power_limit_w"],
+            "energy_mj": np.floor(self.energy_mj),
+            "sm_clock_mhz": np.round(self.sm_clock),
+            "mem_clock_mhz": m["mem_clock_mhz"],
+            "clocks_event_reasons": self.clocks_event_reasons.copy(),
+            "thermal_violation_us": np.round(self.thermal_violation_us),
+            "power_violation_us": np.round(self.power_violation_us),
+            "gpu_util_pct": np.round(self.util),
+            "mem_copy_util_pct": np.round(self.util * 0.4),
+            "enc_util_pct": zeros,
+            "dec_util_pct": zeros,
+            "fb_used_mib": np.round(fb_used),
+            "fb_free_mib": np.round(m["fb_total_mib"] - fb_used),
+            "fb_total_mib": m["fb_total_mib"],
+            "prof_gr_engine_active": np.round(load * 0.98, 4),
+            "prof_sm_active": np.round(load * 0.9, 4),
+            "prof_pipe_tensor_active": np.round(np.where(self.workload == 0, load * 0.45, load * 0.2), 4),
+            "prof_dram_active": np.round(load * 0.6, 4),
+            "ecc_sbe_volatile": self.sbe_vol.copy(),
+            "ecc_dbe_volatile": self.dbe_vol.copy(),
+            "ecc_sbe_aggregate": self.sbe_agg.copy(),
+            "ecc_dbe_aggregate": self.dbe_agg.copy(),
+            # Page retirement is pre-Ampere: NVML answers NOT_SUPPORTED on these GPUs.
+            "retired_pages_sbe": np.full(n, np.nan),
+            "retired_pages_dbe": np.full(n, np.nan),
+            "retired_pages_pending": np.full(n, np.nan),
+            "remapped_rows_correctable": self.remap_corr.copy(),
+            "remapped_rows_uncorrectable": self.remap_unc.copy(),
+            "row_remap_pending": self.remap_pending.copy(),
+            "row_remap_failure": self.remap_failure.copy(),
+            "pcie_replay_count": self.replays.copy(),
+            "pcie_link_gen": self.link_gen.copy(),
+            "pcie_link_gen_max": m["pcie_gen_max"],
+            "pcie_link_width": self.link_width.copy(),
+            "pcie_link_width_max": m["pcie_width_max"],
+            "pcie_tx_kbps": np.round(load * 2.0e6),
+            "pcie_rx_kbps": np.round(load * 3.0e6),
+            "nvlink_crc_flit_errors": self.nvlink_crc.copy(),
+            "nvlink_crc_data_errors": zeros,
+            "nvlink_replay_errors": zeros,
+            "nvlink_recovery_errors": zeros,
+            "xid": self.last_xid.copy(),
+            "recovery_action": np.where(self.remap_pending > 0, 1.0, 0.0),
+        }

@@ -1,0 +1,62 @@
+"""Small stand-in backends for collector tests (not GPU library doubles)."""
+
+from __future__ import annotations
+
+import threading
+
+from collector.backends.base import GpuInfo, GpuReading, XidEvent
+
+
+def info(index: int, host: str = "node-a") -> GpuInfo:
+    return GpuInfo(
+        index=index,
+        uuid=f"GPU-{index:08d}-test",
+        model_name="NVIDIA H100 80GB HBM3",
+        hostname=host,
+        pci_bus_id=f"00000000:{0x18 + index:02X}:00.0",
+    )
+
+
+class ScriptedBackend:
+    """Returns readings a test sets; can fail, hang or emit XID events on demand."""
+
+    name = "scripted"
+
+    def __init__(self, n: int = 2) -> None:
+        self.infos = [info(i) for i in range(n)]
+        self.values: dict[int, dict[str, float]] = {i: {"gpu_temp_c": 40.0 + i} for i in range(n)}
+        self.lost: set[int] = set()
+        self.events: list[XidEvent] = []
+        self.fail_with: Exception | None = None
+        self.gate: threading.Event | None = None  # when set to an unset Event, read() hangs
+        self.reads = 0
+        self.closed = False
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self.infos)
+
+    def read(self) -> list[GpuReading]:
+        if self.gate is not None:
+            self.gate.wait()
+        self.reads += 1
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [
+            GpuReading(i_, {} if i in self.lost else dict(self.values[i]), lost=i in self.lost)
+            for i, i_ in enumerate(self.infos)
+        ]
+
+    def drain_xid_events(self) -> list[XidEvent]:
+        ev, self.events = self.events, []
+        return ev
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t

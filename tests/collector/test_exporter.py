@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import math
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from collector.backends.base import XidEvent
+from collector.backends.sim import SimBackend
+from collector.exporter import ExporterServer, GpuCollector, SelfCollector, render
+from collector.sampler import Sampler
+from gpuhealth import catalog
+from simulator.fleet import FaultMode, FaultSpec
+from tests.collector.helpers import FakeClock, ScriptedBackend
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _registry(sampler: Sampler, fields=None, label: str = "Hostname") -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(GpuCollector(lambda: sampler.latest, fields or catalog.select("all"), label))
+    return reg
+
+
+def _labels(b: ScriptedBackend, i: int, host_label: str = "Hostname") -> dict[str, str]:
+    inf = b.infos[i]
+    return {
+        "gpu": str(i), "UUID": inf.uuid, "device": f"nvidia{i}", "modelName": inf.model_name,
+        "pci_bus_id": inf.pci_bus_id, host_label: inf.hostname,
+    }  # fmt: skip
+
+
+def test_values_under_dcgm_names_and_labels() -> None:
+    b = ScriptedBackend(2)
+    b.values[0].update({"ecc_sbe_volatile": 7.0, "pcie_replay_count": 3.0})
+    s = Sampler(b, 10.0, clock=FakeClock())
+    s.sample_once()
+    reg = _registry(s)
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 0)) == 40.0
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 1)) == 41.0
+    assert reg.get_sample_value("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", _labels(b, 0)) == 7.0
+    assert reg.get_sample_value("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", _labels(b, 1)) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", _labels(b, 0)) == 0.0
+    assert reg.get_sample_value("gpuhealth_gpus") == 2.0
+    assert reg.get_sample_value("gpuhealth_gpu_lost", _labels(b, 1)) == 0.0
+
+
+def test_newer_hostname_label_spelling() -> None:
+    b = ScriptedBackend(1)
+    s = Sampler(b, 10.0, clock=FakeClock())
+    s.sample_once()
+    reg = _registry(s, label="hostname")
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 0, "hostname")) == 40.0
+
+
+def test_missing_nan_and_lost_give_fewer_samples_never_errors() -> None:
+    b = ScriptedBackend(3)
+    b.values[0]["power_w"] = math.nan
+    b.lost = {2}
+    s = Sampler(b, 10.0, clock=FakeClock())
+    s.sample_once()
+    reg = _registry(s)
+    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", _labels(b, 0)) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 2)) is None
+    assert reg.get_sample_value("gpuhealth_gpu_lost", _labels(b, 2)) == 1.0
+    assert reg.get_sample_value("gpuhealth_gpus") == 2.0
+    text = render(reg.collect()).decode()
+    assert "DCGM_FI_DEV_POWER_USAGE" not in text, "a family with no samples is not rendered"
+
+
+def test_xid_counter_per_code() -> None:
+    b = ScriptedBackend(1)
+    u = b.infos[0].uuid
+    b.events = [XidEvent(u, 48, 0.0), XidEvent(u, 48, 1.0), XidEvent(u, 92, 2.0)]
+    s = Sampler(b, 10.0, clock=FakeClock())
+    s.sample_once()
+    reg = _registry(s)
+    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**_labels(b, 0), "xid": "48"}) == 2.0
+    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**_labels(b, 0), "xid": "92"}) == 1.0
+    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", _labels(b, 0)) == 92.0
+
+
+def test_render_keeps_dcgm_counter_names_and_parses_back() -> None:
+    b = ScriptedBackend(2)
+    b.values[0]["pcie_replay_count"] = 5.0
+    b.events = [XidEvent(b.infos[1].uuid, 79, 0.0)]
+    b.infos[1] = type(b.infos[1])(**{**b.infos[1].__dict__, "model_name": 'odd "name"\\x\n'})
+    s = Sampler(b, 10.0, clock=FakeClock())
+    s.sample_once()
+    text = render(_registry(s).collect()).decode()
+    assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter\n" in text
+    assert "# TYPE gpuhealth_xid_errors_total counter\n" in text
+    assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER_total" not in text
+    parsed = {
+        (s_.name, tuple(sorted(s_.labels.items()))): s_.value
+        for fam in text_string_to_metric_families(text)
+        for s_ in fam.samples
+    }
+    want = _labels(b, 1)
+    key = ("DCGM_FI_DEV_GPU_TEMP", tuple(sorted(want.items())))
+    assert parsed[key] == 41.0, "escaped label values must round-trip"
+
+
+def test_families_built_once_per_snapshot() -> None:
+    b = ScriptedBackend(1)
+    s = Sampler(b, 10.0, clock=FakeClock())
+    col = GpuCollector(lambda: s.latest, catalog.select())
+    assert list(col.collect()) == []
+    s.sample_once()
+    first = list(col.collect())
+    assert next(iter(col.collect())) is first[0]
+    b.values[0]["gpu_temp_c"] = 90.0
+    s.sample_once()
+    again = list(col.collect())
+    assert again[0] is not first[0]
+    assert again[0].samples[0].value == 90.0
+
+
+def test_self_collector() -> None:
+    b = ScriptedBackend(1)
+    clock = FakeClock()
+    s = Sampler(b, 10.0, clock=clock)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(SelfCollector(s))
+    assert reg.get_sample_value("gpuhealth_collector_success", {"collector": "sample"}) == 0.0
+    s.sample_once()
+    clock.t += 4.0
+    assert reg.get_sample_value("gpuhealth_collector_success", {"collector": "sample"}) == 1.0
+    assert reg.get_sample_value("gpuhealth_collector_success", {"collector": "xid"}) == 1.0
+    assert reg.get_sample_value("gpuhealth_sample_age_seconds") == 4.0
+    assert reg.get_sample_value("gpuhealth_collector_duration_seconds", {"collector": "sample"}) >= 0
+    b.fail_with = RuntimeError("boom")
+    s.sample_once()
+    assert reg.get_sample_value("gpuhealth_collector_success", {"collector": "sample"}) == 0.0
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read().decode()
+
+
+def test_http_endpoints() -> None:
+    b = ScriptedBackend(2)
+    s = Sampler(b, 10.0)
+    reg = _registry(s)
+    srv = ExporterServer(reg, s.health, "127.0.0.1", 0)
+    srv.start()
+    try:
+        base = f"http://127.0.0.1:{srv.port}"
+        code, _, body = _get(base + "/healthz")
+        assert (code, body) == (503, "no sample taken yet\n")
+        s.sample_once()
+        code, ctype, body = _get(base + "/metrics")
+        assert code == 200 and ctype.startswith("text/plain; version=0.0.4")
+        assert body.count("DCGM_FI_DEV_GPU_TEMP{") == 2
+        assert _get(base + "/healthz")[:3:2] == (200, "ok: 2 GPU(s)\n")
+        assert _get(base + "/nope")[0] == 404
+    finally:
+        srv.stop()
+
+
+def test_golden_metrics_of_simulated_node(golden) -> None:
+    """The whole per-GPU /metrics text of the sim backend at a fixed seed."""
+    b = SimBackend(
+        nodes=1, gpus_per_node=8, seed=7, step_s=10.0,
+        faults=[FaultSpec(3, FaultMode.OFFBUS, 0.001), FaultSpec(1, FaultMode.ECC, 0.01)],
+    )  # fmt: skip
+    s = Sampler(b, 10.0, clock=FakeClock())
+    for _ in range(3):
+        s.sample_once()
+    reg = _registry(s, fields=catalog.select())
+    golden(GOLDEN / "sim_metrics.txt", render(reg.collect()).decode())
+
+
+@pytest.mark.parametrize("gpus", [1, 16])
+def test_sim_node_sizes(gpus: int) -> None:
+    s = Sampler(SimBackend(gpus_per_node=gpus, seed=1), 10.0, clock=FakeClock())
+    s.sample_once()
+    reg = _registry(s)
+    assert reg.get_sample_value("gpuhealth_gpus") == gpus

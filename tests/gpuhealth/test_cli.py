@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from collector.backends import factory
+from collector.backends.base import BackendUnavailable
+from gpuhealth import catalog
+from gpuhealth.cli import app
+
+runner = CliRunner()
+
+
+def _gpuhealth(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert needle in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--backend", "foo"], "unknown backend 'foo'; choose one of auto, nvml, dcgm, sim"),
+        (["--backend", "sim", "--interval", "soon"], "invalid duration 'soon'"),
+        (["--backend", "sim", "--listen", "x:99999"], "must be 0..65535"),
+        (["--backend", "sim", "--fields", "gpu_temp_c,bogus"], "unknown field(s): bogus"),
+        (["--backend", "sim", "--sim-fault", "1:melt"], "MODE one of ecc, thermal, pcie, offbus"),
+        (["--backend", "sim", "--sim-fault", "99:ecc"], "the simulated fleet has GPUs 0..7"),
+        (["--backend", "nvml", "--sim-fault", "1:ecc"], "--sim-fault needs --backend sim"),
+        (["--backend", "sim", "--hostname-label", "host"], "Hostname or hostname"),
+    ],
+)
+def test_bad_flags_give_one_line_errors(args: list[str], needle: str) -> None:
+    _one_line_error(_gpuhealth("collect", *args), needle)
+
+
+def test_port_in_use_is_one_line() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        _one_line_error(
+            _gpuhealth("collect", "--backend", "sim", "--listen", f"127.0.0.1:{port}"),
+            "cannot listen",
+        )
+
+
+def test_bad_environment_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_BACKEND", "quantum")
+    result = runner.invoke(app, ["collect"])
+    assert result.exit_code == 2
+    assert "invalid GPUHEALTH_* setting" in result.output
+
+
+def test_auto_without_gpu_libraries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto tries DCGM then NVML and names the way out when neither loads."""
+    tried: list[str] = []
+
+    def unavailable(name: str):
+        def make(**_: object) -> None:
+            tried.append(name)
+            raise BackendUnavailable(f"{name} missing")
+
+        return make
+
+    import collector.backends.dcgm as dcgm_mod
+    import collector.backends.nvml as nvml_mod
+
+    monkeypatch.setattr(dcgm_mod, "DcgmBackend", unavailable("dcgm"))
+    monkeypatch.setattr(nvml_mod, "NvmlBackend", unavailable("nvml"))
+    with pytest.raises(BackendUnavailable) as exc:
+        factory.open_backend("auto", hostname="h", fields=catalog.select(), interval_s=1.0)
+    assert str(exc.value) == "no GPU library found; use --backend sim to try a simulated fleet"
+    assert tried == ["dcgm", "nvml"]
+    result = runner.invoke(app, ["collect", "--backend", "auto"])
+    assert result.exit_code == 2
+    assert "no GPU library found; use --backend sim to try a simulated fleet" in result.output
+
+
+def test_docs_metrics_check(tmp_path) -> None:
+    out = tmp_path / "metrics.md"
+    assert runner.invoke(app, ["docs", "metrics", "--out", str(out), "--check"]).exit_code == 1
+    assert runner.invoke(app, ["docs", "metrics", "--out", str(out)]).exit_code == 0
+    assert out.read_text() == catalog.metrics_markdown()
+    assert runner.invoke(app, ["docs", "metrics", "--out", str(out), "--check"]).exit_code == 0
+
+
+def test_fields_lists_catalogue() -> None:
+    result = runner.invoke(app, ["fields", "--all"])
+    assert result.exit_code == 0
+    for f in catalog.FIELDS[:5]:
+        assert f.name in result.output
