@@ -118,7 +118,7 @@ class SelfCollector(Collector):
 
     def __init__(self, sampler: Sampler, clock: Callable[[], float] | None = None) -> None:
         self._sampler = sampler
-        self._clock = clock or sampler._clock
+        self._clock = clock or sampler.clock
 
     def collect(self) -> Iterator[Metric]:
         snap = self._sampler.latest
@@ -151,22 +151,23 @@ class SelfCollector(Collector):
 def render(metrics: Iterable[Metric]) -> bytes:
     """Prometheus text format 0.0.4, with counter names kept exactly as their samples spell them."""
     out: list[str] = []
-    label_cache: dict[int, str] = {}
+    # Per-GPU label dicts are shared by every family of a snapshot: escape each once. The
+    # cache holds the dict itself, so its id() cannot be reused by another dict meanwhile.
+    label_cache: dict[int, tuple[dict[str, str], str]] = {}
     for m in metrics:
         if not m.samples:
             continue
         typ = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(m.type, m.type)
-        head = m.samples[0].name if m.type == "counter" else m.name
+        # Counters and infos are written under their samples' name (`_total`, `_info`).
+        head = m.samples[0].name if m.type in ("counter", "info") else m.name
         doc = m.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {head} {doc}\n# TYPE {head} {typ}\n")
         for s in m.samples:
-            # Per-GPU label dicts are shared by every family of a snapshot: escape them once.
-            key = id(s.labels)
-            lbl = label_cache.get(key)
-            if lbl is None:
-                lbl = _labels(s.labels)
-                label_cache[key] = lbl
-            out.append(f"{s.name}{lbl} {floatToGoString(s.value)}\n")
+            hit = label_cache.get(id(s.labels))
+            if hit is None or hit[0] is not s.labels:
+                hit = (s.labels, _labels(s.labels))
+                label_cache[id(s.labels)] = hit
+            out.append(f"{s.name}{hit[1]} {floatToGoString(s.value)}\n")
     return "".join(out).encode()
 
 
@@ -205,11 +206,12 @@ class ExporterServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="gpuhealth-http", daemon=True)
         self._thread.start()
 
-    def serve_forever(self) -> None:
-        self.httpd.serve_forever()
-
     def stop(self) -> None:
-        self.httpd.shutdown()
+        # shutdown() waits for serve_forever to notice; without a running loop it would hang.
+        if self._thread is not None:
+            self.httpd.shutdown()
+            self._thread.join()
+            self._thread = None
         self.httpd.server_close()
 
 

@@ -55,7 +55,7 @@ class Sampler:
             raise ValueError(f"sampling interval must be positive, got {interval_s}")
         self.backend = backend
         self.interval_s = interval_s
-        self._clock = clock
+        self.clock = clock
         self._latest: Snapshot | None = None
         self._seq = 0
         self._xid_counts: dict[str, dict[int, int]] = {}
@@ -98,7 +98,7 @@ class Sampler:
         self._seq += 1
         snap = Snapshot(
             seq=self._seq,
-            taken_at=self._clock(),
+            taken_at=self.clock(),
             readings=tuple(readings),
             xid_counts=MappingProxyType({u: dict(c) for u, c in self._xid_counts.items()}),
             status=MappingProxyType(status),
@@ -112,7 +112,7 @@ class Sampler:
         snap = self._latest
         if snap is None:
             return False, "no sample taken yet"
-        age = self._clock() - snap.taken_at
+        age = self.clock() - snap.taken_at
         if age > STALL_FACTOR * self.interval_s:
             return (
                 False,

@@ -126,6 +126,70 @@ def collect(
     run_until_signalled(running)
 
 
+@app.command()
+def simulate(
+    out: Annotated[Path, typer.Option(help="history file to write (.parquet or .csv)")],
+    failures: Annotated[Path, typer.Option(help="failure labels to write (.csv)")],
+    nodes: Annotated[int, typer.Option(min=1, help="nodes in the fleet")] = 64,
+    gpus_per_node: Annotated[int, typer.Option(min=1, help="GPUs per node")] = 8,
+    days: Annotated[float, typer.Option(min=0.001, help="simulated days")] = 120.0,
+    interval: Annotated[str, typer.Option(help="sampling interval, e.g. 1h, 5m")] = "1h",
+    seed: Annotated[int, typer.Option(help="random seed (same seed, same fleet)")] = 0,
+    models: Annotated[
+        str, typer.Option(help="model mix by share of nodes, e.g. A100=0.3,H100=0.5,H200=0.2")
+    ] = "A100=0.3,H100=0.5,H200=0.2",
+    acceleration: Annotated[
+        float, typer.Option(min=0, help="failure-rate multiplier over field statistics")
+    ] = 4.0,
+    sudden_share: Annotated[
+        float, typer.Option(min=0, max=1, help="share of failures without precursor")
+    ] = 0.4,
+) -> None:
+    """Simulate a fleet's telemetry and failures (the history frame and its labels)."""
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
+
+    from gpuhealth import history
+    from simulator.fleet import SimConfig
+    from simulator.models import parse_mix
+    from simulator.run import simulate as run_simulation
+
+    try:
+        interval_s = parse_duration(interval)
+        rest = 1.0 - sudden_share
+        cfg = SimConfig(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            seed=seed,
+            models=parse_mix(models),
+            random_failures=True,
+            acceleration=acceleration,
+            mode_mix={"ecc": 0.5 * rest, "thermal": 0.25 * rest, "pcie": 0.25 * rest, "sudden": sudden_share},
+        )
+        for path, kinds in ((out, history.PARQUET_SUFFIXES + history.CSV_SUFFIXES), (failures, (".csv",))):
+            if not path.name.lower().endswith(kinds):
+                raise ValueError(f"{path}: use one of {', '.join(kinds)}")
+    except ValueError as e:
+        raise fail(str(e)) from None
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), TaskProgressColumn(),
+        TimeRemainingColumn(), console=err, transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task(f"simulating {nodes * gpus_per_node} GPUs x {days:g} days", total=None)
+        frame, labels = run_simulation(
+            cfg, days, interval_s, progress=lambda done, total: bar.update(task, completed=done, total=total)
+        )
+        bar.update(task, description=f"writing {out}")
+        history.write(frame, out)
+        history.write_failures(labels, failures)
+    by_mode = labels["mode"].value_counts().to_dict() if len(labels) else {}
+    err.print(
+        f"wrote {out}: {len(frame):,} rows, {frame['gpu_uuid'].nunique()} GPUs over {days:g} days\n"
+        f"wrote {failures}: {len(labels)} failures "
+        + ", ".join(f"{k} {v}" for k, v in sorted(by_mode.items())),
+        highlight=False,
+    )
+
+
 @app.command("fields")
 def list_fields(
     all_fields: Annotated[bool, typer.Option("--all", help="include fields off by default")] = False,
@@ -153,6 +217,22 @@ def docs_metrics(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     typer.echo(f"wrote {out}")
+
+
+@docs_app.command("simulator")
+def docs_simulator(
+    out: Annotated[Path, typer.Option(help="folder for the PNG plots")] = Path("docs/img"),
+    seed: Annotated[int, typer.Option(help="random seed of the fleet to draw from")] = 1,
+) -> None:
+    """Plot each simulated fault mode's signals before a failure (for docs/simulator.md)."""
+    from simulator.plots import fault_mode_plots
+
+    try:
+        paths = fault_mode_plots(out, seed=seed)
+    except RuntimeError as e:
+        raise fail(str(e)) from None
+    for p in paths:
+        typer.echo(f"wrote {p}")
 
 
 def main() -> None:

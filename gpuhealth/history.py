@@ -94,7 +94,8 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
     out["gpu_index"] = _numeric(frame["gpu_index"], "gpu_index", source, allow_nan=False).astype(np.int32)
     for col in metric_columns(frame):
         out[col] = _numeric(frame[col], col, source).astype(metric_dtype(col))
-    result = pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
+    ordered = {c: out[c] for c in IDENTITY_COLUMNS} | out
+    result = pd.DataFrame(ordered, index=pd.RangeIndex(len(frame)))
     return _order(result, source)
 
 
@@ -145,21 +146,18 @@ def _numeric(s: pd.Series, col: str, source: str, allow_nan: bool = True) -> pd.
 
 
 def _order(frame: pd.DataFrame, source: str) -> pd.DataFrame:
-    ts = frame["timestamp"].to_numpy()
-    uuid = frame["gpu_uuid"].to_numpy()
-    ordered = len(frame) < 2 or bool(np.all(ts[1:] >= ts[:-1]))
-    if not ordered:
+    ts = frame["timestamp"].array.asi8  # int64 ns: no per-row Timestamp objects
+    if len(frame) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
         log.info("%s: rows out of time order; sorting", source)
         frame = frame.sort_values(["timestamp", "gpu_uuid"], kind="stable", ignore_index=True)
-        ts = frame["timestamp"].to_numpy()
-        uuid = frame["gpu_uuid"].to_numpy()
+        ts = frame["timestamp"].array.asi8
     dup = frame.duplicated(["gpu_uuid", "timestamp"], keep="first").to_numpy()
     if dup.any():
         n = int(dup.sum())
         first = int(np.flatnonzero(dup)[0])
         msg = (
             f"{source}: dropped {n} row(s) repeating a (gpu_uuid, timestamp) pair, "
-            f"first {uuid[first]} at {pd.Timestamp(ts[first]).isoformat()}"
+            f"first {frame['gpu_uuid'].iloc[first]} at {pd.Timestamp(ts[first], tz='UTC').isoformat()}"
         )
         warnings.warn(msg, HistoryWarning, stacklevel=3)
         frame = frame.loc[~dup].reset_index(drop=True)
@@ -241,6 +239,8 @@ def write_failures(frame: pd.DataFrame, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     out = frame.copy()
-    out["failed_at"] = pd.to_datetime(out["failed_at"], utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for col in out.columns:
+        if col == "failed_at" or pd.api.types.is_datetime64_any_dtype(out[col]):
+            out[col] = pd.to_datetime(out[col], utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     out.to_csv(p, index=False)
     return p

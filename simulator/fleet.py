@@ -21,7 +21,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from simulator.models import DEFAULT_MODEL, MODELS, GpuModel, get_model
+from simulator.models import DEFAULT_MODEL, GpuModel, get_model
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -194,7 +194,7 @@ class FleetSim:
         names = list(cfg.models)
         shares = np.array([cfg.models[k] for k in names], dtype=float)
         node_model = r.choice(len(names), nodes, p=shares / shares.sum())
-        self.models = [MODELS[names[node_model[i // per]]] for i in range(n)]
+        self.models = [get_model(names[node_model[i // per]]) for i in range(n)]
         self.model = self.models[0]
         self.m = _model_arrays(self.models)
         self.slot = np.tile(np.arange(per), nodes)
@@ -313,7 +313,7 @@ class FleetSim:
             at, mode, lead = q.pop(0)
             self.fault_mode[i] = _MODE_CODE[mode]
             self.fault_at[i] = at
-            self.fault_onset[i] = at - lead
+            self.fault_onset[i] = max(at - lead, self.time)  # a new GPU starts healthy
         else:
             self.fault_mode[i] = 0
             self.fault_at[i] = self.fault_onset[i] = np.inf
@@ -420,7 +420,7 @@ class FleetSim:
     def _ecc(self, dt: float, p: np.ndarray, ecc: np.ndarray) -> None:
         r, h = self.rng, dt / HOUR
         # HBM wear-out: SBEs from ~1/day at onset to thousands a day near failure.
-        rate_h = np.where(ecc, 0.05 * 10 ** (3.5 * p), 1e-4)
+        rate_h = np.where(ecc, 0.05 * 10 ** (3.5 * p), 1e-5)  # healthy: ~95 % never log one
         # Healthy SBE bursts (never fail): a burst of tens to hundreds, a few times a month.
         burst = self.sbe_burst_gpu & (r.random(self.n) < h / (10 * 24))
         new_sbe = r.poisson(rate_h * h) + np.where(burst, r.integers(10, 300, self.n), 0)

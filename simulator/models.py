@@ -50,9 +50,32 @@ MODELS: dict[str, GpuModel] = {
 DEFAULT_MODEL = "NVIDIA H100 80GB HBM3"
 
 
+ALIASES = {"A100": "NVIDIA A100-SXM4-80GB", "H100": "NVIDIA H100 80GB HBM3", "H200": "NVIDIA H200"}
+
+
+def resolve(name: str) -> str:
+    """The NVML name of a model given as its NVML name or a short alias (A100, H100, H200)."""
+    full = ALIASES.get(name.strip().upper(), name.strip())
+    if full not in MODELS:
+        known = ", ".join([*ALIASES, *MODELS])
+        raise ValueError(f"unknown GPU model {name!r}; known: {known}")
+    return full
+
+
 def get_model(name: str) -> GpuModel:
-    """Look a model up by its NVML name, with the known names in the error."""
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown GPU model {name!r}; known: {', '.join(MODELS)}") from None
+    """Look a model up by its NVML name or alias, with the known names in the error."""
+    return MODELS[resolve(name)]
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """A model mix like "A100=0.3,H100=0.5,H200=0.2" (shares of nodes)."""
+    mix: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, share = part.partition("=")
+        try:
+            mix[resolve(name)] = float(share) if sep else 1.0
+        except ValueError as err:
+            raise ValueError(f"model mix {text!r}: {err}") from None
+    if any(v < 0 for v in mix.values()) or sum(mix.values()) <= 0:
+        raise ValueError(f"model mix {text!r}: shares must be >= 0 and not all zero")
+    return mix

@@ -185,3 +185,25 @@ def test_sim_node_sizes(gpus: int) -> None:
     s.sample_once()
     reg = _registry(s)
     assert reg.get_sample_value("gpuhealth_gpus") == gpus
+
+
+def test_render_with_fresh_label_dicts_per_family() -> None:
+    """Label dicts freed between families must not lend their escaped text to new ones."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    class Fresh:
+        def collect(self):
+            for k in range(100):
+                fam = GaugeMetricFamily(f"m{k}", "h", labels=["gpu"])
+                fam.add_metric([str(k)], float(k))
+                yield fam
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Fresh())
+    lines = [ln for ln in render(reg.collect()).decode().splitlines() if not ln.startswith("#")]
+    assert lines == [f'm{k}{{gpu="{k}"}} {float(k)}' for k in range(100)]
+
+
+def test_stop_without_start_returns() -> None:
+    srv = ExporterServer(CollectorRegistry(), lambda: (True, "ok"), "127.0.0.1", 0)
+    srv.stop()
