@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from collector.backends.base import Backend, BackendError, BackendUnavailable
 from gpuhealth.catalog import Field
@@ -11,7 +12,7 @@ from simulator.fleet import FaultSpec
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "nvml", "dcgm", "sim")
+BACKENDS = ("auto", "nvml", "dcgm", "sim", "replay")
 NO_GPU_LIBRARY = "no GPU library found; use --backend sim to try a simulated fleet"
 
 
@@ -27,6 +28,9 @@ def open_backend(
     sim_model: str | None = None,
     sim_speed: float = 1.0,
     sim_faults: Sequence[FaultSpec] = (),
+    history: Path | None = None,
+    replay_speed: float = 1.0,
+    replay_loop: bool = True,
 ) -> Backend:
     """Open the named backend or raise BackendError with a one-line reason."""
     if name == "auto":
@@ -59,4 +63,14 @@ def open_backend(
             model=sim_model or DEFAULT_MODEL,
             faults=sim_faults,
         )
+    if name == "replay":
+        from collector.backends.replay import ReplayBackend
+        from gpuhealth.history import HistoryError
+
+        if history is None:
+            raise BackendError("the replay backend needs a history file (--history)")
+        try:
+            return ReplayBackend.from_file(history, speed=replay_speed, loop=replay_loop)
+        except HistoryError as err:
+            raise BackendError(str(err)) from err
     raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,243 @@
+"""Pull a fleet's GPU history out of Prometheus into a history frame.
+
+Each catalogue field is range-queried under its metric name (the DCGM name where one
+exists, so series scraped from dcgm-exporter and from `gpuhealth collect` both work),
+in time chunks below Prometheus's 11,000-points-per-series limit, and the answers are
+joined per GPU on (UUID, timestamp). A row's values are what Prometheus evaluates at
+each step (the latest sample within its lookback window), not averages over the step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from gpuhealth import catalog
+from gpuhealth.history import HistoryError, validate
+
+MAX_POINTS = 11_000
+"""Prometheus refuses a range query with more than 11,000 points per series."""
+GROUP_LABELS = ("UUID", "gpu", "device", "modelName", "Hostname", "hostname", "instance")
+"""Labels kept per series. Everything else (pod, namespace, container, job, MIG instance)
+is aggregated away with max(), so a GPU whose pod changed is still one series."""
+TIMEOUT_S = 120.0
+"""A 10,000-step query over a large fleet takes seconds; two minutes allows a busy server."""
+_PORT = re.compile(r":\d+$")
+_DIGITS = re.compile(r"(\d+)$")
+
+
+@dataclass
+class _Series:
+    """What one column's answers hold, flattened: series id, time (ms) and value per point."""
+
+    sid: list[np.ndarray] = field(default_factory=list)
+    t_ms: list[np.ndarray] = field(default_factory=list)
+    value: list[np.ndarray] = field(default_factory=list)
+
+
+def _unix(t: datetime) -> float:
+    """Unix seconds of a datetime; a naive one is taken as UTC."""
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+def _iso(t: datetime) -> str:
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class _Api:
+    """Prometheus's HTTP API; every failure becomes a one-line HistoryError naming the URL."""
+
+    def __init__(self, url: str, client: httpx.Client) -> None:
+        self.url = url.rstrip("/")
+        self.client = client
+
+    def get(self, path: str, params: dict[str, str]) -> Any:
+        where = f"Prometheus at {self.url}"
+        try:
+            resp = self.client.get(self.url + path, params=params)
+        except httpx.ConnectError as err:
+            raise HistoryError(f"{where}: cannot connect ({_one_line(err) or 'connection refused'})") from err
+        except httpx.TimeoutException as err:
+            raise HistoryError(f"{where}: no answer within {TIMEOUT_S:g}s ({path})") from err
+        except httpx.HTTPError as err:
+            raise HistoryError(f"{where}: {type(err).__name__}: {_one_line(err)}") from err
+        try:
+            answer = resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            answer = None
+        if not isinstance(answer, dict) or "status" not in answer:
+            kind = resp.headers.get("content-type", "no content type")
+            raise HistoryError(f"{where}: not a Prometheus API answer to {path} (HTTP {resp.status_code}, {kind})")
+        if answer["status"] != "success":
+            raise HistoryError(
+                f"{where}: {path} failed (HTTP {resp.status_code}): "
+                f"{answer.get('errorType', 'error')}: {_one_line(answer.get('error', 'no reason given'))}"
+            )
+        if resp.status_code != 200:
+            raise HistoryError(f"{where}: {path} answered HTTP {resp.status_code}")
+        return answer.get("data")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _fields(
+    api: _Api, columns: Sequence[str] | None, start_s: float, end_s: float
+) -> tuple[list[str], list[catalog.Field]]:
+    """(columns of the result, fields to query): only metrics the server has are queried."""
+    if columns is not None:
+        try:
+            wanted = list(catalog.select(list(columns)))
+        except catalog.CatalogError as err:
+            raise HistoryError(str(err)) from err
+    names = api.get("/api/v1/label/__name__/values", {"start": f"{start_s:.3f}", "end": f"{end_s:.3f}"})
+    on_server = set(names or ())
+    if columns is None:
+        # The fixed history columns always (NaN where absent), other fields where present.
+        wanted = [f for f in catalog.FIELDS if f.name in catalog.HISTORY_COLUMNS or f.metric_name in on_server]
+    return [f.name for f in wanted], [f for f in wanted if f.metric_name in on_server]
+
+
+def import_history(
+    url: str,
+    start: datetime,
+    end: datetime,
+    step_s: float,
+    columns: Sequence[str] | None = None,
+    chunk_points: int = 10_000,
+    progress: Callable[[int, int], None] | None = None,
+    client: httpx.Client | None = None,
+) -> pd.DataFrame:
+    """Range-query every catalogue field from Prometheus and join them into a history frame."""
+    start_ms, end_ms = round(_unix(start) * 1000), round(_unix(end) * 1000)
+    step_ms = round(step_s * 1000)  # Prometheus keeps milliseconds
+    span = f"between {_iso(start)} and {_iso(end)}"
+    if step_ms < 1:
+        raise HistoryError(f"step must be at least 1ms, got {step_s!r}s")
+    if end_ms < start_ms:
+        raise HistoryError(f"start {_iso(start)} is after end {_iso(end)}")
+    if not 1 <= chunk_points <= MAX_POINTS:
+        raise HistoryError(f"chunk_points must be 1..{MAX_POINTS} (Prometheus's limit), got {chunk_points}")
+    own = client is None
+    http = client or httpx.Client(timeout=TIMEOUT_S)
+    try:
+        api = _Api(url, http)
+        names, fields = _fields(api, columns, start_ms / 1000, end_ms / 1000)
+        steps = (end_ms - start_ms) // step_ms + 1
+        chunks = [
+            (start_ms + i * step_ms, start_ms + min(i + chunk_points, steps) * step_ms - step_ms)
+            for i in range(0, steps, chunk_points)
+        ]
+        labels: dict[tuple[str, int, str, str], int] = {}
+        found: dict[str, _Series] = {}
+        total, done = len(fields) * len(chunks), 0
+        for f in fields:
+            expr = f"max by ({', '.join(GROUP_LABELS)}) ({f.metric_name})"
+            acc = found.setdefault(f.name, _Series())
+            for lo, hi in chunks:
+                data = api.get(
+                    "/api/v1/query_range",
+                    {"query": expr, "start": f"{lo / 1000:.3f}", "end": f"{hi / 1000:.3f}",
+                     "step": f"{step_ms / 1000:.3f}"},
+                )  # fmt: skip
+                _collect(data, labels, acc)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    finally:
+        if own:
+            http.close()
+    frame = _join(found, labels, names, start_ms, step_ms, steps)
+    if frame is None:
+        raise HistoryError(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
+    return validate(frame, source=f"Prometheus at {url.rstrip('/')}")
+
+
+def _gpu_index(m: dict[str, str]) -> int:
+    """The `gpu` label, else the N of `device="nvidiaN"`, else -1 (unknown)."""
+    text = m.get("gpu") or ""
+    if not text.isdigit():
+        found = _DIGITS.search(m.get("device", ""))
+        text = found.group(1) if found else ""
+    return int(text) if text else -1
+
+
+def _collect(data: Any, labels: dict[tuple[str, int, str, str], int], acc: _Series) -> None:
+    """Append one query_range answer's per-GPU points to `acc` (series without UUID are skipped)."""
+    for series in (data or {}).get("result", ()):
+        m = series.get("metric", {})
+        values = series.get("values") or ()
+        uuid = m.get("UUID")
+        if not uuid or not values:
+            continue  # not a per-GPU series
+        # dcgm-exporter renamed Hostname to hostname (2026); a relabelled setup may have
+        # only Prometheus's own instance label (host:port), whose port says nothing.
+        host = m.get("Hostname") or m.get("hostname") or _PORT.sub("", m.get("instance", "")) or "unknown"
+        key = (uuid, _gpu_index(m), m.get("modelName") or "unknown", host)
+        sid = labels.setdefault(key, len(labels))
+        n = len(values)
+        acc.sid.append(np.full(n, sid, dtype=np.int64))
+        acc.t_ms.append(np.rint(np.fromiter((p[0] for p in values), np.float64, n) * 1000).astype(np.int64))
+        # Prometheus writes values as strings; "NaN" and "+Inf" parse as floats too.
+        acc.value.append(np.array([p[1] for p in values], dtype=np.float64))
+
+
+def _join(
+    found: dict[str, _Series],
+    labels: dict[tuple[str, int, str, str], int],
+    columns: list[str],
+    start_ms: int,
+    step_ms: int,
+    steps: int,
+) -> pd.DataFrame | None:
+    """One row per (UUID, step) over all columns; None when no column has a point."""
+    if not labels:
+        return None
+    ident = list(labels)  # position = series id
+    uuid_codes, uuids = pd.factorize(pd.Series([k[0] for k in ident]))
+    stride = steps + 1  # keys gpu * stride + step stay exact int64 for any real fleet
+    per_col: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for name, acc in found.items():
+        if not acc.sid:
+            continue
+        sid = np.concatenate(acc.sid)
+        # Row key: the GPU (by UUID, not by label set) and the step on the query grid.
+        # Where two label sets of one GPU answer at one step, the first series wins.
+        step = np.rint((np.concatenate(acc.t_ms) - start_ms) / step_ms).astype(np.int64)
+        key = uuid_codes[sid] * stride + step
+        key_u, first = np.unique(key, return_index=True)
+        per_col[name] = (key_u, sid[first], np.concatenate(acc.value)[first])
+    if not per_col:
+        return None
+    keys = np.unique(np.concatenate([v[0] for v in per_col.values()]))
+    sid_of_row = np.full(len(keys), -1, dtype=np.int64)
+    out: dict[str, np.ndarray] = {}
+    for name in columns:
+        col = np.full(len(keys), np.nan)
+        if name in per_col:
+            key_u, sid, value = per_col[name]
+            pos = np.searchsorted(keys, key_u)
+            col[pos] = value
+            unset = sid_of_row[pos] < 0
+            sid_of_row[pos[unset]] = sid[unset]
+        out[name] = col
+    ident_arr = np.array(ident, dtype=object)[sid_of_row]
+    return pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(start_ms + (keys % stride) * step_ms, unit="ms", utc=True),
+            "hostname": ident_arr[:, 3],
+            "gpu_uuid": uuids.to_numpy()[keys // stride],
+            "gpu_index": ident_arr[:, 1].astype(np.int64),
+            "model_name": ident_arr[:, 2],
+            **out,
+        }
+    )
