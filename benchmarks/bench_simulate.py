@@ -57,9 +57,7 @@ def main() -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
 
-    print(
-        f"fleet: {nodes * 8} GPUs x {days} days hourly = {rows:,} rows, frame {frame_bytes / 2**20:.0f} MiB"
-    )
+    print(f"fleet: {nodes * 8} GPUs x {days} days hourly = {rows:,} rows, frame {frame_bytes / 2**20:.0f} MiB")
     print(f"simulate: {sim_s:.2f} s ({rows / sim_s:,.0f} rows/s)")
     print(f"pyarrow write (zstd Parquet): {write_s:.2f} s")
     print(f"ratio simulate/write: {sim_s / write_s:.2f}x (target <= {TIME_TARGET:g}x)")

@@ -29,9 +29,7 @@ LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id")
 """dcgm-exporter's per-GPU labels; the host label ("Hostname" or "hostname") is added."""
 
 
-def gpu_labels(
-    info_index: int, uuid: str, model: str, pci: str, host: str, host_label: str
-) -> dict[str, str]:
+def gpu_labels(info_index: int, uuid: str, model: str, pci: str, host: str, host_label: str) -> dict[str, str]:
     """The label set dcgm-exporter puts on every per-GPU series."""
     return {
         "gpu": str(info_index),

@@ -6,13 +6,14 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from gpuhealth import __version__, catalog
+from gpuhealth.cli_history import history_app
 from gpuhealth.settings import Settings
 from gpuhealth.units import parse_duration, parse_listen
 
@@ -24,6 +25,7 @@ app = typer.Typer(
 )
 docs_app = typer.Typer(help="Generate documentation from the catalogue.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
+app.add_typer(history_app, name="history")
 err = Console(stderr=True)
 
 DEFAULT_METRICS_DOC = Path("docs/metrics.md")
@@ -44,17 +46,13 @@ def version() -> None:
 @app.command()
 def collect(
     backend: Annotated[
-        str | None, typer.Option(help="auto | nvml | dcgm | sim (env GPUHEALTH_BACKEND)")
+        str | None, typer.Option(help="auto | nvml | dcgm | sim | replay (env GPUHEALTH_BACKEND)")
     ] = None,
     listen: Annotated[str | None, typer.Option(help="HOST:PORT to serve /metrics on")] = None,
     interval: Annotated[str | None, typer.Option(help="sampling interval, e.g. 10s")] = None,
     hostname: Annotated[str | None, typer.Option(help="host label value (default: this host)")] = None,
-    hostname_label: Annotated[
-        str | None, typer.Option(help="Hostname (dcgm-exporter < 2026) or hostname")
-    ] = None,
-    fields: Annotated[
-        str | None, typer.Option(help='"default", "all" or comma-separated short names')
-    ] = None,
+    hostname_label: Annotated[str | None, typer.Option(help="Hostname (dcgm-exporter < 2026) or hostname")] = None,
+    fields: Annotated[str | None, typer.Option(help='"default", "all" or comma-separated short names')] = None,
     sim_nodes: Annotated[int, typer.Option(help="sim: nodes to simulate", min=1)] = 1,
     sim_gpus: Annotated[int, typer.Option(help="sim: GPUs per node", min=1)] = 8,
     seed: Annotated[int, typer.Option(help="sim: random seed")] = 0,
@@ -64,6 +62,12 @@ def collect(
         list[str] | None,
         typer.Option(help="sim: inject a fault, GPU:MODE[:HOURS] (ecc|thermal|pcie|offbus)"),
     ] = None,
+    history: Annotated[Path | None, typer.Option(help="replay: the history file to serve")] = None,
+    speed: Annotated[
+        float,
+        typer.Option(help="replay: history seconds per real second (3600 = an hour a second)", min=0.001),
+    ] = 1.0,
+    loop: Annotated[bool, typer.Option(help="replay: start over at the end")] = True,
     log_level: Annotated[str | None, typer.Option(help="DEBUG, INFO, WARNING")] = None,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
@@ -95,6 +99,8 @@ def collect(
         raise fail(str(e)) from None
     if faults and backend != "sim":
         raise fail("--sim-fault needs --backend sim")
+    if (backend == "replay") != (history is not None):
+        raise fail("--backend replay needs --history FILE (and --history needs --backend replay)")
     try:
         b = open_backend(
             backend,
@@ -107,6 +113,9 @@ def collect(
             sim_model=sim_model,
             sim_speed=sim_speed,
             sim_faults=faults,
+            history=history,
+            replay_speed=speed,
+            replay_loop=loop,
         )
     except (BackendError, ValueError) as e:
         raise fail(str(e)) from None
@@ -138,12 +147,8 @@ def simulate(
     models: Annotated[
         str, typer.Option(help="model mix by share of nodes, e.g. A100=0.3,H100=0.5,H200=0.2")
     ] = "A100=0.3,H100=0.5,H200=0.2",
-    acceleration: Annotated[
-        float, typer.Option(min=0, help="failure-rate multiplier over field statistics")
-    ] = 4.0,
-    sudden_share: Annotated[
-        float, typer.Option(min=0, max=1, help="share of failures without precursor")
-    ] = 0.4,
+    acceleration: Annotated[float, typer.Option(min=0, help="failure-rate multiplier over field statistics")] = 4.0,
+    sudden_share: Annotated[float, typer.Option(min=0, max=1, help="share of failures without precursor")] = 0.4,
 ) -> None:
     """Simulate a fleet's telemetry and failures (the history frame and its labels)."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
@@ -184,10 +189,160 @@ def simulate(
     by_mode = labels["mode"].value_counts().to_dict() if len(labels) else {}
     err.print(
         f"wrote {out}: {len(frame):,} rows, {frame['gpu_uuid'].nunique()} GPUs over {days:g} days\n"
-        f"wrote {failures}: {len(labels)} failures "
-        + ", ".join(f"{k} {v}" for k, v in sorted(by_mode.items())),
+        f"wrote {failures}: {len(labels)} failures " + ", ".join(f"{k} {v}" for k, v in sorted(by_mode.items())),
         highlight=False,
     )
+
+
+def _read_inputs(history_path: Path, failures_path: Path | None = None) -> tuple[Any, Any]:
+    """Read a history (and failure labels) or exit with the reader's one-line error."""
+    import warnings
+
+    from gpuhealth import history as hist
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", hist.HistoryWarning)
+            frame = hist.read(history_path)
+        for w in caught:
+            err.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
+        labels = hist.read_failures(failures_path) if failures_path else None
+    except hist.HistoryError as e:
+        raise fail(str(e)) from None
+    return frame, labels
+
+
+def _progress_printer(prefix: str) -> Any:
+    return lambda msg: err.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
+
+
+@app.command()
+def train(
+    history: Annotated[list[Path], typer.Option(help="history frame (.parquet/.csv); repeat for several fleets")],
+    failures: Annotated[list[Path], typer.Option(help="failure labels (.csv), one per --history")],
+    out: Annotated[Path, typer.Option(help="model file to write (.skops)")],
+    lead: Annotated[str, typer.Option(help="a failure counts from this long after a cutoff")] = "1h",
+    window: Annotated[str, typer.Option(help="... until this long after it")] = "7d",
+    every: Annotated[str, typer.Option(help="cutoff spacing for training rows")] = "3h",
+) -> None:
+    """Train the risk model (time-split validation inside) and save it with skops."""
+    import pandas as pd
+
+    from predictor.model import ModelError
+    from predictor.model import train as fit
+
+    try:
+        lead_td, window_td = (
+            pd.Timedelta(seconds=parse_duration(lead)),
+            pd.Timedelta(seconds=parse_duration(window)),
+        )
+        pd.Timedelta(seconds=parse_duration(every))
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if len(history) != len(failures):
+        raise fail(f"give one --failures per --history ({len(history)} histories, {len(failures)} failure files)")
+    frames, label_sets = zip(*(_read_inputs(h, f) for h, f in zip(history, failures, strict=True)), strict=True)
+    from gpuhealth.history import validate
+
+    frame = validate(pd.concat(frames, ignore_index=True), source=" + ".join(map(str, history)))
+    labels = pd.concat(label_sets, ignore_index=True)
+    try:
+        model = fit(frame, labels, lead=lead_td, window=window_td, every=every, progress=_progress_printer("train"))
+        model.save(out)
+    except ModelError as e:
+        raise fail(str(e)) from None
+    v = model.meta["validation"]
+    err.print(
+        f"wrote {out}: validation average precision " + ", ".join(f"{m} {v[m]['average_precision']:.2f}" for m in v),
+        highlight=False,
+    )
+
+
+@app.command()
+def score(
+    history: Annotated[Path, typer.Option(help="history frame (.parquet/.csv)")],
+    model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
+    at: Annotated[str | None, typer.Option(help="score as of this time (default: latest sample)")] = None,
+    output: Annotated[str, typer.Option("--format", help="json or table")] = "json",
+) -> None:
+    """Score every GPU: risk per mode, decision and reasons (JSON is a contract)."""
+    import json
+
+    import pandas as pd
+
+    from gpuhealth.history import HistoryError
+    from predictor.model import ModelError
+    from predictor.policy import Thresholds
+    from predictor.score import load_model, to_records
+    from predictor.score import score as run_score
+
+    if output not in ("json", "table"):
+        raise fail(f"--format must be json or table, not {output!r}")
+    try:
+        when = pd.Timestamp(at) if at else None
+    except ValueError:
+        raise fail(f"--at {at!r} is not a time: use ISO 8601, e.g. 2026-04-01T12:00:00Z") from None
+    frame, _ = _read_inputs(history)
+    try:
+        s = Settings()
+        m = load_model(model)
+        result = run_score(m, frame, when, Thresholds(s.watch_threshold, s.demote_threshold))
+    except (ModelError, HistoryError, ValueError) as e:
+        raise fail(str(e)) from None
+    if output == "json":
+        typer.echo(json.dumps(to_records(result), indent=2))
+        return
+    table = Table("GPU", "host", "model", "risk", "ECC", "thermal", "PCIe", "decision", "reasons")
+    for r in to_records(result):
+        table.add_row(
+            r["gpu_uuid"][:16], r["hostname"], r["model_name"].replace("NVIDIA ", ""),
+            *("-" if r[k] is None else f"{r[k]:.2f}" for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie")),
+            r["decision"], "; ".join(r["reasons"]),
+        )  # fmt: skip
+    Console(width=200).print(table)
+
+
+@app.command()
+def evaluate(
+    history: Annotated[Path, typer.Option(help="history frame of a fleet the model never saw")],
+    failures: Annotated[Path, typer.Option(help="its failure labels (.csv)")],
+    out: Annotated[Path, typer.Option(help="folder for report.md, report.json and the plots")],
+    model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
+    lead: Annotated[str, typer.Option(help="minimum lead for ECC/thermal (PCIe and others: 1h)")] = "24h",
+    window: Annotated[str, typer.Option(help="a failure is caught by alerts up to this long before it")] = "7d",
+    every: Annotated[str, typer.Option(help="how often to score across the span")] = "1h",
+) -> None:
+    """Evaluate per incident beside the NVIDIA/DCGM rule baseline; write a report with plots."""
+    import pandas as pd
+
+    from gpuhealth.history import HistoryError
+    from predictor.evaluate import evaluate as run_eval
+    from predictor.evaluate import write_report
+    from predictor.model import ModelError
+    from predictor.policy import Thresholds
+    from predictor.score import load_model
+
+    try:
+        lead_td, window_td = (
+            pd.Timedelta(seconds=parse_duration(lead)),
+            pd.Timedelta(seconds=parse_duration(window)),
+        )
+        pd.Timedelta(seconds=parse_duration(every))
+    except ValueError as e:
+        raise fail(str(e)) from None
+    frame, labels = _read_inputs(history, failures)
+    try:
+        s = Settings()
+        m = load_model(model)
+        rep = run_eval(
+            m, frame, labels, lead=lead_td, window=window_td, every=every,
+            thresholds=Thresholds(s.watch_threshold, s.demote_threshold), progress=_progress_printer("evaluate"),
+        )  # fmt: skip
+        paths = write_report(rep, out)
+    except (ModelError, HistoryError, ValueError) as e:
+        raise fail(str(e)) from None
+    held = sum(v["ok"] for v in rep["floors"].values())
+    err.print(f"wrote {', '.join(str(p) for p in paths)}\nfloors held: {held}/{len(rep['floors'])}", highlight=False)
 
 
 @app.command("fields")

@@ -80,8 +80,7 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
     missing = [c for c in IDENTITY_COLUMNS if c not in frame.columns]
     if missing:
         raise HistoryError(
-            f"{source}: missing identity column(s) {', '.join(missing)}; "
-            f"a history needs {', '.join(IDENTITY_COLUMNS)}"
+            f"{source}: missing identity column(s) {', '.join(missing)}; a history needs {', '.join(IDENTITY_COLUMNS)}"
         )
     out: dict[str, pd.Series | np.ndarray] = {}
     out["timestamp"] = _timestamps(frame["timestamp"], source)
@@ -215,9 +214,7 @@ def validate_failures(frame: pd.DataFrame, source: str = "failures") -> pd.DataF
     """Check failure labels: required columns, parseable times, known modes."""
     missing = [c for c in FAILURE_COLUMNS if c not in frame.columns]
     if missing:
-        raise HistoryError(
-            f"{source}: missing column(s) {', '.join(missing)}; need {', '.join(FAILURE_COLUMNS)}"
-        )
+        raise HistoryError(f"{source}: missing column(s) {', '.join(missing)}; need {', '.join(FAILURE_COLUMNS)}")
     out = frame.copy()
     out["failed_at"] = _timestamps(frame["failed_at"], source)
     out["gpu_uuid"] = frame["gpu_uuid"].astype(str)

@@ -84,9 +84,7 @@ class FaultSpec:
             hours = float(parts[2]) if len(parts) == 3 else 24.0
         except ValueError:
             modes = ", ".join(m.value for m in FaultMode)
-            raise ValueError(
-                f"fault {text!r}: GPU must be an index, MODE one of {modes}, HOURS a number"
-            ) from None
+            raise ValueError(f"fault {text!r}: GPU must be an index, MODE one of {modes}, HOURS a number") from None
         if gpu < 0 or hours <= 0:
             raise ValueError(f"fault {text!r}: GPU index must be >= 0 and HOURS > 0")
         return cls(gpu, mode, hours)
@@ -127,6 +125,8 @@ class SimConfig:
     """Healthy GPUs with bursts of SBEs that never fail (Titan: SBEs concentrate in few cards)."""
     hot_node_share: float = 0.1
     """Nodes in hot spots (top of rack, far from the inlet) that run warm but stay healthy."""
+    downtrained_share: float = 0.015
+    """Healthy GPUs whose link trained below its maximum (x8 or a generation down) and stays so."""
     memtemp_missing_share: float = 0.02
     """GPUs whose memory temperature sensor reads nothing (NaN)."""
     start: float = EPOCH
@@ -216,9 +216,7 @@ class FleetSim:
         # Workload per node: 0 training, 1 inference (diurnal), 2 idle gap between jobs.
         self.workload = np.repeat(r.choice(3, nodes, p=[0.6, 0.3, 0.1]), per)
         self.phase = np.repeat(r.uniform(0, DAY, nodes), per)
-        self.temp_c = (
-            self.inlet_c + self.slot_offset_c + self.m["thermal_resistance_c_per_w"] * self.m["idle_power_w"]
-        )
+        self.temp_c = self.inlet_c + self.slot_offset_c + self.m["thermal_resistance_c_per_w"] * self.m["idle_power_w"]
         self.mem_temp_c = self.temp_c + self.mem_offset_c
         self.util = np.zeros(n)
         self.power_w = self.m["idle_power_w"].copy()
@@ -235,8 +233,14 @@ class FleetSim:
         self.remap_failure = np.zeros(n)
         self.replays = np.floor(r.exponential(2.0, n))
         self.replay_burst = np.zeros(n)  # replays still to come from a link retrain after reboot
+        # A few links train below their maximum at boot and run so for good: a confounder
+        # for any rule that reads a downtrained link as a failing one.
         self.link_width = self.m["pcie_width_max"].copy()
         self.link_gen = self.m["pcie_gen_max"].copy()
+        narrow = r.random(n) < cfg.downtrained_share
+        by_width = r.random(n) < 0.5
+        self.link_width[narrow & by_width] /= 2
+        self.link_gen[narrow & ~by_width] -= 1
         self.thermal_violation_us = np.zeros(n)
         self.power_violation_us = np.zeros(n)
         self.nvlink_crc = np.zeros(n)
@@ -377,9 +381,7 @@ class FleetSim:
         self.temp_c = self.temp_c + alpha * (steady - self.temp_c) + r.normal(0, 0.3, n)
         # Memory runs 9-18 C above core at idle, less under load; failing cooling widens it.
         mem_extra = np.where(thermal, 12.0 * p, 0.0)
-        self.mem_temp_c = (
-            self.temp_c + self.mem_offset_c * (1.0 - 0.5 * load) + mem_extra + r.normal(0, 0.3, n)
-        )
+        self.mem_temp_c = self.temp_c + self.mem_offset_c * (1.0 - 0.5 * load) + mem_extra + r.normal(0, 0.3, n)
         hot = (self.temp_c >= m["slowdown_c"]) | (self.mem_temp_c >= 95.0)
         capped = self.power_w >= m["power_limit_w"] * 0.995
         reasons = np.where(hot, THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL, 0)
@@ -389,9 +391,7 @@ class FleetSim:
         over = np.clip((self.temp_c - m["slowdown_c"] + 2.0) / 4.0, 0.0, 1.0)
         self.thermal_violation_us += np.where(hot, dt * 1e6 * over, 0.0)
         self.power_violation_us += np.where(capped, dt * 1e6 * 0.3, 0.0)
-        self.sm_clock = np.where(
-            load > 0.05, m["sm_clock_max_mhz"] * np.where(hot, 0.7, 1.0), m["sm_clock_idle_mhz"]
-        )
+        self.sm_clock = np.where(load > 0.05, m["sm_clock_max_mhz"] * np.where(hot, 0.7, 1.0), m["sm_clock_idle_mhz"])
         self.energy_mj += self.power_w * dt * 1000.0
         self.nvlink_crc += r.poisson(1e-6 * dt, n)
         self._ecc(dt, p, ecc)

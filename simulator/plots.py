@@ -57,13 +57,9 @@ def fault_mode_plots(out_dir: Path, seed: int = 1, nodes: int = 32, days: float 
     start = frame["timestamp"].min()
     for mode, panels in PANELS.items():
         # The first failure of this mode with a full window of history before it.
-        cands = failures[
-            (failures["mode"] == mode) & (failures["failed_at"] > start + pd.Timedelta(days=DAYS_BEFORE))
-        ]
+        cands = failures[(failures["mode"] == mode) & (failures["failed_at"] > start + pd.Timedelta(days=DAYS_BEFORE))]
         if cands.empty:
-            raise RuntimeError(
-                f"seed {seed}: no {mode} failure with {DAYS_BEFORE} days of history; try another seed"
-            )
+            raise RuntimeError(f"seed {seed}: no {mode} failure with {DAYS_BEFORE} days of history; try another seed")
         f = cands.iloc[0]
         g = frame[frame["gpu_uuid"] == f["gpu_uuid"]]
         g = g[g["timestamp"] >= f["failed_at"] - pd.Timedelta(days=DAYS_BEFORE)]

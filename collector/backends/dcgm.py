@@ -100,8 +100,7 @@ def load_bindings(dirs: Sequence[tuple[str, Path]] | None = None) -> DcgmModules
         return DcgmModules(**mods)
     looked = ", ".join(label for label, _ in dirs)
     raise BackendUnavailable(
-        f"DCGM Python bindings not found (looked in {looked}): "
-        "install datacenter-gpu-manager or use --backend nvml"
+        f"DCGM Python bindings not found (looked in {looked}): install datacenter-gpu-manager or use --backend nvml"
     )
 
 
@@ -288,9 +287,7 @@ class DcgmBackend:
             history = self._history.values
             self._history.EmptyValues()
         except self._error as err:
-            raise BackendError(
-                f"reading field values from nv-hostengine at {self.address}: {_one_line(err)}"
-            ) from err
+            raise BackendError(f"reading field values from nv-hostengine at {self.address}: {_one_line(err)}") from err
         self._queue_xids(history.get(gpu_entity, {}))
         readings = []
         for gid, info in self._gpus.items():

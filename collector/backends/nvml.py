@@ -302,9 +302,7 @@ class NvmlBackend:
             self._shutdown_quietly()
             raise
         self._uuid_by_address = {
-            addr: g.info.uuid
-            for g in self._gpus
-            if g.handle is not None and (addr := _address(g.handle)) is not None
+            addr: g.info.uuid for g in self._gpus if g.handle is not None and (addr := _address(g.handle)) is not None
         }
         if watch_xid:
             self._start_xid_watch()
@@ -329,8 +327,7 @@ class NvmlBackend:
                 "does nvidia-smi work on this node?",
             )
             raise BackendUnavailable(
-                f"NVML could not be loaded ({_one_line(err)}): {hint} "
-                "use --backend sim to try a simulated fleet"
+                f"NVML could not be loaded ({_one_line(err)}): {hint} use --backend sim to try a simulated fleet"
             ) from err
 
     def _discover(self) -> list[_Gpu]:

@@ -33,9 +33,7 @@ def test_round_trip(tmp_path, suffix: str) -> None:
 
 
 def test_sorts_out_of_order_rows() -> None:
-    f = history.validate(
-        _frame(timestamp=["2026-01-01T02:00:00Z", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"])
-    )
+    f = history.validate(_frame(timestamp=["2026-01-01T02:00:00Z", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"]))
     assert list(f["timestamp"].dt.hour) == [0, 1, 2]
     assert list(f["gpu_uuid"]) == ["GPU-b", "GPU-a", "GPU-a"]
 
@@ -45,18 +43,14 @@ def test_drops_duplicates_with_warning() -> None:
         gpu_uuid=["GPU-a", "GPU-a", "GPU-a"],
         timestamp=["2026-01-01T00:00:00Z"] * 2 + ["2026-01-01T01:00:00Z"],
     )
-    with pytest.warns(
-        HistoryWarning, match=r"dropped 1 row\(s\) repeating .* first GPU-a at 2026-01-01T00:00:00"
-    ):
+    with pytest.warns(HistoryWarning, match=r"dropped 1 row\(s\) repeating .* first GPU-a at 2026-01-01T00:00:00"):
         f = history.validate(raw)
     assert len(f) == 2 and f["gpu_temp_c"].iloc[0] == 40.0, "the first of the repeats is kept"
 
 
 def test_accepts_unix_seconds_and_naive_datetimes() -> None:
     a = history.validate(_frame(timestamp=[1767225600, 1767225600, 1767229200]))
-    b = history.validate(
-        _frame(timestamp=pd.to_datetime(["2026-01-01 00:00", "2026-01-01 00:00", "2026-01-01 01:00"]))
-    )
+    b = history.validate(_frame(timestamp=pd.to_datetime(["2026-01-01 00:00", "2026-01-01 00:00", "2026-01-01 01:00"])))
     pd.testing.assert_series_equal(a["timestamp"], b["timestamp"])
 
 

@@ -194,9 +194,7 @@ def prometheus_config(targets: dict[str, Sequence[str]], rule_files: Sequence[Pa
     return "\n".join(lines) + "\n"
 
 
-def start_prometheus(
-    workdir: Path, targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = ()
-) -> Service:
+def start_prometheus(workdir: Path, targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = ()) -> Service:
     """Start the system's Prometheus on a free loopback port and wait for /-/ready."""
     binary = require_tool("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)

@@ -188,9 +188,7 @@ def test_xid_counter_and_self_health(scraped: PromClient, sim_node: SimNode) -> 
     assert len(age) == 1 and 0.0 <= age[0] < 3.0, f"sampling every 1s, yet the snapshot is {age}s old"
 
 
-def test_target_up_and_scraped_without_errors(
-    scraped: PromClient, target: str, gpuhealth_exporter: Service
-) -> None:
+def test_target_up_and_scraped_without_errors(scraped: PromClient, target: str, gpuhealth_exporter: Service) -> None:
     up = scraped.query('up{job="gpu"}')
     assert [(r["metric"]["instance"], r["value"][1]) for r in up] == [(target, "1")]
 

@@ -47,9 +47,7 @@ def test_failed_gpus_stop_reporting_and_are_replaced(fleet) -> None:
     assert frame["gpu_uuid"].nunique() > 512
     first = frame.groupby("gpu_uuid", observed=True)["timestamp"].min()
     late = first[first > frame["timestamp"].min() + pd.Timedelta(days=1)]
-    assert len(late) >= 0.5 * len(
-        failures[failures["failed_at"] < frame["timestamp"].max() - pd.Timedelta(days=6)]
-    )
+    assert len(late) >= 0.5 * len(failures[failures["failed_at"] < frame["timestamp"].max() - pd.Timedelta(days=6)])
 
 
 def test_counters_monotonic_between_reboots(fleet) -> None:

@@ -176,8 +176,7 @@ def fake_modules(engine: Engine) -> DcgmModules:
             if engine.fail_reads:
                 raise DCGMError(CONNECTION_NOT_VALID)
             per_gpu = {
-                gid: {f: series(v) for f, v in vals.items() if f in fg.fieldIds}
-                for gid, vals in engine.latest.items()
+                gid: {f: series(v) for f, v in vals.items() if f in fg.fieldIds} for gid, vals in engine.latest.items()
             }
             return types.SimpleNamespace(values={GPU_ENTITY: per_gpu})
 
@@ -274,9 +273,7 @@ def test_start_up_watches_known_fields_at_the_interval_and_lists_gpus() -> None:
         (0, "GPU-dcgm-0", "00000000:18:00.0"),
         (1, "GPU-dcgm-1", "00000000:19:00.0"),
     ]
-    assert {(i.model_name, i.driver_version, i.hostname) for i in infos} == {
-        ("NVIDIA H200", "570.86.15", "node-01")
-    }
+    assert {(i.model_name, i.driver_version, i.hostname) for i in infos} == {("NVIDIA H200", "570.86.15", "node-01")}
     base, prof, xid = engine.watches
     expected = sorted(set(field_names(FIELDS)) - {1523})  # 1523 unknown to this DCGM
     assert sorted(base[0] + prof[0]) == expected

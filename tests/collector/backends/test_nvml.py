@@ -60,9 +60,7 @@ def test_value_union_members_match_pynvml() -> None:
     members = value_members(pynvml)
     union = {name for name, _ in pynvml.c_nvmlValue_t._fields_}
     types = {
-        getattr(pynvml, n)
-        for n in dir(pynvml)
-        if n.startswith("NVML_VALUE_TYPE_") and n != "NVML_VALUE_TYPE_COUNT"
+        getattr(pynvml, n) for n in dir(pynvml) if n.startswith("NVML_VALUE_TYPE_") and n != "NVML_VALUE_TYPE_COUNT"
     }
     assert set(members) == types
     assert set(members.values()) <= union
@@ -72,9 +70,7 @@ def _nvml_names_used() -> set[str]:
     """pynvml names in nvml.py's code: attributes and string constants (call names, codes)."""
     tree = ast.parse(Path(nvml_mod.__file__).read_text())
     docstrings = {
-        id(node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
     }
     pattern = re.compile(r"nvml[A-Z]\w*|NVML_\w+")
     names: set[str] = set()

@@ -1,0 +1,380 @@
+"""Honest evaluation of the predictor, per incident, beside the NVIDIA/DCGM rule baseline.
+
+Method (../shared/REFERENCE.md "How to evaluate a failure predictor honestly"):
+score every GPU at regular cutoffs over the test span; a failure is *caught* when an
+alert fired for its GPU in [failed_at - window, failed_at - lead]; alerts are merged
+into episodes per GPU (a gap of more than a day starts a new one), and an episode is a
+*true* alert when a failure of that GPU follows within the window; precision is over
+episodes. Recall is reported per mode (ECC and thermal at a 24 h lead, PCIe at 1 h)
+and over all failures, those without any precursor included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import average_precision_score
+
+from predictor.features import build_features
+from predictor.model import MODES, RiskModel, make_labels
+from predictor.policy import Thresholds
+from predictor.rules import rule_alerts
+
+HOUR = pd.Timedelta(hours=1)
+DAY = pd.Timedelta(days=1)
+MODE_LEAD = {"ecc": DAY, "thermal": DAY, "pcie": HOUR}
+"""Lead each mode must be caught with: 24 h to schedule an RMA, 1 h to drain (REFERENCE.md)."""
+EPISODE_GAP = DAY
+FLOORS = {
+    "recall_ecc": 0.80,
+    "recall_thermal": 0.80,
+    "recall_pcie": 0.70,
+    "precision": 0.90,
+    "false_demotions_per_1000_gpu_days": 1.0,
+    "pr_auc": 0.85,
+}
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Scored:
+    """Every (GPU, cutoff) of the test span with risk, rule alerts and the decision it led to."""
+
+    rows: pd.DataFrame
+    every: pd.Timedelta
+
+
+def score_span(
+    model: RiskModel,
+    frame: pd.DataFrame,
+    start: pd.Timestamp,
+    end: pd.Timestamp,
+    every: str = "1h",
+    thresholds: Thresholds | None = None,
+    chunk: int = 96,
+) -> Scored:
+    """Features, risk and alerts at cutoffs from start to end, in chunks of cutoffs."""
+    th = thresholds or Thresholds()
+    cuts = pd.date_range(start, end, freq=every)
+    parts = []
+    for i in range(0, len(cuts), chunk):
+        x = build_features(frame, cuts[i : i + chunk])
+        r = model.predict(x)
+        keep = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
+        keep["risk"] = r["risk"].to_numpy()
+        for m in MODES:
+            keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
+        keep["rule_alert"] = rule_alerts(x).to_numpy()
+        keep["rule_act"] = _rule_actionable(x)
+        parts.append(keep)
+    rows = pd.concat(parts, ignore_index=True)
+    rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
+    rows["demote"] = rows["risk"] >= th.demote
+    rows["alert"] = rows["demote"] | rows["rule_act"]
+    return Scored(rows, pd.Timedelta(every))
+
+
+def _rule_actionable(x: pd.DataFrame) -> np.ndarray:
+    """Rules whose action takes the GPU out of service (drain or RMA)."""
+    from predictor.rules import RULES
+
+    fired = np.zeros(len(x), dtype=bool)
+    for rule in RULES:
+        if rule.action in ("drain", "rma"):
+            fired |= rule.fires(x).to_numpy()
+    return fired
+
+
+def episodes(rows: pd.DataFrame, flag: str, gap: pd.Timedelta = EPISODE_GAP) -> pd.DataFrame:
+    """Merge alerting cutoffs per GPU into episodes: gpu_uuid, start, end."""
+    a = rows.loc[rows[flag].to_numpy(dtype=bool), ["gpu_uuid", "cutoff"]].sort_values(["gpu_uuid", "cutoff"])
+    if a.empty:
+        return pd.DataFrame(
+            {"gpu_uuid": [], "start": pd.to_datetime([], utc=True), "end": pd.to_datetime([], utc=True)}
+        )
+    new = (a["gpu_uuid"] != a["gpu_uuid"].shift()) | (a["cutoff"] - a["cutoff"].shift() > gap)
+    eid = new.cumsum()
+    return a.groupby(eid).agg(gpu_uuid=("gpu_uuid", "first"), start=("cutoff", "min"), end=("cutoff", "max"))
+
+
+def caught(
+    rows: pd.DataFrame, flag: str, failures: pd.DataFrame, window: pd.Timedelta, lead: pd.Timedelta = DAY
+) -> pd.DataFrame:
+    """Per failure: caught at its mode's lead, caught at 1 h and 24 h, and the lead of the first alert."""
+    a = rows.loc[rows[flag].to_numpy(dtype=bool), ["gpu_uuid", "cutoff"]]
+    f = failures.reset_index(drop=True).copy()
+    f["gpu_uuid"] = f["gpu_uuid"].astype(str)
+    f["fid"] = np.arange(len(f))
+    m = f[["fid", "gpu_uuid", "failed_at"]].merge(a, on="gpu_uuid", how="inner")
+    before = m["failed_at"] - m["cutoff"]
+    m = m[(before >= pd.Timedelta(0)) & (before <= window)]
+    first = m.assign(before=before).groupby("fid")["before"].max()
+    f["first_alert_lead"] = f["fid"].map(first)
+    f["caught_1h"] = f["first_alert_lead"] >= HOUR
+    f["caught_24h"] = f["first_alert_lead"] >= DAY
+    need = f["mode"].map({**MODE_LEAD, "ecc": lead, "thermal": lead}).fillna(HOUR)
+    f["caught"] = f["first_alert_lead"] >= need
+    return f
+
+
+def precision(eps: pd.DataFrame, failures: pd.DataFrame, window: pd.Timedelta) -> tuple[float, int, int]:
+    """(precision, true episodes, all episodes): true when the GPU fails within window of it."""
+    if eps.empty:
+        return float("nan"), 0, 0
+    f = failures[["gpu_uuid", "failed_at"]].assign(gpu_uuid=lambda d: d["gpu_uuid"].astype(str))
+    m = eps.reset_index(drop=True).reset_index().merge(f, on="gpu_uuid", how="left")
+    hit = (m["failed_at"] >= m["start"]) & (m["failed_at"] - window <= m["end"])
+    true_ids = set(m.loc[hit, "index"])
+    return len(true_ids) / len(eps), len(true_ids), len(eps)
+
+
+def evaluate(
+    model: RiskModel,
+    frame: pd.DataFrame,
+    failures: pd.DataFrame,
+    lead: pd.Timedelta = DAY,
+    window: pd.Timedelta = 7 * DAY,
+    every: str = "1h",
+    start: pd.Timestamp | None = None,
+    thresholds: Thresholds | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Score the span and measure the model and the rule baseline; returns the report dict."""
+    say = progress or (lambda _m: None)
+    th = thresholds or Thresholds()
+    t0, t1 = frame["timestamp"].min(), frame["timestamp"].max()
+    begin = (start or t0 + window).ceil("h")
+    say(f"scoring every {every} from {begin:%Y-%m-%d} to {t1:%Y-%m-%d}")
+    scored = score_span(model, frame, begin, t1, every, th)
+    rows = scored.rows
+    # Failures the span can judge: a full window of scoring before them.
+    judged = failures[(failures["failed_at"] >= begin + window) & (failures["failed_at"] <= t1 + DAY)].copy()
+    say(f"judging {len(judged)} failures")
+    gpu_days = len(rows) * (scored.every / DAY)
+    report: dict[str, Any] = {
+        "span": [str(begin), str(t1)],
+        "every": every,
+        "lead_hours_by_mode": {"ecc": lead / HOUR, "thermal": lead / HOUR, "pcie": 1.0, "other": 1.0},
+        "window_days": window / DAY,
+        "thresholds": {"watch": th.watch, "demote": th.demote},
+        "gpus": int(rows["gpu_uuid"].nunique()),
+        "gpu_days": gpu_days,
+        "failures": {str(k): int(v) for k, v in judged["mode"].value_counts().items()},
+    }
+    systems = {"model": "alert", "rules": "rule_alert"}
+    per_system: dict[str, Any] = {}
+    per_failure: dict[str, pd.DataFrame] = {}
+    for name, flag in systems.items():
+        c = caught(rows, flag, judged, window, lead)
+        per_failure[name] = c
+        eps = episodes(rows, flag)
+        prec, tp, n_eps = precision(eps, failures, window)
+        res: dict[str, Any] = {
+            "precision": prec,
+            "true_episodes": tp,
+            "episodes": n_eps,
+            "false_episodes_per_1000_gpu_days": (n_eps - tp) / gpu_days * 1000 if gpu_days else float("nan"),
+        }
+        for mode in MODES:
+            sub = c[c["mode"] == mode]
+            res[f"recall_{mode}"] = float(sub["caught"].mean()) if len(sub) else float("nan")
+        res["recall_precursor_modes"] = float(c[c["mode"].isin(MODES)]["caught"].mean()) if len(c) else float("nan")
+        res["recall_all_1h"] = float(c["caught_1h"].mean()) if len(c) else float("nan")
+        res["recall_all_24h"] = float(c["caught_24h"].mean()) if len(c) else float("nan")
+        leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
+        res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
+        per_system[name] = res
+    dem_eps = episodes(rows, "demote")
+    _, dem_tp, dem_n = precision(dem_eps, failures, window)
+    per_system["model"]["false_demotions_per_1000_gpu_days"] = (dem_n - dem_tp) / gpu_days * 1000
+    report["model"] = per_system["model"]
+    report["rules"] = per_system["rules"]
+    curve = pr_curve(rows, judged, failures, window, lead)
+    report["pr_auc"] = curve.attrs["auc"]
+    labels = make_labels(rows, failures, HOUR, window)
+    y = labels[list(MODES)].max(axis=1).to_numpy()
+    report["sample_average_precision"] = float(average_precision_score(y, rows["risk"])) if y.any() else float("nan")
+    report["floors"] = check_floors(report)
+    report["_curve"] = curve
+    report["_per_failure"] = per_failure
+    return report
+
+
+def pr_curve(
+    rows: pd.DataFrame,
+    judged: pd.DataFrame,
+    failures: pd.DataFrame,
+    window: pd.Timedelta,
+    lead: pd.Timedelta = DAY,
+) -> pd.DataFrame:
+    """Per-incident recall (precursor modes) and episode precision as the risk threshold moves."""
+    precursor = judged[judged["mode"].isin(MODES)]
+    points = []
+    for t in np.round(np.arange(0.05, 1.0, 0.05), 2):
+        r = rows.assign(_a=rows["risk"] >= t)
+        c = caught(r, "_a", precursor, window, lead)
+        prec, _, n = precision(episodes(r, "_a"), failures, window)
+        points.append({"threshold": t, "recall": float(c["caught"].mean()) if len(c) else 0.0,
+                       "precision": prec if n else 1.0})  # fmt: skip
+    curve = pd.DataFrame(points).sort_values("recall")
+    # Area under the step curve, precision held from the right (as average precision does).
+    rec = np.concatenate([[0.0], curve["recall"].to_numpy()])
+    held = np.maximum.accumulate(curve["precision"].to_numpy()[::-1])[::-1]
+    curve.attrs["auc"] = float(np.sum(np.diff(rec) * held))
+    return curve
+
+
+def check_floors(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each quality floor of issue 4 with the measured value and whether it holds."""
+    m = report["model"]
+    measured = {
+        "recall_ecc": m["recall_ecc"],
+        "recall_thermal": m["recall_thermal"],
+        "recall_pcie": m["recall_pcie"],
+        "precision": m["precision"],
+        "false_demotions_per_1000_gpu_days": m["false_demotions_per_1000_gpu_days"],
+        "pr_auc": report["pr_auc"],
+    }
+    out = {}
+    for k, floor in FLOORS.items():
+        v = measured[k]
+        ok = v <= floor if k.startswith("false") else v >= floor
+        out[k] = {"value": v, "floor": floor, "ok": bool(ok)}
+    beats = (m["recall_precursor_modes"] > report["rules"]["recall_precursor_modes"]) and (
+        m["precision"] >= report["rules"]["precision"] or np.isnan(report["rules"]["precision"])
+    )
+    out["beats_rule_baseline"] = {
+        "value": f"recall {m['recall_precursor_modes']:.2f} vs {report['rules']['recall_precursor_modes']:.2f}, "
+        f"precision {m['precision']:.2f} vs {report['rules']['precision']:.2f}",
+        "floor": "higher recall at equal or better precision",
+        "ok": bool(beats),
+    }
+    return out
+
+
+def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth evaluation") -> list[Path]:
+    """report.json, report.md and the plots (PR curve, lead times, recall per mode)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    curve: pd.DataFrame = report["_curve"]
+    per_failure: dict[str, pd.DataFrame] = report["_per_failure"]
+    plain = {k: v for k, v in report.items() if not k.startswith("_")}
+    plain["pr_curve"] = curve.to_dict(orient="records")
+    paths = [out_dir / "report.json"]
+    paths[0].write_text(json.dumps(plain, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot(curve["recall"], curve["precision"], marker=".", label=f"model (AUC {report['pr_auc']:.2f})")
+    r = report["rules"]
+    ax.scatter([r["recall_precursor_modes"]], [r["precision"]], color="red", zorder=3, label="rule baseline")
+    ax.set(xlabel="recall per incident (ECC/thermal 24 h lead, PCIe 1 h)", ylabel="precision over alert episodes",
+           xlim=(0, 1.02), ylim=(0, 1.02), title="precision-recall")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    paths.append(out_dir / "pr_curve.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    leads = per_failure["model"]["first_alert_lead"].dropna() / HOUR
+    ax.hist(leads, bins=list(range(0, 24 * 7 + 12, 12)), color="tab:blue")
+    ax.set(xlabel="hours from first alert to failure", ylabel="failures", title="lead time of caught failures")
+    fig.tight_layout()
+    paths.append(out_dir / "lead_times.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    labels = [*MODES, "all (1 h)"]
+    vals = {s: [report[s][f"recall_{m}"] for m in MODES] + [report[s]["recall_all_1h"]] for s in ("model", "rules")}
+    x = np.arange(len(labels))
+    ax.bar(x - 0.2, vals["model"], 0.4, label="model + rules")
+    ax.bar(x + 0.2, vals["rules"], 0.4, label="rule baseline")
+    ax.set_xticks(x, labels)
+    ax.set(ylim=(0, 1.05), ylabel="recall per incident", title="recall per mode")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "recall_by_mode.png")
+    fig.savefig(paths[-1], dpi=90)
+    plt.close(fig)
+
+    paths.append(out_dir / "report.md")
+    paths[-1].write_text(report_markdown(report, title))
+    return paths
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, float | np.floating) and np.isnan(o):
+        return None
+    if isinstance(o, np.generic):
+        return o.item()
+    return str(o)
+
+
+def _pct(v: float) -> str:
+    return "n/a" if v != v else f"{v:.2f}"
+
+
+def report_markdown(report: dict[str, Any], title: str) -> str:
+    """The report as Markdown: floors, per-mode recall, precision, baseline side by side."""
+    m, r = report["model"], report["rules"]
+    fails = ", ".join(f"{k} {v}" for k, v in sorted(report["failures"].items()))
+    lines = [
+        f"# {title}",
+        "",
+        f"Span {report['span'][0]} .. {report['span'][1]}, scored every {report['every']}; "
+        f"{report['gpus']} GPUs, {report['gpu_days']:,.0f} GPU-days; failures judged: {fails}.",
+        f"An alert is a decision of demote or worse (risk >= {report['thresholds']['demote']}, or a drain/RMA rule); "
+        f"caught = alert within {report['window_days']:g} days before the failure and at least the mode's lead "
+        "before it (ECC, thermal 24 h; PCIe, other 1 h). Precision is over alert episodes per GPU.",
+        "",
+        "## Quality floors",
+        "",
+        "| measure | value | floor | holds |",
+        "|---|---|---|---|",
+    ]
+    for k, v in report["floors"].items():
+        val = v["value"] if isinstance(v["value"], str) else _pct(v["value"])
+        lines.append(f"| {k} | {val} | {v['floor']} | {'yes' if v['ok'] else 'NO'} |")
+    lines += [
+        "",
+        "## Model and rule baseline",
+        "",
+        "| | model + rules | rule baseline (NVIDIA/DCGM thresholds) |",
+        "|---|---|---|",
+    ]
+    for key, label in [
+        ("recall_ecc", "recall ECC (24 h lead)"),
+        ("recall_thermal", "recall thermal (24 h lead)"),
+        ("recall_pcie", "recall PCIe (1 h lead)"),
+        ("recall_precursor_modes", "recall, failures with precursors"),
+        ("recall_all_1h", "recall, all failures incl. no precursor (1 h)"),
+        ("recall_all_24h", "recall, all failures (24 h)"),
+        ("precision", "precision over alert episodes"),
+        ("episodes", "alert episodes"),
+        ("false_episodes_per_1000_gpu_days", "false alert episodes per 1,000 GPU-days"),
+        ("median_lead_hours", "median lead of caught failures (h)"),
+    ]:
+        fmt = (lambda v: f"{v:.0f}") if key == "episodes" else _pct
+        lines.append(f"| {label} | {fmt(m[key])} | {fmt(r[key])} |")
+    lines += [
+        f"| false demotions per 1,000 GPU-days | {_pct(m['false_demotions_per_1000_gpu_days'])} | — |",
+        "",
+        f"PR-AUC (per incident, over risk thresholds): {_pct(report['pr_auc'])}; "
+        f"sample-level average precision: {_pct(report['sample_average_precision'])}.",
+        "",
+        "![precision-recall](pr_curve.png) ![lead times](lead_times.png) ![recall per mode](recall_by_mode.png)",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,330 @@
+"""The risk model: one calibrated head per failure mode (ECC, thermal, PCIe) and an overall risk.
+
+Each head is a scikit-learn `Pipeline` (feature selection, then gradient-boosted trees
+that take NaN natively), calibrated with Platt scaling on a later slice of time than it
+was fitted on, so that a 0.7 means about 7 in 10 such GPUs fail within the window. The
+overall risk is the chance that at least one mode fails: 1 - prod(1 - p_mode).
+
+Saved with skops (pickle and joblib run code on load) together with metadata:
+scikit-learn version, features, training window, data hash and validation scores.
+Loading refuses untrusted types and a different scikit-learn version, with a clear message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sklearn
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.metrics import average_precision_score, brier_score_loss
+from sklearn.model_selection import GroupKFold
+from sklearn.pipeline import Pipeline
+
+from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label, iter_specs
+
+MODES = ("ecc", "thermal", "pcie")
+DAY = pd.Timedelta(days=1)
+HOUR = pd.Timedelta(hours=1)
+Progress = Callable[[str], None]
+
+
+class ModelError(RuntimeError):
+    """A model cannot be trained, saved or loaded; the message says why and what to do."""
+
+
+class ColumnSelector(TransformerMixin, BaseEstimator):
+    """Pick the named columns of a DataFrame as a float array (the head's features).
+
+    Parameters
+    ----------
+    columns : list of str
+        Feature names, in order.
+    """
+
+    def __init__(self, columns: Sequence[str] = ()) -> None:
+        self.columns = columns
+
+    def fit(self, X: pd.DataFrame, y: object = None) -> ColumnSelector:
+        # A feature the training data never has (retired pages on Ampere+ fleets) cannot
+        # be learned from, and the trees cannot bin an all-NaN column: leave it out.
+        present = X[list(self.columns)].notna().any()
+        self.columns_ = [c for c in self.columns if present[c]]
+        return self
+
+    def transform(self, X: pd.DataFrame) -> np.ndarray:
+        return X[self.columns_].to_numpy(dtype=np.float64)
+
+
+def head_features(mode: str) -> list[str]:
+    """The features one head looks at: its mode's and the general ones."""
+    return [s.name for s in iter_specs(mode)]
+
+
+def make_head(mode: str, seed: int = 0) -> Pipeline:
+    """An unfitted head: feature selection + gradient-boosted trees (NaN-aware)."""
+    return Pipeline(
+        [
+            ("select", ColumnSelector(head_features(mode))),
+            (
+                "trees",
+                HistGradientBoostingClassifier(
+                    learning_rate=0.1,
+                    max_iter=150,
+                    max_leaf_nodes=15,
+                    # Few rows before a failure show its precursor yet (a thermal fault
+                    # may show in 3 of them): leaves must be allowed to be small.
+                    min_samples_leaf=10,
+                    # Rows before a failure are ~0.1 %: weigh them up so the trees learn them;
+                    # the isotonic calibration maps scores back to real probabilities.
+                    class_weight="balanced",
+                    l2_regularization=1.0,
+                    early_stopping=False,
+                    random_state=seed,
+                ),
+            ),
+        ]
+    )
+
+
+def make_labels(ident: pd.DataFrame, failures: pd.DataFrame, lead: pd.Timedelta, window: pd.Timedelta) -> pd.DataFrame:
+    """Per (GPU, cutoff): 1 where that GPU fails with a mode in (cutoff + lead, cutoff + window].
+
+    Also `imminent`: it fails within (cutoff, cutoff + lead] — too late to count as a
+    prediction and too close to count as healthy, so training leaves those rows out.
+    """
+    out = pd.DataFrame(0, index=ident.index, columns=[*MODES, "any", "imminent"], dtype=np.int8)
+    if failures.empty:
+        return out
+    f = failures[["gpu_uuid", "failed_at", "mode"]].copy()
+    f["gpu_uuid"] = f["gpu_uuid"].astype(str)
+    left = pd.DataFrame({"gpu_uuid": ident["gpu_uuid"].astype(str).to_numpy(), "cutoff": ident["cutoff"].to_numpy()})
+    left["row"] = np.arange(len(left))
+    m = left.merge(f, on="gpu_uuid", how="inner")
+    dt = m["failed_at"] - m["cutoff"]
+    hit = (dt > lead) & (dt <= window)
+    imminent = (dt > pd.Timedelta(0)) & (dt <= lead)
+    for mode in MODES:
+        rows = m.loc[hit & (m["mode"] == mode), "row"].to_numpy()
+        out.iloc[rows, out.columns.get_loc(mode)] = 1
+    out.iloc[m.loc[hit, "row"].to_numpy(), out.columns.get_loc("any")] = 1
+    out.iloc[m.loc[imminent, "row"].to_numpy(), out.columns.get_loc("imminent")] = 1
+    return out
+
+
+def data_hash(frame: pd.DataFrame, failures: pd.DataFrame) -> str:
+    """A short fingerprint of the training data (shape, time span, identities, labels)."""
+    h = hashlib.sha256()
+    h.update(str((len(frame), list(frame.columns))).encode())
+    h.update(pd.util.hash_pandas_object(frame[["timestamp", "gpu_uuid"]], index=False).to_numpy().tobytes())
+    if len(failures):
+        h.update(
+            pd.util.hash_pandas_object(failures[["gpu_uuid", "failed_at", "mode"]], index=False).to_numpy().tobytes()
+        )
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class RiskModel:
+    """Calibrated heads per mode plus metadata; `predict` gives per-mode and overall risk."""
+
+    heads: dict[str, Any]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def predict(self, features: pd.DataFrame) -> pd.DataFrame:
+        """Columns risk, risk_ecc, risk_thermal, risk_pcie, indexed like `features`."""
+        out = pd.DataFrame(index=features.index)
+        none_fail = np.ones(len(features))
+        for mode in MODES:
+            p = self.heads[mode].predict_proba(features)[:, 1] if len(features) else np.empty(0)
+            out[f"risk_{mode}"] = p
+            none_fail *= 1.0 - p
+        out.insert(0, "risk", 1.0 - none_fail)
+        return out
+
+    def explain(
+        self, features: pd.DataFrame, risk: pd.DataFrame, rows: np.ndarray, top: int = 3
+    ) -> dict[int, list[str]]:
+        """Reasons for the given row positions: the features whose typical value lowers risk most.
+
+        For each flagged GPU and each feature of its riskiest head, the feature is set to
+        the fleet's usual value (the median at that cutoff) and the head re-scored; the
+        biggest drops are the reasons, shown with the GPU's value and the usual one.
+        """
+        reasons: dict[int, list[str]] = {}
+        if len(rows) == 0:
+            return reasons
+        usual = features.groupby("cutoff")[list(FEATURES)].transform("median")
+        for mode in MODES:
+            mine = rows[risk[[f"risk_{m}" for m in MODES]].to_numpy()[rows].argmax(axis=1) == MODES.index(mode)]
+            if len(mine) == 0:
+                continue
+            base = risk[f"risk_{mode}"].to_numpy()[mine]
+            sub = features.iloc[mine]
+            drops = {}
+            for name in head_features(mode):
+                alt = sub.copy()
+                alt[name] = usual[name].iloc[mine].to_numpy()
+                drops[name] = base - self.heads[mode].predict_proba(alt)[:, 1]
+            names = list(drops)
+            matrix = np.column_stack([drops[n] for n in names])
+            for j, pos in enumerate(mine):
+                order = np.argsort(-matrix[j])
+                picked = [names[k] for k in order[:top] if matrix[j, k] > 0.01] or [names[order[0]]]
+                reasons[int(pos)] = [
+                    _describe(n, features[n].iloc[pos], usual[n].iloc[pos], features.iloc[pos]) for n in picked
+                ]
+        return reasons
+
+    # -- persistence ---------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the model with skops, metadata included."""
+        import skops.io as sio
+
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        sio.dump({"heads": self.heads, "meta_json": json.dumps(self.meta, sort_keys=True)}, p)
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> RiskModel:
+        """Read a model saved by `save`, trusting only scikit-learn/numpy types and our selector."""
+        import skops.io as sio
+
+        p = Path(path)
+        if not p.exists():
+            raise ModelError(f"{p}: no such model file (train one with `gpuhealth train`)")
+        try:
+            untrusted = sio.get_untrusted_types(file=p)
+        except Exception as err:  # skops raises several kinds for a file that is not a model
+            raise ModelError(f"{p}: not a gpuhealth model file ({type(err).__name__}: {err})") from err
+        allowed = [t for t in untrusted if t.startswith(("sklearn.", "numpy.", "predictor.model.ColumnSelector"))]
+        refused = sorted(set(untrusted) - set(allowed))
+        if refused:
+            raise ModelError(f"{p}: refusing to load types that are not ours or scikit-learn's: {', '.join(refused)}")
+        obj = sio.load(p, trusted=allowed)
+        meta = json.loads(obj["meta_json"])
+        trained = meta.get("sklearn_version")
+        if trained != sklearn.__version__:
+            raise ModelError(
+                f"{p} was trained with scikit-learn {trained}, this is {sklearn.__version__}: "
+                f"retrain it (`gpuhealth train` / `make model`) or install scikit-learn=={trained}"
+            )
+        return cls(heads=obj["heads"], meta=meta)
+
+
+def _fmt(v: float, unit: str) -> str:
+    if v != v:
+        return "n/a"
+    if unit == "" and 0 < abs(v) <= 1 and v != int(v):
+        return f"{v:.2f}"
+    if abs(v) >= 100:
+        return f"{v:,.0f}{unit}"
+    return f"{v:.1f}{unit}" if v != int(v) else f"{int(v)}{unit}"
+
+
+def _describe(name: str, value: float, usual: float, row: pd.Series) -> str:
+    """One reason, e.g. "SBE rate 340/day, 12x its 7-day average (fleet usual 0/day)"."""
+    spec = feature_label(name)
+    text = f"{spec.label} {_fmt(float(value), spec.unit)}"
+    if name == "sbe_rate_1d" and row.get("sbe_rate_7d", 0) > 0:
+        text += f", {value / row['sbe_rate_7d']:.1f}x its 7-day average"
+    if name == "replay_rate_1d" and row.get("replay_rate_7d", 0) > 0:
+        text += f", {value / row['replay_rate_7d']:.1f}x its 7-day average"
+    return f"{text} (fleet usual {_fmt(float(usual), spec.unit)})"
+
+
+def training_cutoffs(frame: pd.DataFrame, window: pd.Timedelta, every: str) -> pd.DatetimeIndex:
+    """Cutoffs from 2 days after the first sample to one window before the last (labels complete)."""
+    start = frame["timestamp"].min() + 2 * DAY
+    end = frame["timestamp"].max() - window
+    if end <= start:
+        raise ModelError(
+            f"history spans {frame['timestamp'].min():%Y-%m-%d}..{frame['timestamp'].max():%Y-%m-%d}: "
+            f"too short to train with a {window} window (needs more than 2 days + window)"
+        )
+    return pd.date_range(start.ceil("h"), end, freq=every)
+
+
+def train(
+    frame: pd.DataFrame,
+    failures: pd.DataFrame,
+    lead: pd.Timedelta = HOUR,
+    window: pd.Timedelta = 7 * DAY,
+    every: str = "3h",
+    seed: int = 0,
+    folds: int = 3,
+    progress: Progress | None = None,
+) -> RiskModel:
+    """Fit and calibrate on the first 80 % of time, validate on the last 20 %.
+
+    Calibration is cross-fitted: the training GPUs are split into `folds` groups, each
+    head is fitted on the others and scores the held-out group; one isotonic calibrator
+    is fitted on all those out-of-fold scores, and the head is refitted on every row. A
+    GPU's score never calibrates a head that saw it, and every failure of the training
+    span helps calibrate (Platt scaling on one later slice had too few failures and
+    squashed confident scores).
+    """
+    say = progress or (lambda _msg: None)
+    cuts = training_cutoffs(frame, window, every)
+    say(f"features at {len(cuts)} cutoffs")
+    X = build_features(frame, cuts)
+    y = make_labels(X, failures, lead, window)
+    usable = y["imminent"].to_numpy() == 0
+    X, y = X[usable].reset_index(drop=True), y[usable].reset_index(drop=True)
+    t80 = X["cutoff"].quantile(0.8)
+    fit_rows, val_rows = (X["cutoff"] <= t80).to_numpy(), (X["cutoff"] > t80).to_numpy()
+    Xf, yf = X[fit_rows].reset_index(drop=True), y[fit_rows].reset_index(drop=True)
+    splits = list(GroupKFold(n_splits=folds).split(Xf, groups=Xf["gpu_uuid"].astype(str)))
+    heads: dict[str, Any] = {}
+    scores: dict[str, dict[str, float]] = {}
+    for mode in MODES:
+        n_pos = int(yf[mode].sum())
+        if n_pos < folds:
+            raise ModelError(
+                f"only {n_pos} {mode} rows before failures in the training part of the history: "
+                "train on a longer history or a bigger fleet"
+            )
+        say(f"fitting and calibrating the {mode} head on {len(Xf):,} rows ({n_pos} before a failure), {folds} folds")
+        # ensemble=False: one calibrator on the out-of-fold scores of every training row
+        # (all failures), then the head refitted on all rows; averaging per-fold
+        # calibrators let one fold with few failures cap the risk of certain ones.
+        cal = CalibratedClassifierCV(make_head(mode, seed), method="isotonic", cv=splits, ensemble=False)
+        cal.fit(Xf, yf[mode])
+        heads[mode] = cal
+        yv = y.loc[val_rows, mode].to_numpy()
+        pv = cal.predict_proba(X[val_rows])[:, 1]
+        scores[mode] = {
+            "average_precision": float(average_precision_score(yv, pv)) if yv.any() else float("nan"),
+            "brier": float(brier_score_loss(yv, pv)),
+            "positives": int(yv.sum()),
+            "rows": len(yv),
+        }
+    model = RiskModel(heads=heads)
+    model.meta = {
+        "format": 1,
+        "sklearn_version": sklearn.__version__,
+        "features": list(FEATURES),
+        "head_features": {m: head_features(m) for m in MODES},
+        "training_window": [str(frame["timestamp"].min()), str(frame["timestamp"].max())],
+        "validation_from": str(t80),
+        "lead_hours": lead / HOUR,
+        "window_days": window / DAY,
+        "cutoff_every": every,
+        "calibration": f"isotonic on {folds}-fold out-of-fold scores, folds by GPU",
+        "data_hash": data_hash(frame, failures),
+        "inputs_seen": [c for c in USED_COLUMNS if c in frame.columns and frame[c].notna().any()],
+        "rows": len(X),
+        "gpus": int(frame["gpu_uuid"].nunique()),
+        "failures": {str(k): int(v) for k, v in failures["mode"].value_counts().items()} if len(failures) else {},
+        "validation": scores,
+    }
+    return model

@@ -1,0 +1,156 @@
+"""Decisions: the worst of what the rules say and what the risk model says, with reasons.
+
+A rule (NVIDIA/DCGM criterion, `predictor.rules`) can ask for watch, drain or rma; the
+model's risk score can ask for watch or demote. The decision is the most severe of them,
+and its reasons are the sentences of whatever set it: rule reasons first (a documented
+criterion outranks a score), then the model's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from predictor.rules import evaluate_rules
+
+DECISIONS = ("ok", "watch", "demote", "drain", "rma")
+"""Decisions, least severe first: a GPU's decision is the worst that applies."""
+SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
+DECISION_DTYPE = pd.CategoricalDtype(DECISIONS, ordered=True)
+"""Ordered, so decisions sort and compare by severity (rma > drain > ...)."""
+
+HEADS = {"risk_ecc": "ECC", "risk_thermal": "thermal", "risk_pcie": "PCIe"}
+"""Per-mode risk heads and how a reason names them."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Risk score cut-offs for the model's decisions."""
+
+    watch: float = 0.3
+    """At or above: watch (look at it; no change to what runs on it). A policy choice."""
+    demote: float = 0.7
+    """At or above: demote. The product brief's 0.7 = "warning: interruptible work only"
+    (checkpointed training, never non-interruptible inference; diagnose at next maintenance)."""
+
+    def __post_init__(self) -> None:
+        # Written so that NaN fails too: every comparison with NaN is False.
+        if not (0.0 < self.watch < self.demote <= 1.0):
+            raise ValueError(
+                f"risk thresholds must satisfy 0 < watch < demote <= 1; got watch={self.watch}, demote={self.demote}"
+            )
+
+
+def _model_severity(risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """0 (ok), 1 (watch) or 2 (demote) per row; NaN risk is 0 (the rules decide alone)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(
+            risk >= thresholds.demote,
+            SEVERITY["demote"],
+            np.where(risk >= thresholds.watch, SEVERITY["watch"], 0),
+        )
+
+
+def _top_heads(risk: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the name of the highest mode head ("" if none is known) and its value."""
+    cols = [c for c in HEADS if c in risk.columns]
+    n = len(risk)
+    if not cols:
+        return np.full(n, "", dtype=object), np.full(n, np.nan)
+    h = risk[cols].to_numpy(dtype=np.float64, na_value=np.nan)
+    known = ~np.isnan(h).all(axis=1)
+    arg = np.argmax(np.where(np.isnan(h), -np.inf, h), axis=1)
+    names = np.asarray([HEADS[c] for c in cols], dtype=object)[arg]
+    return np.where(known, names, ""), np.where(known, h[np.arange(n), arg], np.nan)
+
+
+def _as_reasons(value: Any) -> list[str]:
+    """The model's reasons for one row as a list (None/NaN/absent -> [])."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence | np.ndarray):
+        return [str(v) for v in value]
+    return []
+
+
+def _note(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    return str(value).strip()
+
+
+def decide(
+    features: pd.DataFrame,
+    risk: pd.DataFrame,
+    thresholds: Thresholds,
+    rule_hits: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules and risk.
+
+    `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
+    `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
+    (why a row could not be scored). `rule_hits` is `evaluate_rules(features)`'s output
+    (computed here when None).
+    """
+    if not features.index.is_unique:
+        raise ValueError("decide needs a features frame with a unique index (one row per GPU and cutoff)")
+    if not risk.index.equals(features.index):
+        raise ValueError(
+            f"risk frame's index ({len(risk)} rows) differs from the features' ({len(features)} rows): "
+            "score the same rows, in the same order"
+        )
+    if "risk" not in risk.columns:
+        raise ValueError(f"risk frame has no 'risk' column (columns: {', '.join(map(str, risk.columns))})")
+    n = len(features)
+    hits = evaluate_rules(features) if rule_hits is None else rule_hits
+
+    # Rule severity per row: the worst action that fired.
+    pos = features.index.get_indexer(pd.Index(hits["row"]))
+    if (pos < 0).any():
+        bad = hits["row"].to_numpy()[pos < 0][0]
+        raise ValueError(f"rule hits name row {bad!r}, which is not in the features frame")
+    hit_sev = hits["action"].map(SEVERITY).to_numpy(dtype=np.int64, na_value=-1)
+    if (hit_sev < 0).any():
+        bad = hits["action"].to_numpy()[hit_sev < 0][0]
+        raise ValueError(f"rule hits hold action {bad!r}; expected one of rma, drain, watch")
+    rule_sev = np.zeros(n, dtype=np.int64)
+    np.maximum.at(rule_sev, pos, hit_sev)
+
+    r = risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan)
+    model_sev = _model_severity(r, thresholds)
+    final = np.maximum(rule_sev, model_sev)
+
+    reasons: list[list[str]] = [[] for _ in range(n)]
+    # Rule reasons first, only those whose action set the decision (hits keep RULES order).
+    setting = np.flatnonzero(hit_sev == final[pos])
+    hit_reasons = hits["reason"].to_numpy()
+    for i in setting:
+        reasons[pos[i]].append(str(hit_reasons[i]))
+
+    # Then the model's, where the model's own decision is the final one.
+    contributed = np.flatnonzero((model_sev == final) & (model_sev > 0))
+    if len(contributed):
+        mode, head = _top_heads(risk.iloc[contributed])
+        model_reasons = risk["reasons"].to_numpy()[contributed] if "reasons" in risk.columns else None
+        for k, i in enumerate(contributed):
+            prefix = f"risk {r[i]:.2f}" + (f" ({mode[k]} {head[k]:.2f})" if mode[k] else "")
+            own = _as_reasons(model_reasons[k]) if model_reasons is not None else []
+            if own:
+                reasons[i].extend([f"{prefix}: {own[0]}", *own[1:]])
+            else:
+                reasons[i].append(prefix)
+
+    # Unscored rows: say so even when the rules leave them ok, so "ok" never hides "not scored".
+    for i in np.flatnonzero(np.isnan(r)):
+        note = _note(risk["risk_note"].iat[i]) if "risk_note" in risk.columns else ""
+        reasons[i].append(f"no risk score: {note}" if note else "no risk score")
+
+    decision = pd.Categorical.from_codes(final, dtype=DECISION_DTYPE)
+    out = pd.DataFrame({"decision": decision}, index=features.index)
+    out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
+    return out

@@ -1,0 +1,370 @@
+"""NVIDIA's and DCGM's documented health criteria as rules over the feature frame.
+
+These are not learned: each rule is a published threshold (its source is cited next to
+it and in `Rule.source`) turned into a vectorised predicate over `build_features`'s
+output, plus a sentence an operator can act on. Missing data (NaN, or a feature column
+the frame lacks) never fires a rule: a rule only speaks when the counter says so.
+
+They are also the "rule baseline" the evaluation compares the risk model with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+Action = Literal["rma", "drain", "watch"]
+ACTIONS: tuple[Action, ...] = ("watch", "drain", "rma")
+"""Rule actions, least severe first."""
+
+# Sources, cited by every rule below.
+_REMAP_DOC = (
+    "NVIDIA GPU Memory Error Management (A100/H100 row remapping): remap failure is RMA-eligible "
+    "after field diagnostics"
+)
+_DCGM_HEALTH = "DCGM health watch MEM (DcgmHealthWatch.cpp, DcgmGpuHardwareLimits.h)"
+_XID_DOC = "NVIDIA XID errors catalog (docs.nvidia.com/deploy/xid-errors)"
+_DCGM_DIAG_PCIE = "DCGM diagnostics: DCGM_LIMIT_MAX_PCIREPLAY_RATE = 8 replays/min (DcgmGpuHardwareLimits.h)"
+
+# --- thresholds, each with its source ------------------------------------------------------------
+ROW_REMAP_LIMIT = 512  # NVIDIA row remapping: 512 uncorrectable remaps per GPU -> remap failure
+"""NVIDIA row remapping docs: 512 uncorrectable remaps per GPU; reaching them is a remap failure.
+The other failure conditions (a bank already holding 8 uncorrectable remaps needs another; a
+remapped row fails again) are not visible in the remapped-row counters: only the driver's
+row_remap_failure flag (rule `row_remap_failure`) reports them."""
+RETIRED_PAGES_LIMIT = 63  # DCGM health: SBE+DBE retired pages >= 63 -> fail (DCGM_LIMIT_MAX_RETIRED_PAGES)
+RETIRED_PAGES_DBE_SOFT_LIMIT = 15  # DCGM health: DBE retired pages > 15 ... (..._SOFT_LIMIT)
+RETIRED_PAGES_DBE_NEW_PER_WEEK = 1  # ... and more than 1 new DBE page in the past week -> fail
+REPEATED_DBE_30D = 2
+"""Product brief / NVIDIA DBE workflow: repeated uncorrectable (DBE, XID 48) errors are an RMA
+sign. "Repeated" = 2 or more within 30 days is our policy choice (the docs give no window)."""
+OFF_BUS_REPEATED_30D = 2
+"""NVIDIA XID catalog: XID 79 (fell off the bus) -> drain, reboot; repeated -> RMA. 2 or more
+within 30 days is our policy choice for "repeated"."""
+PCIE_REPLAYS_PER_MIN = 8  # DCGM diag fails above 8 PCIe replays/min ("maximum recommended by RM")
+PCIE_REPLAYS_PER_HOUR = PCIE_REPLAYS_PER_MIN * 60  # replay_rate_1d is per hour: 480/h
+"""replay_rate_1d is a 1-day mean, so a short burst above 8/min is diluted: this rule only
+catches sustained replay storms; bursts are left to the model."""
+LINK_RATIO_HEALTHY = 1.0  # current/max PCIe width or generation; below 1 = downtrained (REFERENCE.md)
+
+_SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A documented health criterion: which features it reads, when it fires, what to do."""
+
+    name: str
+    """snake_case id, e.g. "row_remap_failure"."""
+    action: Action
+    source: str
+    """Where the criterion comes from (a document or DCGM source file)."""
+    inputs: tuple[str, ...]
+    """Feature columns the predicate and reason read; absent ones are NaN (never fire)."""
+    predicate: Callable[[pd.DataFrame], pd.Series]
+    """Vectorised: the frame (restricted to `inputs`) -> boolean Series, NaN -> False."""
+    reason: Callable[[Mapping[str, Any]], str]
+    """One fired row (feature name -> value) -> a sentence with the GPU's values."""
+
+    def __post_init__(self) -> None:
+        if not _SNAKE.match(self.name):
+            raise ValueError(f"rule name {self.name!r} must be snake_case")
+        if self.action not in ACTIONS:
+            raise ValueError(f"rule {self.name!r}: action {self.action!r} is not one of {', '.join(ACTIONS)}")
+        if not self.source:
+            raise ValueError(f"rule {self.name!r} must cite its source")
+
+    def fires(self, features: pd.DataFrame) -> pd.Series:
+        """Boolean Series over `features`' index: where this rule fires (missing data never does)."""
+        view = features.reindex(columns=list(self.inputs))  # a missing column becomes NaN
+        hit = self.predicate(view).to_numpy(dtype=bool, na_value=False)
+        return pd.Series(hit, index=features.index, name=self.name)
+
+
+# --- formatting helpers ----------------------------------------------------------------------------
+def _count(v: Any) -> str:
+    """A count for a sentence: 1,200."""
+    return f"{float(v):,.0f}"
+
+
+def _times(v: Any) -> str:
+    """'1 time' / '3 times'."""
+    n = float(v)
+    return f"{n:,.0f} time" + ("" if n == 1 else "s")
+
+
+def _rate(v: Any) -> str:
+    """A rate with sensible precision: 1,200 or 7.5 or 0.25."""
+    x = float(v)
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _known(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and np.isnan(v))
+
+
+def _ge(s: pd.Series, x: float) -> pd.Series:
+    return s.ge(x)  # NaN >= x is False
+
+
+def _gt(s: pd.Series, x: float) -> pd.Series:
+    return s.gt(x)
+
+
+# --- reasons -------------------------------------------------------------------------------------
+def _reason_remapped_rows(r: Mapping[str, Any]) -> str:
+    return (
+        f"{_count(r['remapped_rows_uncorrectable'])} uncorrectable remapped rows >= the "
+        f"{ROW_REMAP_LIMIT}-row remap limit: remap failure, RMA after field diagnostics "
+        "(NVIDIA row remapping docs)"
+    )
+
+
+def _reason_retired_dbe(r: Mapping[str, Any]) -> str:
+    return (
+        f"DBE retired pages {_count(r['retired_pages_dbe'])} > {RETIRED_PAGES_DBE_SOFT_LIMIT} with "
+        f"{_count(r['retired_pages_dbe_new_7d'])} new in 7 days (DCGM health: more than "
+        f"{RETIRED_PAGES_DBE_NEW_PER_WEEK} per week): RMA"
+    )
+
+
+def _dbe_counts(r: Mapping[str, Any], dbe: str, xid: str) -> str:
+    parts = []
+    if _known(r.get(dbe)) and float(r[dbe]) > 0:
+        parts.append(f"{_count(r[dbe])} DBE" + ("" if float(r[dbe]) == 1 else "s"))
+    if _known(r.get(xid)) and float(r[xid]) > 0:
+        parts.append(f"XID 48 logged {_times(r[xid])}")
+    return ", ".join(parts)
+
+
+def _reason_repeated_dbe(r: Mapping[str, Any]) -> str:
+    return (
+        f"repeated double-bit ECC errors ({_dbe_counts(r, 'dbe_30d', 'xid_48_30d')} in 30 days): "
+        "RMA (NVIDIA DBE workflow: repeated uncorrectable errors)"
+    )
+
+
+def _reason_dbe_recent(r: Mapping[str, Any]) -> str:
+    return (
+        f"double-bit ECC error in the last 7 days ({_dbe_counts(r, 'dbe_7d', 'xid_48_7d')}): "
+        "drain, reset the GPU and follow the DBE workflow (NVIDIA XID 48)"
+    )
+
+
+def _reason_pending(r: Mapping[str, Any]) -> str:
+    what = []
+    if _known(r.get("row_remap_pending")) and float(r["row_remap_pending"]) >= 1:
+        what.append("row remap pending")
+    if _known(r.get("retired_pages_pending")) and float(r["retired_pages_pending"]) >= 1:
+        what.append("page retirement pending")
+    return f"{' and '.join(what)}: drain and reset the GPU to apply it (NVIDIA memory error management)"
+
+
+def _reason_replays(r: Mapping[str, Any]) -> str:
+    per_h = float(r["replay_rate_1d"])
+    return (
+        f"PCIe replays {_rate(per_h)}/h ({_rate(per_h / 60)}/min, 1-day mean) above DCGM's "
+        f"{PCIE_REPLAYS_PER_MIN}/min: check the link, riser and seating"
+    )
+
+
+def _reason_link(r: Mapping[str, Any]) -> str:
+    parts = []
+    for col, what in (("link_width_ratio", "width"), ("link_gen_ratio", "generation")):
+        if _known(r.get(col)) and float(r[col]) < LINK_RATIO_HEALTHY:
+            parts.append(f"{what} at {float(r[col]):.0%} of max")
+    return f"PCIe link downtrained ({', '.join(parts)}): reseat or inspect at the next maintenance"
+
+
+def _reason_sbe_high(r: Mapping[str, Any]) -> str:
+    rate = r.get("sbe_rate_1d")
+    extra = f", SBE rate {_rate(rate)}/day" if _known(rate) else ""
+    return f"high single-bit ECC rate (XID 92) {_times(r['xid_92_7d'])} in 7 days{extra}: watch for DBEs and remaps"
+
+
+# --- the rules -----------------------------------------------------------------------------------
+RULES: tuple[Rule, ...] = (
+    # NVIDIA row remapping docs + DCGM health (MonitorMemRowRemapFailures: flag > 0 -> fail).
+    Rule(
+        "row_remap_failure",
+        "rma",
+        f"{_REMAP_DOC}; DCGM health: DCGM_FI_DEV_ROW_REMAP_FAILURE > 0 -> fail",
+        ("row_remap_failure",),
+        lambda f: _ge(f["row_remap_failure"], 1),
+        lambda r: (
+            "row remap failed (driver's remap-failure flag set): RMA after field diagnostics "
+            "(NVIDIA row remapping docs)"
+        ),
+    ),
+    # NVIDIA row remapping docs: 512 uncorrectable remaps reached is a remap failure. The
+    # per-bank limit (8 uncorrectable remaps in one bank) cannot be seen from these counters.
+    Rule(
+        "remapped_rows_limit",
+        "rma",
+        f"{_REMAP_DOC}: {ROW_REMAP_LIMIT} uncorrectable remaps per GPU",
+        ("remapped_rows_uncorrectable",),
+        lambda f: _ge(f["remapped_rows_uncorrectable"], ROW_REMAP_LIMIT),
+        _reason_remapped_rows,
+    ),
+    # DCGM health (MonitorMemSbeDbeRetiredPages): SBE+DBE retired pages >= 63 -> fail.
+    Rule(
+        "retired_pages_limit",
+        "rma",
+        f"{_DCGM_HEALTH}: SBE+DBE retired pages >= {RETIRED_PAGES_LIMIT} -> fail",
+        ("retired_pages",),
+        lambda f: _ge(f["retired_pages"], RETIRED_PAGES_LIMIT),
+        lambda r: f"retired pages {_count(r['retired_pages'])} >= {RETIRED_PAGES_LIMIT} (DCGM health threshold): RMA",
+    ),
+    # DCGM health (MonitorMemSbeDbeRetiredPages): DBE retired pages > 15 and > 1 new per week.
+    Rule(
+        "retired_pages_dbe_growth",
+        "rma",
+        f"{_DCGM_HEALTH}: DBE retired pages > {RETIRED_PAGES_DBE_SOFT_LIMIT} and more than "
+        f"{RETIRED_PAGES_DBE_NEW_PER_WEEK} new per week -> fail",
+        ("retired_pages_dbe", "retired_pages_dbe_new_7d"),
+        lambda f: (
+            _gt(f["retired_pages_dbe"], RETIRED_PAGES_DBE_SOFT_LIMIT)
+            & _gt(f["retired_pages_dbe_new_7d"], RETIRED_PAGES_DBE_NEW_PER_WEEK)
+        ),
+        _reason_retired_dbe,
+    ),
+    # Product brief's RMA signs + NVIDIA XID 48 (DBE workflow): repeated DBEs -> RMA.
+    Rule(
+        "repeated_dbe",
+        "rma",
+        f"{_XID_DOC}: XID 48 DBE workflow; product brief: repeated DBE / XID 48 is an RMA sign "
+        f"(>= {REPEATED_DBE_30D} in 30 days: policy choice)",
+        ("dbe_30d", "xid_48_30d"),
+        lambda f: _ge(f["dbe_30d"], REPEATED_DBE_30D) | _ge(f["xid_48_30d"], REPEATED_DBE_30D),
+        _reason_repeated_dbe,
+    ),
+    # NVIDIA XID catalog: XID 79 repeated -> RMA.
+    Rule(
+        "off_bus_repeated",
+        "rma",
+        f"{_XID_DOC}: XID 79 (fell off the bus) repeated -> RMA (>= {OFF_BUS_REPEATED_30D} in 30 days: policy choice)",
+        ("xid_79_30d",),
+        lambda f: _ge(f["xid_79_30d"], OFF_BUS_REPEATED_30D),
+        lambda r: f"XID 79 fell off the bus {_times(r['xid_79_30d'])} in 30 days: RMA (repeated XID 79)",
+    ),
+    # NVIDIA XID catalog: XID 64 (remap / page retirement recording failure) -> reset; RMA candidate.
+    Rule(
+        "remap_recording_failure",
+        "rma",
+        f"{_XID_DOC}: XID 64 (row remap / page retirement recording failure) -> reset GPU; RMA candidate",
+        ("xid_64_7d",),
+        lambda f: _ge(f["xid_64_7d"], 1),
+        lambda r: (
+            f"XID 64 (remap/retirement recording failed) {_times(r['xid_64_7d'])} in 7 days: "
+            "reset the GPU, RMA candidate"
+        ),
+    ),
+    # NVIDIA XID catalog: XID 79 once -> drain, reboot.
+    Rule(
+        "off_bus",
+        "drain",
+        f"{_XID_DOC}: XID 79 (fell off the bus) -> drain, reboot",
+        ("xid_79_7d",),
+        lambda f: _ge(f["xid_79_7d"], 1),
+        lambda r: f"XID 79 fell off the bus {_times(r['xid_79_7d'])} in the last 7 days: drain and reboot the node",
+    ),
+    # NVIDIA XID catalog: XID 95 uncontained ECC error -> reset GPU; DCGM health fails on it too.
+    Rule(
+        "uncontained_ecc",
+        "drain",
+        f"{_XID_DOC}: XID 95 (uncontained ECC error) -> reset GPU; {_DCGM_HEALTH}: uncontained error -> fail",
+        ("xid_95_7d",),
+        lambda f: _ge(f["xid_95_7d"], 1),
+        lambda r: (
+            f"uncontained ECC error (XID 95) {_times(r['xid_95_7d'])} in the last 7 days: drain and reset the GPU"
+        ),
+    ),
+    # NVIDIA XID catalog: XID 48 (DBE) is fatal: DBE workflow, drain, reset.
+    Rule(
+        "dbe_recent",
+        "drain",
+        f"{_XID_DOC}: XID 48 (double-bit ECC error) -> DBE workflow, drain, reset",
+        ("dbe_7d", "xid_48_7d"),
+        lambda f: _ge(f["dbe_7d"], 1) | _ge(f["xid_48_7d"], 1),
+        _reason_dbe_recent,
+    ),
+    # NVIDIA memory error management: a remap / page retirement takes effect only after a
+    # GPU reset (pending until then); DCGM health (MonitorMemRetiredPending) flags it.
+    Rule(
+        "remap_pending",
+        "drain",
+        "NVIDIA GPU Memory Error Management: a pending row remap / page retirement needs a GPU reset; "
+        f"{_DCGM_HEALTH}: retired pages pending",
+        ("row_remap_pending", "retired_pages_pending"),
+        lambda f: _ge(f["row_remap_pending"], 1) | _ge(f["retired_pages_pending"], 1),
+        _reason_pending,
+    ),
+    # DCGM diag: more than 8 PCIe replays per minute fails (DCGM_LIMIT_MAX_PCIREPLAY_RATE).
+    Rule(
+        "pcie_replays",
+        "watch",
+        f"{_DCGM_DIAG_PCIE}: above {PCIE_REPLAYS_PER_MIN}/min fails",
+        ("replay_rate_1d",),
+        lambda f: _gt(f["replay_rate_1d"], PCIE_REPLAYS_PER_HOUR),
+        _reason_replays,
+    ),
+    # REFERENCE.md (PCIe): link downtraining (x16 -> x8, Gen5 -> Gen4) is a degradation sign.
+    Rule(
+        "link_downtrained",
+        "watch",
+        "NVML current vs max PCIe link width/generation: downtraining is a link degradation sign",
+        ("link_width_ratio", "link_gen_ratio"),
+        lambda f: f["link_width_ratio"].lt(LINK_RATIO_HEALTHY) | f["link_gen_ratio"].lt(LINK_RATIO_HEALTHY),
+        _reason_link,
+    ),
+    # NVIDIA XID catalog: XID 92 (high single-bit ECC rate) -> watch.
+    Rule(
+        "sbe_rate_high",
+        "watch",
+        f"{_XID_DOC}: XID 92 (high single-bit ECC error rate) -> watch",
+        ("xid_92_7d", "sbe_rate_1d"),
+        lambda f: _ge(f["xid_92_7d"], 1),
+        _reason_sbe_high,
+    ),
+)
+BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
+
+BASELINE_RULES: tuple[Rule, ...] = RULES
+"""The rule baseline of the evaluation: NVIDIA's and DCGM's thresholds alone. Every rule
+above is one; a rule of our own (not a published criterion) goes in RULES only."""
+
+HIT_COLUMNS = ("row", "rule", "action", "reason")
+
+
+def evaluate_rules(features: pd.DataFrame, rules: tuple[Rule, ...] = RULES) -> pd.DataFrame:
+    """One row per (features row, rule that fired): columns row (index label), rule, action, reason."""
+    parts: list[pd.DataFrame] = []
+    for rule in rules:
+        hit = rule.fires(features).to_numpy()
+        if not hit.any():
+            continue
+        fired = features.reindex(columns=list(rule.inputs)).loc[hit]
+        # Reasons only for rows that fired: formatting is per row, predicates are not.
+        reasons = [rule.reason(rec) for rec in fired.to_dict("records")]
+        parts.append(
+            pd.DataFrame(
+                {"row": fired.index, "rule": rule.name, "action": rule.action, "reason": reasons},
+                columns=list(HIT_COLUMNS),
+            )
+        )
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in HIT_COLUMNS})
+    return pd.concat(parts, ignore_index=True)
+
+
+def rule_alerts(features: pd.DataFrame, rules: tuple[Rule, ...] = BASELINE_RULES) -> pd.Series:
+    """Whether any rule (rma, drain or watch) fires, per features row: the baseline's alert."""
+    out = np.zeros(len(features), dtype=bool)
+    for rule in rules:
+        out |= rule.fires(features).to_numpy()
+    return pd.Series(out, index=features.index, name="rule_alert")

@@ -1,0 +1,122 @@
+"""Score a fleet at one time: risk per mode, rules, decision and reasons per GPU."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuhealth.history import HistoryError
+from predictor.features import STALE_S, build_features, missing_inputs
+from predictor.model import MODES, RiskModel
+from predictor.policy import Thresholds, decide
+from predictor.rules import evaluate_rules
+from simulator.models import MODELS
+
+DEFAULT_MODEL = "default.skops"
+MIN_HISTORY_S = 6 * 3600
+"""Less history than this is too little to score; rules still apply."""
+OUTPUT_COLUMNS = ["gpu_uuid", "hostname", "model_name", "risk", "risk_ecc", "risk_thermal", "risk_pcie",
+                  "decision", "reasons"]  # fmt: skip
+"""The JSON contract of `gpuhealth score` (other tools read it)."""
+
+
+def default_model_path() -> Path:
+    """The model shipped in predictor/models/ (rebuilt by `make model`)."""
+    return Path(str(resources.files("predictor") / "models" / DEFAULT_MODEL))
+
+
+def load_model(path: str | Path | None = None) -> RiskModel:
+    """The given model, or the shipped default."""
+    return RiskModel.load(path or default_model_path())
+
+
+def score(
+    model: RiskModel,
+    frame: pd.DataFrame,
+    at: pd.Timestamp | None = None,
+    thresholds: Thresholds | None = None,
+) -> pd.DataFrame:
+    """One row per GPU that reported within 24 h before `at` (default: the latest sample).
+
+    Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
+    Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
+    """
+    if len(frame) == 0:
+        raise HistoryError("the history has no rows: nothing to score")
+    first, last = frame["timestamp"].min(), frame["timestamp"].max()
+    cutoff = last if at is None else pd.Timestamp(at)
+    if cutoff.tzinfo is None:
+        cutoff = cutoff.tz_localize("UTC")
+    if cutoff < first:
+        raise HistoryError(
+            f"--at {cutoff.isoformat()} is before the history begins ({first.isoformat()}): nothing to score"
+        )
+    past = frame[frame["timestamp"] <= cutoff]
+    x = build_features(past, cutoff, stale_s=STALE_S)
+    risk = model.predict(x)
+    # Too little history: no model score, the rules still decide.
+    age_s = x["age_days"].to_numpy() * 86400
+    thin = age_s < MIN_HISTORY_S
+    risk.loc[thin, ["risk", *[f"risk_{m}" for m in MODES]]] = np.nan
+    notes = pd.Series("", index=x.index)
+    n_samples = past.groupby("gpu_uuid", observed=True).size()
+    notes[thin] = [
+        f"too little history to score ({int(n_samples.get(u, 0))} sample(s) over {a / 3600:.1f} h)"
+        for u, a in zip(x.loc[thin, "gpu_uuid"], age_s[thin], strict=True)
+    ]
+    risk["risk_note"] = notes
+    th = thresholds or Thresholds()
+    flagged = np.flatnonzero((risk["risk"].to_numpy() >= th.watch) & ~thin)
+    explained = model.explain(x, risk, flagged)
+    risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
+    hits = evaluate_rules(x)
+    decided = decide(x, risk, th, hits)
+    out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
+    for col in ("risk", *[f"risk_{m}" for m in MODES]):
+        out[col] = risk[col].round(4)
+    out["decision"] = decided["decision"].astype(str)
+    out["reasons"] = decided["reasons"]
+    extra = _data_notes(frame, x, model.meta.get("inputs_seen"))
+    if extra:
+        out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
+    return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
+
+
+def _data_notes(frame: pd.DataFrame, x: pd.DataFrame, seen: list[str] | None) -> dict[str, list[str]]:
+    """Reasons that say what the score could not see: missing columns, unknown models.
+
+    Only columns the model learned from count as missing (retired pages are absent on
+    every Ampere+ GPU, and a model trained on such fleets never used them).
+    """
+    notes: dict[str, list[str]] = {}
+    missing = [c for c in missing_inputs(frame) if seen is None or c in seen]
+    for model_name in x["model_name"].unique():
+        n = []
+        if missing:
+            n.append(f"scored without {', '.join(missing)} (not in the history)")
+        if model_name not in MODELS:
+            n.append(f"model {model_name!r} was not in the training fleets: peer comparisons use its own kind only")
+        notes[str(model_name)] = n
+    return notes
+
+
+def to_records(scored: pd.DataFrame) -> list[dict[str, Any]]:
+    """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null)."""
+    recs = []
+    for row in scored[OUTPUT_COLUMNS].itertuples(index=False):
+        d = row._asdict()
+        for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie"):
+            v = d[k]
+            d[k] = None if v != v else float(v)
+        d["reasons"] = [str(r) for r in d["reasons"]]
+        d["gpu_uuid"], d["hostname"], d["model_name"] = (
+            str(d["gpu_uuid"]),
+            str(d["hostname"]),
+            str(d["model_name"]),
+        )
+        recs.append(d)
+    return recs

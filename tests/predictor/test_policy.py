@@ -1,0 +1,188 @@
+"""Decision policy: worst of rules and risk, threshold boundaries, reasons and their order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.policy import DECISIONS, Thresholds, decide
+from predictor.rules import evaluate_rules
+from tests.predictor.test_rules import HEALTHY, frame
+
+
+def risk_frame(index: pd.Index, risk: list[float], **cols: list[Any]) -> pd.DataFrame:
+    """A risk frame; heads default to the overall risk on ECC and 0 elsewhere."""
+    data: dict[str, Any] = {
+        "risk": risk,
+        "risk_ecc": risk,
+        "risk_thermal": [0.0] * len(risk),
+        "risk_pcie": [0.0] * len(risk),
+    }
+    return pd.DataFrame(data | cols, index=index)
+
+
+def test_decisions_are_ordered_by_severity() -> None:
+    assert DECISIONS == ("ok", "watch", "demote", "drain", "rma")
+
+
+def test_default_thresholds() -> None:
+    t = Thresholds()
+    assert (t.watch, t.demote) == (0.3, 0.7)
+    assert Thresholds(0.5, 1.0).demote == 1.0
+
+
+@pytest.mark.parametrize(("watch", "demote"), [(0.0, 0.7), (0.7, 0.7), (0.8, 0.7), (0.3, 1.1), (np.nan, 0.7)])
+def test_invalid_thresholds_raise(watch: float, demote: float) -> None:
+    with pytest.raises(ValueError, match="0 < watch < demote <= 1"):
+        Thresholds(watch, demote)
+
+
+def test_threshold_boundaries() -> None:
+    values = [0.0, 0.2999, 0.3, 0.6999, 0.7, 1.0]
+    f = frame(*[HEALTHY] * len(values))
+    out = decide(f, risk_frame(f.index, values), Thresholds())
+    assert out["decision"].tolist() == ["ok", "ok", "watch", "watch", "demote", "demote"]
+    assert out["reasons"].iat[0] == [] and out["reasons"].iat[1] == []
+    assert out.index.equals(f.index)
+
+
+def test_rules_override_a_low_risk() -> None:
+    f = frame(HEALTHY | {"xid_95_7d": 1}, HEALTHY | {"row_remap_failure": 1})
+    out = decide(f, risk_frame(f.index, [0.01, 0.01]), Thresholds())
+    assert out["decision"].tolist() == ["drain", "rma"]
+    assert out["reasons"].iat[0] == [
+        "uncontained ECC error (XID 95) 1 time in the last 7 days: drain and reset the GPU"
+    ]
+    assert "remap failed" in out["reasons"].iat[1][0]
+
+
+def test_worst_action_wins_and_only_its_reasons_are_given() -> None:
+    # XID 79 twice in 30 days (rma) and once in 7 days (drain), PCIe replays (watch), high risk.
+    bad = HEALTHY | {"xid_79_30d": 2, "xid_79_7d": 1, "replay_rate_1d": 600}
+    f = frame(bad)
+    out = decide(f, risk_frame(f.index, [0.95], reasons=[["SBE rate 40/day"]]), Thresholds())
+    assert out["decision"].tolist() == ["rma"]
+    assert out["reasons"].iat[0] == ["XID 79 fell off the bus 2 times in 30 days: RMA (repeated XID 79)"]
+
+
+def test_model_demote_beats_a_watch_rule() -> None:
+    f = frame(HEALTHY | {"link_width_ratio": 0.5})
+    risk = risk_frame(f.index, [0.82], reasons=[["SBE rate 40/day", "3 remaps in 7 days"]])
+    risk["risk_ecc"] = [0.80]
+    out = decide(f, risk, Thresholds())
+    assert out["decision"].tolist() == ["demote"]
+    assert out["reasons"].iat[0] == ["risk 0.82 (ECC 0.80): SBE rate 40/day", "3 remaps in 7 days"]
+
+
+def test_tie_lists_rule_reasons_before_the_models() -> None:
+    f = frame(HEALTHY | {"replay_rate_1d": 1200})
+    risk = risk_frame(f.index, [0.45], reasons=[["PCIe replays rising"]])
+    risk["risk_ecc"], risk["risk_pcie"] = [0.1], [0.45]
+    out = decide(f, risk, Thresholds())
+    assert out["decision"].tolist() == ["watch"]
+    reasons = out["reasons"].iat[0]
+    assert len(reasons) == 2
+    assert reasons[0].startswith("PCIe replays 1,200/h")
+    assert reasons[1] == "risk 0.45 (PCIe 0.45): PCIe replays rising"
+
+
+def test_model_reason_without_model_sentences_or_heads() -> None:
+    f = frame(HEALTHY, HEALTHY)
+    risk = pd.DataFrame({"risk": [0.75, 0.35]}, index=f.index)  # no heads, no reasons
+    out = decide(f, risk, Thresholds())
+    assert out["reasons"].tolist() == [["risk 0.75"], ["risk 0.35"]]
+    risk = risk_frame(f.index, [0.75, 0.35])
+    risk["risk_thermal"] = [0.9, np.nan]
+    risk["risk_ecc"] = [0.2, np.nan]
+    risk["risk_pcie"] = [0.1, np.nan]
+    out = decide(f, risk, Thresholds())
+    assert out["reasons"].tolist() == [["risk 0.75 (thermal 0.90)"], ["risk 0.35"]]
+
+
+def test_unscored_gpus_decide_from_rules_alone() -> None:
+    f = frame(HEALTHY | {"row_remap_pending": 1}, HEALTHY, HEALTHY)
+    risk = risk_frame(
+        f.index,
+        [np.nan, np.nan, 0.1],
+        risk_note=["too little history (2 h)", None, None],
+    )
+    out = decide(f, risk, Thresholds())
+    assert out["decision"].tolist() == ["drain", "ok", "ok"]
+    assert out["reasons"].iat[0] == [
+        "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)",
+        "no risk score: too little history (2 h)",
+    ]
+    # Unscored but clean: still ok, and the reasons say it was not scored.
+    assert out["reasons"].iat[1] == ["no risk score"]
+    assert out["reasons"].iat[2] == []
+
+
+def test_precomputed_rule_hits_are_used() -> None:
+    f = frame(HEALTHY, HEALTHY, index=["x", "y"])
+    hits = pd.DataFrame({"row": ["y"], "rule": ["manual"], "action": ["drain"], "reason": ["operator said so"]})
+    out = decide(f, risk_frame(f.index, [0.0, 0.0]), Thresholds(), rule_hits=hits)
+    assert out["decision"].tolist() == ["ok", "drain"]
+    assert out["reasons"].iat[1] == ["operator said so"]
+
+
+def test_decisions_sort_by_severity() -> None:
+    f = frame(HEALTHY | {"xid_79_7d": 1}, HEALTHY, HEALTHY)
+    out = decide(f, risk_frame(f.index, [0.0, 0.9, 0.4]), Thresholds())
+    assert out["decision"].max() == "drain"
+    assert out.sort_values("decision")["decision"].tolist() == ["watch", "demote", "drain"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r.iloc[::-1], "index"),
+        (lambda r: r.drop(columns=["risk"]), "no 'risk' column"),
+    ],
+)
+def test_bad_risk_frames_raise(change: Any, message: str) -> None:
+    f = frame(HEALTHY, HEALTHY)
+    with pytest.raises(ValueError, match=message):
+        decide(f, change(risk_frame(f.index, [0.1, 0.2])), Thresholds())
+
+
+def test_rule_hits_for_unknown_rows_raise() -> None:
+    f = frame(HEALTHY)
+    hits = pd.DataFrame({"row": [7], "rule": ["x"], "action": ["rma"], "reason": ["?"]})
+    with pytest.raises(ValueError, match="not in the features frame"):
+        decide(f, risk_frame(f.index, [0.1]), Thresholds(), rule_hits=hits)
+
+
+def test_ten_thousand_gpus_decide() -> None:
+    n = 10_000
+    rng = np.random.default_rng(7)
+    base = frame(HEALTHY)
+    f = base.loc[base.index.repeat(n)].reset_index(drop=True)
+    f.loc[rng.random(n) < 0.01, "xid_79_7d"] = 1.0
+    f.loc[rng.random(n) < 0.01, "row_remap_failure"] = 1.0
+    f.loc[rng.random(n) < 0.02, "replay_rate_1d"] = 900.0
+    r = rng.random(n)
+    r[rng.random(n) < 0.01] = np.nan
+    risk = pd.DataFrame(
+        {
+            "risk": r,
+            "risk_ecc": r * 0.9,
+            "risk_thermal": r * 0.5,
+            "risk_pcie": r * 0.2,
+            "reasons": [["SBE rate rising"]] * n,
+        },
+        index=f.index,
+    )
+    hits = evaluate_rules(f)
+    out = decide(f, risk, Thresholds(), rule_hits=hits)
+    assert len(out) == n
+    assert set(out["decision"].unique()) <= set(DECISIONS)
+    counts = out["decision"].value_counts()
+    assert counts["rma"] == f["row_remap_failure"].eq(1).sum()
+    # Every non-ok decision has at least one reason; every scored ok GPU none.
+    ok = out["decision"].eq("ok").to_numpy()
+    lens = out["reasons"].map(len).to_numpy()
+    assert (lens[~ok] >= 1).all()
+    assert (lens[ok & ~np.isnan(r)] == 0).all()
