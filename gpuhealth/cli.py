@@ -212,6 +212,16 @@ def _read_inputs(history_path: Path, failures_path: Path | None = None) -> tuple
     return frame, labels
 
 
+def _timedeltas(*texts: str) -> list[Any]:
+    """pandas Timedeltas from duration flags, or exit with the parser's one-line error."""
+    import pandas as pd
+
+    try:
+        return [pd.Timedelta(seconds=parse_duration(t)) for t in texts]
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+
 def _progress_printer(prefix: str) -> Any:
     return lambda msg: err.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
 
@@ -231,14 +241,7 @@ def train(
     from predictor.model import ModelError
     from predictor.model import train as fit
 
-    try:
-        lead_td, window_td = (
-            pd.Timedelta(seconds=parse_duration(lead)),
-            pd.Timedelta(seconds=parse_duration(window)),
-        )
-        pd.Timedelta(seconds=parse_duration(every))
-    except ValueError as e:
-        raise fail(str(e)) from None
+    lead_td, window_td, _ = _timedeltas(lead, window, every)
     if len(history) != len(failures):
         raise fail(f"give one --failures per --history ({len(history)} histories, {len(failures)} failure files)")
     frames, label_sets = zip(*(_read_inputs(h, f) for h, f in zip(history, failures, strict=True)), strict=True)
@@ -313,7 +316,6 @@ def evaluate(
     every: Annotated[str, typer.Option(help="how often to score across the span")] = "1h",
 ) -> None:
     """Evaluate per incident beside the NVIDIA/DCGM rule baseline; write a report with plots."""
-    import pandas as pd
 
     from gpuhealth.history import HistoryError
     from predictor.evaluate import evaluate as run_eval
@@ -322,14 +324,7 @@ def evaluate(
     from predictor.policy import Thresholds
     from predictor.score import load_model
 
-    try:
-        lead_td, window_td = (
-            pd.Timedelta(seconds=parse_duration(lead)),
-            pd.Timedelta(seconds=parse_duration(window)),
-        )
-        pd.Timedelta(seconds=parse_duration(every))
-    except ValueError as e:
-        raise fail(str(e)) from None
+    lead_td, window_td, _ = _timedeltas(lead, window, every)
     frame, labels = _read_inputs(history, failures)
     try:
         s = Settings()
