@@ -115,7 +115,8 @@ def caught(
     before = m["failed_at"] - m["cutoff"]
     m = m[(before >= pd.Timedelta(0)) & (before <= window)]
     first = m.assign(before=before).groupby("fid")["before"].max()
-    f["first_alert_lead"] = f["fid"].map(first)
+    # NaT where nothing fired (reindex keeps the timedelta type even when nothing did).
+    f["first_alert_lead"] = first.astype("timedelta64[ns]").reindex(f["fid"].to_numpy()).to_numpy()
     f["caught_1h"] = f["first_alert_lead"] >= HOUR
     f["caught_24h"] = f["first_alert_lead"] >= DAY
     need = f["mode"].map({**MODE_LEAD, "ecc": lead, "thermal": lead}).fillna(HOUR)
@@ -271,7 +272,7 @@ def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth 
     plain = {k: v for k, v in report.items() if not k.startswith("_")}
     plain["pr_curve"] = curve.to_dict(orient="records")
     paths = [out_dir / "report.json"]
-    paths[0].write_text(json.dumps(plain, indent=2, sort_keys=True, default=_json_default) + "\n")
+    paths[0].write_text(json.dumps(_no_nan(plain), indent=2, sort_keys=True, default=_json_default) + "\n")
 
     fig, ax = plt.subplots(figsize=(5, 4))
     ax.plot(curve["recall"], curve["precision"], marker=".", label=f"model (AUC {report['pr_auc']:.2f})")
@@ -312,6 +313,17 @@ def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth 
     paths.append(out_dir / "report.md")
     paths[-1].write_text(report_markdown(report, title))
     return paths
+
+
+def _no_nan(o: Any) -> Any:
+    """NaN (a measure with nothing to measure) as null: JSON has no NaN."""
+    if isinstance(o, dict):
+        return {k: _no_nan(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_no_nan(v) for v in o]
+    if isinstance(o, float | np.floating) and np.isnan(o):
+        return None
+    return o
 
 
 def _json_default(o: object) -> object:

@@ -28,9 +28,9 @@ STALE_S = DAY
 _KEY_SHIFT = 40  # key = gpu code << 40 | seconds since t0: 2**40 s is 34,000 years
 
 THERMAL_THROTTLE = 0x8 | 0x20 | 0x40  # hw slowdown, sw thermal, hw thermal (NVML reasons)
-XID_CODES = (13, 31, 43, 48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
-"""XIDs counted one by one (REFERENCE.md's table); every other nonzero code counts as 'other'."""
 XID_FEATURES = (48, 63, 64, 79, 92, 94, 95)
+"""XIDs counted one by one (the ECC, remap and off-bus codes of REFERENCE.md's table);
+every other nonzero code counts in xid_other_7d."""
 
 
 @dataclass(frozen=True)
@@ -152,15 +152,15 @@ class _Frame:
         self.gpu_codes = self.codes[starts]
         self.first_t = self.t[starts]
         self.last_t = self.t[ends]
-        last_rows = order[ends]
-        self.hostname = np.asarray(frame["hostname"].astype(str).to_numpy()[last_rows], dtype=object)
-        self.model = np.asarray(frame["model_name"].astype(str).to_numpy()[last_rows], dtype=object)
-        self.gpu_index = frame["gpu_index"].to_numpy()[last_rows]
-        # Sampling interval per GPU (median gap), for coverage.
-        gaps = np.diff(self.t).astype(float)
-        gaps[self.new_gpu[1:]] = np.nan
-        gap_series = pd.Series(np.append(np.nan, gaps)).groupby(self.codes).median()
-        self.interval = gap_series.reindex(self.gpu_codes).fillna(HOUR).to_numpy()
+        # Identity per row in sorted order; a query takes its GPU's row at the cutoff (a GPU
+        # moved to another node later is reported where it was).
+        host = frame["hostname"].astype("category")
+        model = frame["model_name"].astype("category")
+        self.host_code = host.cat.codes.to_numpy()[order]
+        self.host_names = np.asarray(host.cat.categories.astype(str), dtype=object)
+        self.model_code = model.cat.codes.to_numpy()[order]
+        self.model_names = np.asarray(model.cat.categories.astype(str), dtype=object)
+        self.gpu_index = frame["gpu_index"].to_numpy()[order]
 
     def col(self, name: str) -> np.ndarray | None:
         """A column in (GPU, time) order as float64, or None when the frame lacks it."""
@@ -175,20 +175,6 @@ class _Frame:
         start = np.maximum.accumulate(np.where(self.new_gpu, np.arange(self.n), 0))
         # A GPU whose first rows are NaN must not borrow the previous GPU's value.
         return np.where(idx >= start, x[np.maximum(idx, 0)], np.nan)
-
-    def thermal_slope(self, temp: np.ndarray, power: np.ndarray, until_s: int) -> np.ndarray:
-        """Per row, the slope of temperature on power of its GPU model (least squares)."""
-        models = self.frame["model_name"].astype(str).to_numpy()[self.order]
-        slope = np.zeros(self.n)
-        ok = ~np.isnan(temp) & ~np.isnan(power) & (self.t <= until_s)
-        for name in np.unique(models):
-            rows = models == name
-            use = rows & ok
-            if use.sum() < 10 or np.ptp(power[use]) < 1.0:
-                continue  # too little data to fit: no correction for this model
-            k = np.polyfit(power[use], temp[use], 1)[0]
-            slope[rows] = k
-        return slope
 
     def per_gpu_any(self, flag: np.ndarray) -> np.ndarray:
         """Per row: whether any row of the same GPU has the flag set."""
@@ -224,6 +210,8 @@ class _Queries:
         self.c = cutoff_s
         self._pos: dict[int, np.ndarray] = {}
         self.end = self.pos(0)
+        self.end_row = np.maximum(self.end - 1, 0)
+        """The GPU's last row at or before the cutoff (queries are only made for GPUs that have one)."""
 
     def pos(self, back_s: int) -> np.ndarray:
         """Insertion point after the GPU's last row at or before cutoff - back_s."""
@@ -290,9 +278,9 @@ def build_features(
     ident = pd.DataFrame(
         {
             "gpu_uuid": f.uuids[f.gpu_codes[q.gpu_pos]],
-            "hostname": f.hostname[q.gpu_pos],
-            "gpu_index": f.gpu_index[q.gpu_pos],
-            "model_name": f.model[q.gpu_pos],
+            "hostname": f.host_names[f.host_code[q.end_row]],
+            "gpu_index": f.gpu_index[q.end_row],
+            "model_name": f.model_names[f.model_code[q.end_row]],
             "cutoff": pd.DatetimeIndex(cuts.asi8[c_idx[keep]], tz="UTC"),
             "last_seen": pd.to_datetime(last_seen[keep] * 1e9 + f.t0_ns, utc=True),
         }
@@ -355,11 +343,10 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
         run = f.running(dbe)
         out["dbe_7d"] = q.window_sum(run, WINDOWS["7d"])
         out["dbe_30d"] = q.window_sum(run, WINDOWS["30d"])
-    remaps = [f.col(c) for c in ("remapped_rows_correctable", "remapped_rows_uncorrectable")]
-    present = [x for x in remaps if x is not None]
+    incs = [counter_increase(c) for c in ("remapped_rows_correctable", "remapped_rows_uncorrectable")]
+    present = [x for x in incs if x is not None]
     if present:
-        inc = np.sum([f.increments(x) for x in present], axis=0)
-        out["remaps_new_7d"] = q.window_sum(f.running(inc), WINDOWS["7d"])
+        out["remaps_new_7d"] = q.window_sum(f.running(np.sum(present, axis=0)), WINDOWS["7d"])
     for name in LATEST:
         x = f.col(name)
         if x is not None:
@@ -398,12 +385,18 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
     out["temp_trend_7d"] = t1 - t7
     # Temperature the GPU's power does not explain: steady state is inlet + slot + R*P, so
     # temp - R*P is constant for healthy cooling whatever the load. R is fitted per model
-    # on samples before the first cutoff only; the excess is compared with its own 30 days.
+    # over the 30 days before each cutoff; the excess is compared with the GPU's own 30 days.
     if temp is not None and power is not None:
-        excess = temp - f.thermal_slope(temp, power, int(q.c.min())) * power
-        own = window_mean(excess, WINDOWS["30d"])
-        out["temp_per_load_vs_own"] = window_mean(excess, WINDOWS["1d"]) - own
-        out["temp_excess_6h"] = window_mean(excess, 6 * HOUR) - own
+        slope = _thermal_slope(f, q, temp, power)
+        both = ~np.isnan(temp) & ~np.isnan(power)
+        t_b, p_b = np.where(both, temp, np.nan), np.where(both, power, np.nan)
+
+        def excess(w: int) -> np.ndarray:
+            return window_mean(t_b, w) - slope * window_mean(p_b, w)
+
+        own = excess(WINDOWS["30d"])
+        out["temp_per_load_vs_own"] = excess(WINDOWS["1d"]) - own
+        out["temp_excess_6h"] = excess(6 * HOUR) - own
     out["memtemp_mean_1d"] = window_mean(mem, WINDOWS["1d"])
     if temp is not None and mem is not None:
         spread = mem - temp
@@ -449,15 +442,45 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
     unknown_where_missing("ecc_sbe_aggregate", "sbe_rate_1d", "sbe_rate_7d", "sbe_rate_30d", "sbe_growth",
                           "sbe_active_hours_7d")  # fmt: skip
     unknown_where_missing("ecc_dbe_aggregate", "dbe_7d", "dbe_30d")
+    unknown_where_missing("remapped_rows_correctable", "remaps_new_7d")
+    unknown_where_missing("thermal_violation_us", "thermal_violation_share_1d")
+    unknown_where_missing("power_violation_us", "power_violation_share_1d")
     unknown_where_missing("pcie_replay_count", "replay_rate_1d", "replay_rate_7d", "replay_growth",
                           "replay_active_hours_1d")  # fmt: skip
     out["power_mean_1d"] = window_mean(power, DAY)
     out["util_mean_1d"] = window_mean(util, DAY)
-    samples = q.window_sum(f.running(np.ones(f.n)), DAY)
-    expected = q.covered_s(DAY) / f.interval[q.gpu_pos]
-    out["coverage_1d"] = np.minimum(samples / np.maximum(expected, 1.0), 1.0)
+    # Coverage against the GPU's own mean sampling interval over the week before (no look-ahead).
+    ones = f.running(np.ones(f.n))
+    n7 = q.window_sum(ones, WINDOWS["7d"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        interval_s = q.covered_s(WINDOWS["7d"]) / np.maximum(n7 - 1, 1)
+        expected = q.covered_s(DAY) / interval_s
+        out["coverage_1d"] = np.where(n7 > 1, np.minimum(q.window_sum(ones, DAY) / expected, 1.0), np.nan)
     out["age_days"] = (q.c - f.first_t[q.gpu_pos]) / DAY
     return {k: out.get(k, nan) for k in FEATURES}
+
+
+def _thermal_slope(f: _Frame, q: _Queries, temp: np.ndarray, power: np.ndarray) -> np.ndarray:
+    """Per query, degrees per watt of its GPU model, fitted on the 30 days before its cutoff.
+
+    A within-GPU least-squares slope (each GPU's own inlet and slot offset removed),
+    pooled over the model's GPUs at the same cutoff, from running sums: only data up
+    to the cutoff, and the same value whether one cutoff or thousands are asked for.
+    """
+    both = ~np.isnan(temp) & ~np.isnan(power)
+    t, p = np.where(both, temp, 0.0), np.where(both, power, 0.0)
+    w = WINDOWS["30d"]
+    n = q.window_sum(f.running(both.astype(float)), w)
+    sp, st = q.window_sum(f.running(p), w), q.window_sum(f.running(t), w)
+    spp, spt = q.window_sum(f.running(p * p), w), q.window_sum(f.running(p * t), w)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sxy = np.where(n > 1, spt - sp * st / n, 0.0)
+        sxx = np.where(n > 1, spp - sp * sp / n, 0.0)
+    key = pd.DataFrame({"c": q.c, "m": f.model_code[q.end_row], "sxy": sxy, "sxx": sxx})
+    sums = key.groupby(["c", "m"])[["sxy", "sxx"]].transform("sum")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = np.where(sums["sxx"] > 1.0, sums["sxy"] / sums["sxx"], 0.0)  # no spread of power: no correction
+    return np.asarray(k, dtype=float)
 
 
 def _peer_features(ident: pd.DataFrame, feats: pd.DataFrame) -> None:

@@ -26,7 +26,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import average_precision_score, brier_score_loss
-from sklearn.model_selection import GroupKFold
+from sklearn.model_selection import StratifiedGroupKFold
 from sklearn.pipeline import Pipeline
 
 from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label, iter_specs
@@ -206,19 +206,25 @@ class RiskModel:
             untrusted = sio.get_untrusted_types(file=p)
         except Exception as err:  # skops raises several kinds for a file that is not a model
             raise ModelError(f"{p}: not a gpuhealth model file ({type(err).__name__}: {err})") from err
-        allowed = [t for t in untrusted if t.startswith(("sklearn.", "numpy.", "predictor.model.ColumnSelector"))]
+        allowed = [
+            t for t in untrusted if t.startswith(("sklearn.", "numpy.")) or t == "predictor.model.ColumnSelector"
+        ]
         refused = sorted(set(untrusted) - set(allowed))
         if refused:
             raise ModelError(f"{p}: refusing to load types that are not ours or scikit-learn's: {', '.join(refused)}")
         obj = sio.load(p, trusted=allowed)
-        meta = json.loads(obj["meta_json"])
+        try:
+            meta = json.loads(obj["meta_json"])
+            heads = {m: obj["heads"][m] for m in MODES}
+        except (TypeError, KeyError, IndexError, ValueError) as err:
+            raise ModelError(f"{p}: a skops file, but not a gpuhealth model (no heads and metadata)") from err
         trained = meta.get("sklearn_version")
         if trained != sklearn.__version__:
             raise ModelError(
                 f"{p} was trained with scikit-learn {trained}, this is {sklearn.__version__}: "
                 f"retrain it (`gpuhealth train` / `make model`) or install scikit-learn=={trained}"
             )
-        return cls(heads=obj["heads"], meta=meta)
+        return cls(heads=heads, meta=meta)
 
 
 def _fmt(v: float, unit: str) -> str:
@@ -283,16 +289,20 @@ def train(
     t80 = X["cutoff"].quantile(0.8)
     fit_rows, val_rows = (X["cutoff"] <= t80).to_numpy(), (X["cutoff"] > t80).to_numpy()
     Xf, yf = X[fit_rows].reset_index(drop=True), y[fit_rows].reset_index(drop=True)
-    splits = list(GroupKFold(n_splits=folds).split(Xf, groups=Xf["gpu_uuid"].astype(str)))
+    groups = Xf["gpu_uuid"].astype(str).to_numpy()
     heads: dict[str, Any] = {}
     scores: dict[str, dict[str, float]] = {}
     for mode in MODES:
         n_pos = int(yf[mode].sum())
-        if n_pos < folds:
+        failing = len(set(groups[yf[mode].to_numpy() == 1]))
+        if failing < folds:
             raise ModelError(
-                f"only {n_pos} {mode} rows before failures in the training part of the history: "
-                "train on a longer history or a bigger fleet"
+                f"only {failing} GPU(s) with {mode} failures in the training part of the history "
+                f"(need {folds}, one per calibration fold): train on a longer history or a bigger fleet"
             )
+        # Folds by GPU (no GPU in both halves), stratified so each fold holds failing GPUs.
+        splits = list(StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(
+            Xf, yf[mode], groups))  # fmt: skip
         say(f"fitting and calibrating the {mode} head on {len(Xf):,} rows ({n_pos} before a failure), {folds} folds")
         # ensemble=False: one calibrator on the out-of-fold scores of every training row
         # (all failures), then the head refitted on all rows; averaging per-fold

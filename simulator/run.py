@@ -112,4 +112,8 @@ def failures_frame(fleet: FleetSim) -> pd.DataFrame:
         for f in fleet.failures
     ]
     cols = ["gpu_uuid", "failed_at", "mode", "hostname", "xid", "fault", "precursor_onset"]
-    return pd.DataFrame(rows, columns=cols)
+    out = pd.DataFrame(rows, columns=cols)
+    # Typed even when empty, so that a fleet without failures still evaluates.
+    for col in ("failed_at", "precursor_onset"):
+        out[col] = pd.to_datetime(out[col], utc=True).astype("datetime64[ns, UTC]")
+    return out.astype({"gpu_uuid": str, "mode": str, "hostname": str, "xid": np.int64, "fault": str})

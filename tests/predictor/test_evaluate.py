@@ -1,0 +1,266 @@
+"""Evaluation: per-incident catching, episodes and precision by hand; the floors on an unseen fleet; the report."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor.evaluate import FLOORS, caught, episodes, evaluate, precision, write_report
+from predictor.model import RiskModel
+from simulator.fleet import SimConfig
+from simulator.models import parse_mix
+from simulator.run import simulate
+
+HOUR = pd.Timedelta(hours=1)
+DAY = pd.Timedelta(days=1)
+WEEK = 7 * DAY
+T = pd.Timestamp("2026-03-20T12:00:00Z")
+
+
+def alerts(*rows: tuple[str, pd.Timestamp]) -> pd.DataFrame:
+    """Scored rows that all alert (flag `a`), plus one quiet row so the flag is really read."""
+    df = pd.DataFrame({"gpu_uuid": [u for u, _ in rows], "cutoff": [c for _, c in rows], "a": True})
+    quiet = pd.DataFrame({"gpu_uuid": ["GPU-1"], "cutoff": [T - 2 * HOUR], "a": [False]})
+    return pd.concat([df, quiet], ignore_index=True)
+
+
+def failure(mode: str = "ecc", uuid: str = "GPU-1", at: pd.Timestamp = T) -> pd.DataFrame:
+    return pd.DataFrame({"gpu_uuid": [uuid], "failed_at": [at], "mode": [mode]})
+
+
+# --- caught ---------------------------------------------------------------------------------
+
+
+def test_alert_three_days_ahead_is_caught_at_24h_lead() -> None:
+    c = caught(alerts(("GPU-1", T - 3 * DAY)), "a", failure("ecc"), WEEK, DAY).iloc[0]
+    assert c["first_alert_lead"] == 3 * DAY
+    assert (c["caught_1h"], c["caught_24h"], c["caught"]) == (True, True, True)
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("ecc", False), ("thermal", False), ("pcie", True), ("other", True)])
+def test_alert_twelve_hours_ahead_is_caught_only_at_1h_lead(mode: str, expected: bool) -> None:
+    c = caught(alerts(("GPU-1", T - 12 * HOUR)), "a", failure(mode), WEEK, DAY).iloc[0]
+    assert c["first_alert_lead"] == 12 * HOUR
+    assert (c["caught_1h"], c["caught_24h"]) == (True, False)
+    assert c["caught"] == expected  # ECC/thermal need 24 h, PCIe and others 1 h
+
+
+def test_first_alert_sets_the_lead_and_the_window_bounds_it() -> None:
+    rows = alerts(
+        ("GPU-1", T - 8 * DAY),  # before the window: does not count
+        ("GPU-1", T - WEEK),  # the window's far end counts
+        ("GPU-1", T - 30 * pd.Timedelta(minutes=1)),
+        ("GPU-1", T + HOUR),  # after the failure: does not count
+        ("GPU-2", T - 2 * DAY),  # another GPU
+    )
+    c = caught(rows, "a", failure("thermal"), WEEK, DAY).iloc[0]
+    assert c["first_alert_lead"] == WEEK and bool(c["caught"])
+
+
+def test_alert_too_late_does_not_catch() -> None:
+    rows = alerts(("GPU-1", T - 8 * DAY), ("GPU-1", T + HOUR), ("GPU-2", T - DAY), ("GPU-1", T - 30 * HOUR / 60))
+    c = caught(rows, "a", failure("pcie"), WEEK, DAY).iloc[0]
+    assert c["first_alert_lead"] == pd.Timedelta(minutes=30)  # the only alert in the window: too late
+    assert not c["caught_1h"] and not c["caught"]
+
+
+def test_one_caught_one_missed() -> None:
+    two = pd.concat([failure("ecc", "GPU-1"), failure("ecc", "GPU-3")], ignore_index=True)
+    c = caught(alerts(("GPU-1", T - 2 * DAY)), "a", two, WEEK, DAY)
+    assert c["caught"].tolist() == [True, False]
+    assert pd.isna(c["first_alert_lead"].iloc[1])
+
+
+CAUGHT_NONE = (
+    "BUG predictor/evaluate.py:117-122 (caught): when NO failure has an alert in its window, `first` is empty, "
+    "f['fid'].map(first) is a float64 column of NaN and `>= HOUR` raises TypeError 'Cannot cast TimedeltaArray "
+    "to dtype float64'; so evaluate() crashes on a fleet without judged failures, when the rule baseline "
+    "catches nothing, or in pr_curve at a threshold (up to 0.95) where nothing is caught"
+)
+
+
+def test_no_failure_caught() -> None:
+    none = caught(alerts(("GPU-2", T - DAY)), "a", failure("ecc"), WEEK, DAY).iloc[0]
+    assert pd.isna(none["first_alert_lead"]) and not none["caught"] and not none["caught_1h"]
+
+
+def test_evaluate_a_fleet_without_failures(shipped_model: RiskModel) -> None:
+    # simulate() gives an empty, object-typed failures frame here (no failure in 2x8 GPUs x 20 days);
+    # evaluate must still report (recall NaN, precision over episodes) rather than crash.
+    frame, failures = simulate(SimConfig(nodes=2, gpus_per_node=8, seed=1, random_failures=True), 20)
+    assert failures.empty
+    rep = evaluate(shipped_model, frame, failures, every="6h")
+    assert rep["failures"] == {} and math.isnan(rep["model"]["recall_ecc"])
+
+
+# --- episodes and precision -----------------------------------------------------------------
+
+
+def test_alert_runs_two_days_apart_are_two_episodes() -> None:
+    run1 = [T - 5 * DAY + k * 2 * HOUR for k in range(3)]  # 3 alerts 2 h apart
+    run2 = [run1[-1] + 2 * DAY, run1[-1] + 2 * DAY + 2 * HOUR]
+    eps = episodes(alerts(*[("GPU-1", t) for t in run1 + run2]), "a")
+    assert len(eps) == 2
+    assert eps["start"].tolist() == [run1[0], run2[0]]
+    assert eps["end"].tolist() == [run1[-1], run2[-1]]
+    assert (eps["gpu_uuid"] == "GPU-1").all()
+
+
+def test_a_gap_of_exactly_one_day_keeps_one_episode_and_gpus_are_separate() -> None:
+    eps = episodes(alerts(("GPU-1", T - 3 * DAY), ("GPU-1", T - 2 * DAY), ("GPU-2", T - 2 * DAY)), "a")
+    assert sorted(eps["gpu_uuid"]) == ["GPU-1", "GPU-2"]
+    one = eps[eps["gpu_uuid"] == "GPU-1"].iloc[0]
+    assert (one["start"], one["end"]) == (T - 3 * DAY, T - 2 * DAY)
+
+
+def test_no_alerts_no_episodes() -> None:
+    rows = alerts(("GPU-1", T)).assign(a=False)
+    eps = episodes(rows, "a")
+    assert eps.empty and list(eps.columns) == ["gpu_uuid", "start", "end"]
+    assert math.isnan(precision(eps, failure(), WEEK)[0]) and precision(eps, failure(), WEEK)[1:] == (0, 0)
+
+
+def test_a_false_episode_lowers_precision() -> None:
+    true_run = alerts(("GPU-1", T - 3 * DAY), ("GPU-1", T - 2 * DAY))
+    assert precision(episodes(true_run, "a"), failure(), WEEK) == (1.0, 1, 1)
+    with_false = alerts(("GPU-1", T - 3 * DAY), ("GPU-1", T - 2 * DAY), ("GPU-2", T - 3 * DAY))
+    assert precision(episodes(with_false, "a"), failure(), WEEK) == (0.5, 1, 2)
+
+
+def test_episode_too_early_or_after_the_failure_is_false() -> None:
+    rows = alerts(
+        ("GPU-1", T - 20 * DAY),  # ends 20 days before: the failure is beyond its window
+        ("GPU-1", T - 3 * DAY),  # true
+        ("GPU-1", T + 2 * DAY),  # after the failure (a replacement would have a new UUID)
+    )
+    assert precision(episodes(rows, "a"), failure(), WEEK) == (pytest.approx(1 / 3), 1, 3)
+
+
+# --- the floors on an unseen fleet ----------------------------------------------------------
+
+# Seed 11 is not a training seed (101, 102). 24 nodes x 8 GPUs x 60 days hourly with the
+# failure rate at 20x field statistics (5x the training fleets') so that the test span
+# holds a few dozen incidents; the same node mix as `gpuhealth simulate` and `make model`.
+EVAL_FLEET = SimConfig(
+    nodes=24,
+    gpus_per_node=8,
+    seed=11,
+    random_failures=True,
+    acceleration=20,
+    models=parse_mix("A100=0.3,H100=0.5,H200=0.2"),
+)
+EVAL_DAYS = 60
+# A fleet this small has ~40 incidents with precursors, so one incident moves recall by
+# ~3-10 points and precision by ~2: the thresholds here are the project floors (FLOORS)
+# loosened by that much, not the floors themselves (`make evaluate` checks those on a big fleet).
+TOLERANT = {"recall_ecc": 0.70, "precision": 0.80, "false_demotions_per_1000_gpu_days": 2.0, "pr_auc": 0.75}
+
+
+@pytest.fixture(scope="module")
+def report(shipped_model: RiskModel) -> dict[str, Any]:
+    frame, failures = simulate(EVAL_FLEET, EVAL_DAYS)
+    t = time.perf_counter()
+    rep = evaluate(shipped_model, frame, failures, every="2h")
+    m, r = rep["model"], rep["rules"]
+    print(
+        f"\nevaluated {rep['gpus']} GPUs, {rep['gpu_days']:.0f} GPU-days in {time.perf_counter() - t:.1f} s; "
+        f"failures judged {rep['failures']}\n"
+        f"model: recall ecc {m['recall_ecc']:.3f} thermal {m['recall_thermal']:.3f} pcie {m['recall_pcie']:.3f} "
+        f"precursor modes {m['recall_precursor_modes']:.3f}, precision {m['precision']:.3f} "
+        f"({m['true_episodes']}/{m['episodes']}), false demotions/1000 GPU-days "
+        f"{m['false_demotions_per_1000_gpu_days']:.2f}, PR-AUC {rep['pr_auc']:.3f}\n"
+        f"rules: recall precursor modes {r['recall_precursor_modes']:.3f}, precision {r['precision']:.3f} "
+        f"({r['true_episodes']}/{r['episodes']})"
+    )
+    return rep
+
+
+def test_the_fleet_has_enough_incidents(report: dict[str, Any]) -> None:
+    judged = report["failures"]
+    assert judged.get("ecc", 0) >= 15
+    assert judged.get("thermal", 0) + judged.get("pcie", 0) >= 8
+    assert report["gpus"] >= 192
+
+
+def test_recall_ecc(report: dict[str, Any]) -> None:
+    assert report["model"]["recall_ecc"] >= TOLERANT["recall_ecc"]
+
+
+def test_precision(report: dict[str, Any]) -> None:
+    assert report["model"]["precision"] >= TOLERANT["precision"]
+
+
+def test_false_demotions(report: dict[str, Any]) -> None:
+    fd = report["model"]["false_demotions_per_1000_gpu_days"]
+    assert 0 <= fd <= TOLERANT["false_demotions_per_1000_gpu_days"]
+
+
+def test_pr_auc(report: dict[str, Any]) -> None:
+    assert report["pr_auc"] >= TOLERANT["pr_auc"]
+
+
+def test_model_recall_at_least_the_rule_baseline(report: dict[str, Any]) -> None:
+    assert report["model"]["recall_precursor_modes"] >= report["rules"]["recall_precursor_modes"]
+    # The model's alerts include the drain/RMA rules, so it catches every incident they catch, or more.
+    assert report["model"]["recall_all_1h"] >= report["rules"]["recall_all_1h"]
+
+
+def test_floors_are_checked(report: dict[str, Any]) -> None:
+    floors = report["floors"]
+    assert set(floors) == {*FLOORS, "beats_rule_baseline"}
+    for k, floor in FLOORS.items():
+        assert floors[k]["floor"] == floor
+        v = floors[k]["value"]
+        ok = v <= floor if k.startswith("false") else v >= floor
+        assert floors[k]["ok"] == bool(ok)
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def strict_json(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_write_report(report: dict[str, Any], tmp_path: Path) -> None:
+    paths = write_report(report, tmp_path / "out")
+    names = {p.name for p in paths}
+    assert names == {"report.json", "report.md", "pr_curve.png", "lead_times.png", "recall_by_mode.png"}
+    for p in paths:
+        assert p.parent == tmp_path / "out" and p.stat().st_size > 0
+        if p.suffix == ".png":
+            assert p.read_bytes()[:8] == PNG, p
+    data = strict_json((tmp_path / "out" / "report.json").read_text())
+    assert set(data["floors"]) == {*FLOORS, "beats_rule_baseline"}
+    for k in FLOORS:
+        assert data["floors"][k]["floor"] == FLOORS[k]
+        assert data["floors"][k]["value"] == pytest.approx(report["floors"][k]["value"])
+    assert data["pr_auc"] == pytest.approx(report["pr_auc"])
+    assert data["pr_curve"] and {"threshold", "recall", "precision"} <= set(data["pr_curve"][0])
+    assert not any(k.startswith("_") for k in data)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Quality floors" in md and "## Model and rule baseline" in md
+    for k in FLOORS:
+        assert f"| {k} |" in md
+    for png in ("pr_curve.png", "lead_times.png", "recall_by_mode.png"):
+        assert f"]({png})" in md
+
+
+def test_report_json_is_valid_when_a_measure_is_nan(report: dict[str, Any], tmp_path: Path) -> None:
+    rep = copy.copy(report)
+    rep["model"] = {**report["model"], "recall_pcie": float("nan")}
+    rep["rules"] = {**report["rules"], "recall_pcie": np.float64("nan")}
+    write_report(rep, tmp_path)
+    data = strict_json((tmp_path / "report.json").read_text())
+    assert data["model"]["recall_pcie"] is None
