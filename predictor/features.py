@@ -135,7 +135,9 @@ class _Frame:
         ts_ns = frame["timestamp"].dt.as_unit("ns").array.asi8
         self.t0_ns = int(ts_ns.min())
         t = (ts_ns - self.t0_ns) // 1_000_000_000
-        order = np.lexsort((t, codes))
+        # Histories are kept in time order (history.validate): a stable sort by GPU alone
+        # then gives (GPU, time) order, several times faster than a two-key sort.
+        order = np.argsort(codes, kind="stable") if bool(np.all(t[1:] >= t[:-1])) else np.lexsort((t, codes))
         self.codes = codes[order]
         self.t = t[order]
         self.key = (self.codes << _KEY_SHIFT) | self.t
@@ -168,13 +170,9 @@ class _Frame:
             return None
         return self.frame[name].to_numpy(dtype=np.float64, na_value=np.nan)[self.order]
 
-    def ffill(self, x: np.ndarray) -> np.ndarray:
-        """Last non-NaN value within each GPU (NaN before its first)."""
-        idx = np.where(np.isnan(x), -1, np.arange(self.n))
-        np.maximum.accumulate(idx, out=idx)
-        start = np.maximum.accumulate(np.where(self.new_gpu, np.arange(self.n), 0))
-        # A GPU whose first rows are NaN must not borrow the previous GPU's value.
-        return np.where(idx >= start, x[np.maximum(idx, 0)], np.nan)
+    def valid_rows(self, x: np.ndarray) -> np.ndarray:
+        """Positions of the non-NaN values of a column (sorted)."""
+        return np.flatnonzero(~np.isnan(x))
 
     def per_gpu_any(self, flag: np.ndarray) -> np.ndarray:
         """Per row: whether any row of the same GPU has the flag set."""
@@ -183,14 +181,21 @@ class _Frame:
         return np.repeat(per_gpu, np.diff(np.append(starts, self.n)))
 
     def increments(self, x: np.ndarray) -> np.ndarray:
-        """Per-sample increase of a counter; a drop is a reset, and counts the new value."""
-        v = self.ffill(x)
-        d = np.empty(self.n)
-        d[0] = 0.0
-        d[1:] = v[1:] - v[:-1]
-        d = np.where(d < 0, v, d)  # reset: the counter restarted at 0 and reached v
-        d[self.new_gpu] = 0.0
-        return np.nan_to_num(d, nan=0.0)
+        """Per-sample increase of a counter; a drop is a reset, and counts the new value.
+
+        NaN samples are skipped: the increase is taken between a GPU's consecutive
+        readings, so a missing sample neither loses nor invents counts.
+        """
+        vi = self.valid_rows(x)
+        out = np.zeros(self.n)
+        if len(vi) < 2:
+            return out
+        v = x[vi]
+        d = v[1:] - v[:-1]
+        d = np.where(d < 0, v[1:], d)  # reset: the counter restarted at 0 and reached v
+        same = self.codes[vi[1:]] == self.codes[vi[:-1]]
+        out[vi[1:]] = np.where(same, d, 0.0)
+        return out
 
     def running(self, per_sample: np.ndarray) -> np.ndarray:
         """Running sum with a leading 0, for window differences."""
@@ -227,10 +232,20 @@ class _Queries:
         return running[self.end] - running[self.pos(w)]
 
     def latest(self, x: np.ndarray) -> np.ndarray:
-        """Value of the GPU's last row at or before the cutoff (x should be forward-filled)."""
+        """Value of the GPU's last row at or before the cutoff (NaN rows included)."""
         i = self.end - 1
         ok = (i >= 0) & (self.f.codes[np.maximum(i, 0)] == self.code)
         return np.where(ok, x[np.maximum(i, 0)], np.nan)
+
+    def latest_valid(self, x: np.ndarray) -> np.ndarray:
+        """The GPU's last non-NaN value at or before the cutoff (NaN if it has none)."""
+        vi = self.f.valid_rows(x)
+        if len(vi) == 0:
+            return np.full(len(self.c), np.nan)
+        k = np.searchsorted(vi, self.end, side="left") - 1
+        row = vi[np.maximum(k, 0)]
+        ok = (k >= 0) & (self.f.codes[row] == self.code)
+        return np.where(ok, x[row], np.nan)
 
     def covered_s(self, w: int) -> np.ndarray:
         """Seconds of the window the GPU was around for (a new GPU has less than w)."""
@@ -350,7 +365,7 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
     for name in LATEST:
         x = f.col(name)
         if x is not None:
-            out[f"_latest_{name}"] = q.latest(f.ffill(x))
+            out[f"_latest_{name}"] = q.latest_valid(x)
     for name in ("remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_pending",
                  "row_remap_failure", "retired_pages_dbe", "retired_pages_pending"):  # fmt: skip
         if f"_latest_{name}" in out:
@@ -368,12 +383,17 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
         out["retired_pages_dbe_new_7d"] = q.window_sum(f.running(f.increments(rdbe)), WINDOWS["7d"])
 
     # Thermal: window means from running sums of values and of "present" flags.
+    sums: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
     def window_mean(x: np.ndarray | None, w: int) -> np.ndarray:
         if x is None:
             return nan
-        present = ~np.isnan(x)
-        s = q.window_sum(f.running(np.where(present, x, 0.0)), w)
-        k = q.window_sum(f.running(present.astype(float)), w)
+        if id(x) not in sums or sums[id(x)][0] is not x:  # running sums once per column
+            present = ~np.isnan(x)
+            sums[id(x)] = (x, f.running(np.where(present, x, 0.0)), f.running(present.astype(float)))
+        _, run_x, run_n = sums[id(x)]
+        s = q.window_sum(run_x, w)
+        k = q.window_sum(run_n, w)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(k > 0, s / k, np.nan)
 
