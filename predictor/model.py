@@ -28,6 +28,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import average_precision_score, brier_score_loss
 from sklearn.model_selection import StratifiedGroupKFold
 from sklearn.pipeline import Pipeline
+from threadpoolctl import threadpool_limits
 
 from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label, iter_specs
 
@@ -141,6 +142,12 @@ class RiskModel:
 
     def predict(self, features: pd.DataFrame) -> pd.DataFrame:
         """Columns risk, risk_ecc, risk_thermal, risk_pcie, indexed like `features`."""
+        # One OpenMP thread: scoring batches are small, and with a busy core the trees'
+        # threads spin-wait each other (measured 20x slower on a 2-core machine).
+        with threadpool_limits(limits=1, user_api="openmp"):
+            return self._predict(features)
+
+    def _predict(self, features: pd.DataFrame) -> pd.DataFrame:
         out = pd.DataFrame(index=features.index)
         none_fail = np.ones(len(features))
         for mode in MODES:
@@ -162,6 +169,11 @@ class RiskModel:
         reasons: dict[int, list[str]] = {}
         if len(rows) == 0:
             return reasons
+        with threadpool_limits(limits=1, user_api="openmp"):
+            return self._explain(features, risk, rows, top)
+
+    def _explain(self, features: pd.DataFrame, risk: pd.DataFrame, rows: np.ndarray, top: int) -> dict[int, list[str]]:
+        reasons: dict[int, list[str]] = {}
         usual = features.groupby("cutoff")[list(FEATURES)].transform("median")
         for mode in MODES:
             mine = rows[risk[[f"risk_{m}" for m in MODES]].to_numpy()[rows].argmax(axis=1) == MODES.index(mode)]
