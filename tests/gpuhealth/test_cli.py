@@ -35,7 +35,10 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], needle: str) -> None
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--backend", "foo"], "unknown backend 'foo'; choose one of auto, nvml, dcgm, sim"),
+        (["--backend", "foo"], "unknown backend 'foo'; choose one of auto, nvml, dcgm, sim, replay"),
+        (["--backend", "replay"], "--backend replay needs --history FILE"),
+        (["--backend", "replay", "--history", "/nonexistent/h.parquet"], "/nonexistent/h.parquet: no such file"),
+        (["--backend", "sim", "--history", "h.parquet"], "--history needs --backend replay"),
         (["--backend", "sim", "--interval", "soon"], "invalid duration 'soon'"),
         (["--backend", "sim", "--listen", "x:99999"], "must be 0..65535"),
         (["--backend", "sim", "--fields", "gpu_temp_c,bogus"], "unknown field(s): bogus"),
