@@ -11,6 +11,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from gpuhealth import catalog, history
 from gpuhealth.openmetrics import write_openmetrics
 from simulator.fleet import FleetSim
+from tests.simulator.frames import stepped_history
 
 T0 = pd.Timestamp("2026-01-01T00:00:00Z")
 H100 = "NVIDIA H100 80GB HBM3"
@@ -93,23 +94,7 @@ def test_label_values_are_escaped() -> None:
 
 
 def test_simulated_fleet_parses_as_openmetrics_with_every_value() -> None:
-    fleet = FleetSim(nodes=2, gpus_per_node=2, seed=1)
-    parts = []
-    for _ in range(5):
-        fleet.step(600.0)
-        parts.append(
-            pd.DataFrame(
-                {
-                    "timestamp": pd.to_datetime(np.full(fleet.n, fleet.time), unit="s", utc=True),
-                    "hostname": [g.node for g in fleet.gpus],
-                    "gpu_uuid": [g.uuid for g in fleet.gpus],
-                    "gpu_index": [g.index for g in fleet.gpus],
-                    "model_name": [g.model.name for g in fleet.gpus],
-                    **fleet.values(),
-                }
-            )
-        )
-    frame = history.validate(pd.concat(parts, ignore_index=True))
+    frame = stepped_history(FleetSim(nodes=2, gpus_per_node=2, seed=1), 5, 600.0)
     out = io.StringIO()
     n = write_openmetrics(frame, out)
     families = {f.name: f for f in text_string_to_metric_families(out.getvalue())}

@@ -15,6 +15,7 @@ from collector.sampler import Sampler
 from gpuhealth import history
 from simulator.fleet import FleetSim
 from tests.collector.helpers import FakeClock
+from tests.simulator.frames import stepped_history
 
 T0 = pd.Timestamp("2026-01-01T00:00:00Z")
 HOUR = 3600.0
@@ -22,23 +23,7 @@ HOUR = 3600.0
 
 def sim_history(nodes: int = 1, gpus: int = 8, steps: int = 48, step_s: float = HOUR) -> pd.DataFrame:
     """A validated history frame from stepping the simulated fleet."""
-    fleet = FleetSim(nodes=nodes, gpus_per_node=gpus, seed=3)
-    parts = []
-    for _ in range(steps):
-        fleet.step(step_s)
-        parts.append(
-            pd.DataFrame(
-                {
-                    "timestamp": pd.to_datetime(np.full(fleet.n, fleet.time), unit="s", utc=True),
-                    "hostname": [g.node for g in fleet.gpus],
-                    "gpu_uuid": [g.uuid for g in fleet.gpus],
-                    "gpu_index": [g.index for g in fleet.gpus],
-                    "model_name": [g.model.name for g in fleet.gpus],
-                    **fleet.values(),
-                }
-            )
-        )
-    return history.validate(pd.concat(parts, ignore_index=True))
+    return stepped_history(FleetSim(nodes=nodes, gpus_per_node=gpus, seed=3), steps, step_s)
 
 
 def rows(
