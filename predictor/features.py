@@ -145,6 +145,7 @@ class _Frame:
         self.n = len(order)
         self.frame = frame
         self.columns = set(frame.columns)
+        self._cols: dict[str, np.ndarray] = {}
         self.new_gpu = np.ones(self.n, dtype=bool)
         self.new_gpu[1:] = self.codes[1:] != self.codes[:-1]
         self.uuids = np.asarray(cat.cat.categories, dtype=object)
@@ -165,10 +166,12 @@ class _Frame:
         self.gpu_index = frame["gpu_index"].to_numpy()[order]
 
     def col(self, name: str) -> np.ndarray | None:
-        """A column in (GPU, time) order as float64, or None when the frame lacks it."""
+        """A column in (GPU, time) order as float64, or None when the frame lacks it (read once)."""
         if name not in self.columns:
             return None
-        return self.frame[name].to_numpy(dtype=np.float64, na_value=np.nan)[self.order]
+        if name not in self._cols:
+            self._cols[name] = self.frame[name].to_numpy(dtype=np.float64, na_value=np.nan)[self.order]
+        return self._cols[name]
 
     def valid_rows(self, x: np.ndarray) -> np.ndarray:
         """Positions of the non-NaN values of a column (sorted)."""
@@ -197,12 +200,43 @@ class _Frame:
         out[vi[1:]] = np.where(same, d, 0.0)
         return out
 
-    def running(self, per_sample: np.ndarray) -> np.ndarray:
-        """Running sum with a leading 0, for window differences."""
-        out = np.empty(self.n + 1)
-        out[0] = 0.0
-        np.cumsum(per_sample, out=out[1:])
+    def running(self, per_sample: np.ndarray) -> _Sums:
+        """A per-sample quantity, ready for window sums (running sums made when needed)."""
+        return _Sums(per_sample)
+
+
+class _Sums:
+    """A per-sample quantity whose window sums are asked for.
+
+    With many cutoffs a window is the difference of two running sums (built once); with a
+    single cutoff each GPU's window is one contiguous run of rows, summed directly by
+    `np.add.reduceat`, which reads the column once instead of writing a running sum.
+    """
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+        self._cum: np.ndarray | None = None
+
+    def cum(self) -> np.ndarray:
+        if self._cum is None:
+            self._cum = np.empty(len(self.x) + 1)
+            self._cum[0] = 0.0
+            np.cumsum(self.x, out=self._cum[1:])
+        return self._cum
+
+
+def _segment_sums(x: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Sums of x[start[i]:end[i]] for disjoint, ordered runs (one per GPU)."""
+    out = np.zeros(len(start))
+    nonempty = start < end
+    if not nonempty.any():
         return out
+    idx = np.empty(2 * int(nonempty.sum()), dtype=np.intp)
+    idx[0::2], idx[1::2] = start[nonempty], end[nonempty]
+    if idx[-1] == len(x):  # reduceat's last run already ends at the end of x
+        idx = idx[:-1]
+    out[nonempty] = np.add.reduceat(x, idx)[0::2]
+    return out
 
 
 class _Queries:
@@ -214,6 +248,7 @@ class _Queries:
         self.code = f.gpu_codes[gpu_pos]
         self.c = cutoff_s
         self._pos: dict[int, np.ndarray] = {}
+        self.single = len(cutoff_s) > 0 and bool(np.all(cutoff_s == cutoff_s[0]))
         self.end = self.pos(0)
         self.end_row = np.maximum(self.end - 1, 0)
         """The GPU's last row at or before the cutoff (queries are only made for GPUs that have one)."""
@@ -228,8 +263,12 @@ class _Queries:
             self._pos[back_s] = np.where(t < 0, first, p)
         return self._pos[back_s]
 
-    def window_sum(self, running: np.ndarray, w: int) -> np.ndarray:
-        return running[self.end] - running[self.pos(w)]
+    def window_sum(self, sums: _Sums, w: int) -> np.ndarray:
+        """Sum of a quantity over each query's window (cutoff - w, cutoff]."""
+        if self.single:
+            return _segment_sums(sums.x, self.pos(w), self.end)
+        cum = sums.cum()
+        return cum[self.end] - cum[self.pos(w)]
 
     def latest(self, x: np.ndarray) -> np.ndarray:
         """Value of the GPU's last row at or before the cutoff (NaN rows included)."""
@@ -383,7 +422,7 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
         out["retired_pages_dbe_new_7d"] = q.window_sum(f.running(f.increments(rdbe)), WINDOWS["7d"])
 
     # Thermal: window means from running sums of values and of "present" flags.
-    sums: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    sums: dict[int, tuple[np.ndarray, _Sums, _Sums]] = {}
 
     def window_mean(x: np.ndarray | None, w: int) -> np.ndarray:
         if x is None:
