@@ -94,7 +94,9 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
     for col in metric_columns(frame):
         out[col] = _numeric(frame[col], col, source).astype(metric_dtype(col))
     ordered = {c: out[c] for c in IDENTITY_COLUMNS} | out
-    result = pd.DataFrame(ordered, index=pd.RangeIndex(len(frame)))
+    # copy=False: columns already converted are new arrays, unchanged ones are shared
+    # copy-on-write (pandas >= 3), so validating a 7 M-row frame does not double it.
+    result = pd.DataFrame(ordered, index=pd.RangeIndex(len(frame)), copy=False)
     return _order(result, source)
 
 

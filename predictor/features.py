@@ -421,24 +421,23 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
     if rdbe is not None and not np.isnan(rdbe).all():
         out["retired_pages_dbe_new_7d"] = q.window_sum(f.running(f.increments(rdbe)), WINDOWS["7d"])
 
-    # Thermal: window means from running sums of values and of "present" flags.
-    sums: dict[int, tuple[np.ndarray, _Sums, _Sums]] = {}
-
-    def window_mean(x: np.ndarray | None, w: int) -> np.ndarray:
+    # Thermal: window means from sums of values and of "present" flags. All windows of a
+    # column are taken in one call, so its helper arrays die right after (7 M rows each).
+    def window_means(x: np.ndarray | None, *ws: int) -> list[np.ndarray]:
         if x is None:
-            return nan
-        if id(x) not in sums or sums[id(x)][0] is not x:  # running sums once per column
-            present = ~np.isnan(x)
-            sums[id(x)] = (x, f.running(np.where(present, x, 0.0)), f.running(present.astype(float)))
-        _, run_x, run_n = sums[id(x)]
-        s = q.window_sum(run_x, w)
-        k = q.window_sum(run_n, w)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(k > 0, s / k, np.nan)
+            return [nan] * len(ws)
+        present = ~np.isnan(x)
+        run_x, run_n = f.running(np.where(present, x, 0.0)), f.running(present.astype(float))
+        means = []
+        for w in ws:
+            s, k = q.window_sum(run_x, w), q.window_sum(run_n, w)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means.append(np.where(k > 0, s / k, np.nan))
+        return means
 
     temp, mem, power = f.col("gpu_temp_c"), f.col("memory_temp_c"), f.col("power_w")
     util = f.col("gpu_util_pct")
-    t1, t7, t30 = (window_mean(temp, WINDOWS[k]) for k in ("1d", "7d", "30d"))
+    t1, t7, t30 = window_means(temp, WINDOWS["1d"], WINDOWS["7d"], WINDOWS["30d"])
     out["temp_mean_1d"] = t1
     out["temp_vs_own_30d"] = t1 - t30
     out["temp_trend_7d"] = t1 - t7
@@ -448,24 +447,21 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
     if temp is not None and power is not None:
         slope = _thermal_slope(f, q, temp, power)
         both = ~np.isnan(temp) & ~np.isnan(power)
-        t_b, p_b = np.where(both, temp, np.nan), np.where(both, power, np.nan)
-
-        def excess(w: int) -> np.ndarray:
-            return window_mean(t_b, w) - slope * window_mean(p_b, w)
-
-        own = excess(WINDOWS["30d"])
-        out["temp_per_load_vs_own"] = excess(WINDOWS["1d"]) - own
-        out["temp_excess_6h"] = excess(6 * HOUR) - own
-    out["memtemp_mean_1d"] = window_mean(mem, WINDOWS["1d"])
+        ws = (WINDOWS["30d"], WINDOWS["1d"], 6 * HOUR)
+        t_30, t_1, t_6 = window_means(np.where(both, temp, np.nan), *ws)
+        p_30, p_1, p_6 = window_means(np.where(both, power, np.nan), *ws)
+        own = t_30 - slope * p_30
+        out["temp_per_load_vs_own"] = t_1 - slope * p_1 - own
+        out["temp_excess_6h"] = t_6 - slope * p_6 - own
+    (out["memtemp_mean_1d"],) = window_means(mem, WINDOWS["1d"])
     if temp is not None and mem is not None:
-        spread = mem - temp
-        out["mem_minus_core_1d"] = window_mean(spread, WINDOWS["1d"])
-        out["mem_minus_core_vs_own"] = out["mem_minus_core_1d"] - window_mean(spread, WINDOWS["30d"])
+        s1, s30 = window_means(mem - temp, WINDOWS["1d"], WINDOWS["30d"])
+        out["mem_minus_core_1d"] = s1
+        out["mem_minus_core_vs_own"] = s1 - s30
     reasons = f.col("clocks_event_reasons")
     if reasons is not None:
         thr = np.where(np.isnan(reasons), np.nan, (np.nan_to_num(reasons).astype(np.int64) & THERMAL_THROTTLE) > 0)
-        out["throttle_share_1d"] = window_mean(thr, WINDOWS["1d"])
-        out["throttle_share_7d"] = window_mean(thr, WINDOWS["7d"])
+        out["throttle_share_1d"], out["throttle_share_7d"] = window_means(thr, WINDOWS["1d"], WINDOWS["7d"])
     for name, feat in (("thermal_violation_us", "thermal_violation_share_1d"),
                        ("power_violation_us", "power_violation_share_1d")):  # fmt: skip
         inc = counter_increase(name)
@@ -506,8 +502,8 @@ def _compute(f: _Frame, q: _Queries) -> dict[str, np.ndarray]:
     unknown_where_missing("power_violation_us", "power_violation_share_1d")
     unknown_where_missing("pcie_replay_count", "replay_rate_1d", "replay_rate_7d", "replay_growth",
                           "replay_active_hours_1d")  # fmt: skip
-    out["power_mean_1d"] = window_mean(power, DAY)
-    out["util_mean_1d"] = window_mean(util, DAY)
+    (out["power_mean_1d"],) = window_means(power, DAY)
+    (out["util_mean_1d"],) = window_means(util, DAY)
     # Coverage against the GPU's own mean sampling interval over the week before (no look-ahead).
     ones = f.running(np.ones(f.n))
     n7 = q.window_sum(ones, WINDOWS["7d"])
