@@ -292,11 +292,6 @@ class _Queries:
         return np.clip(self.c - np.maximum(first, self.c - w), HOUR, w).astype(float)
 
 
-def cutoff_grid(start: pd.Timestamp, end: pd.Timestamp, every: str) -> pd.DatetimeIndex:
-    """Cutoff times from start to end (inclusive) every `every` (e.g. "1h", "1D")."""
-    return pd.date_range(start, end, freq=every, tz="UTC")
-
-
 def build_features(
     frame: pd.DataFrame,
     cutoffs: pd.Timestamp | Sequence[pd.Timestamp] | pd.DatetimeIndex,
