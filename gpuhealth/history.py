@@ -165,6 +165,29 @@ def _order(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     return frame
 
 
+def xid_last_seen(frame: pd.DataFrame) -> np.ndarray:
+    """The `xid` column as DCGM_FI_DEV_XID_ERRORS reports it: the last code ever seen, per GPU.
+
+    The history's `xid` is the last code within each interval (0 for none); dcgm-exporter's
+    gauge keeps the last code until another comes. Expects a time-ordered frame.
+    """
+    x = frame["xid"].to_numpy(dtype=np.float64, na_value=np.nan)
+    seen = pd.Series(np.where(x > 0, x, np.nan)).groupby(frame["gpu_uuid"].to_numpy()).ffill()
+    return np.where(np.isnan(x), np.nan, seen.fillna(0.0).to_numpy())
+
+
+def xid_from_last_seen(frame: pd.DataFrame, last_seen: pd.Series | np.ndarray) -> np.ndarray:
+    """Per-interval codes from DCGM's last-seen gauge: a code counts where the gauge changed.
+
+    Lossy by nature: the gauge cannot show the same code twice in a row, and a GPU's first
+    sample cannot tell an old code from a new one, so it counts as none.
+    """
+    v = np.asarray(last_seen, dtype=np.float64)
+    prev = pd.Series(v).groupby(frame["gpu_uuid"].to_numpy()).shift().to_numpy()
+    changed = ~np.isnan(prev) & (v != prev) & (v > 0)
+    return np.where(np.isnan(v), np.nan, np.where(changed, v, 0.0))
+
+
 def write(frame: pd.DataFrame, path: str | Path) -> Path:
     """Write a frame as Parquet or CSV by the file's suffix (validated first)."""
     p = Path(path)

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuhealth import catalog
+from gpuhealth import catalog, history
 from gpuhealth.history import metric_columns
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -122,7 +122,9 @@ def write_openmetrics(
         field = catalog.BY_NAME.get(col)
         if field is None:
             continue  # not a catalogue signal: it has no metric name
-        values = frame[col].to_numpy()[order]
+        # The history's xid is per interval; DCGM_FI_DEV_XID_ERRORS is the last code seen.
+        raw = history.xid_last_seen(frame) if col == "xid" else frame[col].to_numpy()
+        values = raw[order]
         present = ~np.isnan(values)
         if not present.any():
             continue

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from gpuhealth import catalog
+from gpuhealth import catalog, history
 from gpuhealth.history import HistoryError, validate
 
 MAX_POINTS = 11_000
@@ -159,7 +159,12 @@ def import_history(
     frame = _join(found, labels, names, start_ms, step_ms, steps)
     if frame is None:
         raise HistoryError(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
-    return validate(frame, source=f"Prometheus at {url.rstrip('/')}")
+    out = validate(frame, source=f"Prometheus at {url.rstrip('/')}")
+    if "xid" in out.columns:
+        # DCGM_FI_DEV_XID_ERRORS holds the last code ever seen; the history wants the codes
+        # of each interval, or every later sample would count the same XID again.
+        out["xid"] = history.xid_from_last_seen(out, out["xid"]).astype(out["xid"].dtype)
+    return out
 
 
 def _gpu_index(m: dict[str, str]) -> int:

@@ -110,3 +110,26 @@ def test_failures(tmp_path) -> None:
     p.write_text("gpu_uuid,mode\nGPU-a,ecc\n")
     with pytest.raises(HistoryError, match="missing column\\(s\\) failed_at"):
         history.read_failures(p)
+
+
+def test_xid_between_interval_codes_and_dcgm_last_seen_gauge() -> None:
+    f = history.validate(
+        pd.DataFrame(
+            {
+                "timestamp": [f"2026-01-01T0{h}:00:00Z" for h in range(6)] * 2,
+                "hostname": ["n1"] * 12,
+                "gpu_uuid": ["GPU-a"] * 6 + ["GPU-b"] * 6,
+                "gpu_index": [0] * 6 + [1] * 6,
+                "model_name": ["m"] * 12,
+                "xid": [0, 79, 0, 0, 48, 0, 0, 0, 0, 0, 0, 0],  # GPU-a, then GPU-b
+            }
+        )
+    )
+    a = f["gpu_uuid"] == "GPU-a"
+    last_seen = history.xid_last_seen(f)
+    assert list(last_seen[a.to_numpy()]) == [0, 79, 79, 79, 48, 48], "the gauge keeps the last code"
+    assert list(last_seen[~a.to_numpy()]) == [0] * 6, "one GPU's code never leaks into another's"
+    back = history.xid_from_last_seen(f, last_seen)
+    assert list(back) == list(f["xid"]), "per-interval codes survive the round trip through the gauge"
+    # A GPU whose first sample already shows a code: it may be old, so it is not counted.
+    assert list(history.xid_from_last_seen(f.iloc[:3], np.array([95.0, 95.0, 95.0]))) == [0.0, 0.0, 0.0]

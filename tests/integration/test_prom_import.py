@@ -59,6 +59,10 @@ def simulated_history() -> pd.DataFrame:
             )
         )
     frame = history.validate(pd.concat(parts, ignore_index=True))
+    # The live fleet reports xid as DCGM does (the last code seen); the history holds the
+    # codes of each interval. Those survive export (as the gauge) and import unchanged.
+    frame["xid"] = history.xid_from_last_seen(frame, frame["xid"]).astype(frame["xid"].dtype)
+    assert (frame["xid"] > 0).any(), "the ECC fault must raise XIDs for the round trip to check them"
     # A sensor that stopped answering for a while: NaN must stay NaN, not become a row of zeros.
     frame.loc[frame["timestamp"] < frame["timestamp"].min() + pd.Timedelta(hours=6), "memory_temp_c"] = np.nan
     return frame
