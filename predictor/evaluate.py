@@ -24,13 +24,15 @@ from sklearn.metrics import average_precision_score
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, make_labels
 from predictor.policy import Thresholds
-from predictor.rules import rule_alerts
+from predictor.rules import RULES, rule_alerts
 
 HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)
 MODE_LEAD = {"ecc": DAY, "thermal": DAY, "pcie": HOUR}
 """Lead each mode must be caught with: 24 h to schedule an RMA, 1 h to drain (REFERENCE.md)."""
 EPISODE_GAP = DAY
+OUT_OF_SERVICE_RULES = tuple(r for r in RULES if r.action in ("drain", "rma"))
+"""Rules whose action takes the GPU out of service: they count as alerts of model + rules."""
 FLOORS = {
     "recall_ecc": 0.80,
     "recall_thermal": 0.80,
@@ -71,24 +73,13 @@ def score_span(
         for m in MODES:
             keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
         keep["rule_alert"] = rule_alerts(x).to_numpy()
-        keep["rule_act"] = _rule_actionable(x)
+        keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
         parts.append(keep)
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
     rows["demote"] = rows["risk"] >= th.demote
     rows["alert"] = rows["demote"] | rows["rule_act"]
     return Scored(rows, pd.Timedelta(every))
-
-
-def _rule_actionable(x: pd.DataFrame) -> np.ndarray:
-    """Rules whose action takes the GPU out of service (drain or RMA)."""
-    from predictor.rules import RULES
-
-    fired = np.zeros(len(x), dtype=bool)
-    for rule in RULES:
-        if rule.action in ("drain", "rma"):
-            fired |= rule.fires(x).to_numpy()
-    return fired
 
 
 def episodes(rows: pd.DataFrame, flag: str, gap: pd.Timedelta = EPISODE_GAP) -> pd.DataFrame:

@@ -195,7 +195,6 @@ class FleetSim:
         shares = np.array([cfg.models[k] for k in names], dtype=float)
         node_model = r.choice(len(names), nodes, p=shares / shares.sum())
         self.models = [get_model(names[node_model[i // per]]) for i in range(n)]
-        self.model = self.models[0]
         self.m = _model_arrays(self.models)
         self.slot = np.tile(np.arange(per), nodes)
         self.node = np.repeat(np.arange(nodes), per)
