@@ -80,7 +80,7 @@ def score(
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     out["reasons"] = decided["reasons"]
-    extra = _data_notes(frame, x, model.meta.get("inputs_seen"))
+    extra = _data_notes(past, x, model.meta.get("inputs_seen"))
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
     return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
