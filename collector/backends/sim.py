@@ -33,6 +33,7 @@ class SimBackend:
             self.fleet.inject(f)
         self.driver_version = driver_version
         self._infos = self._identities()
+        self._repairs = self.fleet.repairs
 
     def _identities(self) -> list[GpuInfo]:
         return [
@@ -53,7 +54,9 @@ class SimBackend:
 
     def read(self) -> list[GpuReading]:
         self.fleet.step(self.step_s)
-        self._infos = self._identities()  # a repaired slot holds a new GPU (new UUID)
+        if self.fleet.repairs != self._repairs:  # a repaired slot holds a new GPU (new UUID)
+            self._repairs = self.fleet.repairs
+            self._infos = self._identities()
         cols = self.fleet.values()
         out = []
         for i, info in enumerate(self._infos):
