@@ -247,7 +247,12 @@ def train(
     frames, label_sets = zip(*(_read_inputs(h, f) for h, f in zip(history, failures, strict=True)), strict=True)
     from gpuhealth.history import validate
 
-    frame = validate(pd.concat(frames, ignore_index=True), source=" + ".join(map(str, history)))
+    # Each file is validated on reading; only several together need re-ordering and a duplicate check.
+    frame = (
+        frames[0]
+        if len(frames) == 1
+        else validate(pd.concat(frames, ignore_index=True), source=" + ".join(map(str, history)))
+    )
     labels = pd.concat(label_sets, ignore_index=True)
     try:
         model = fit(frame, labels, lead=lead_td, window=window_td, every=every, progress=_progress_printer("train"))
