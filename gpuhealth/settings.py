@@ -23,6 +23,23 @@ class Settings(BaseSettings):
     watch_threshold: float = 0.3  # risk >= this: watch (policy choice)
     demote_threshold: float = 0.7  # risk >= this: demote (product brief: "warning", interruptible only)
 
+    # The service (`gpuhealth serve`): store, scoring loop and API.
+    db: str = "sqlite:///gpuhealth.db"  # SQLAlchemy URL; PostgreSQL: postgresql+psycopg://user:pw@host/db
+    api_listen: str = "0.0.0.0:8080"
+    token: str | None = None  # bearer token for write endpoints; without one, writes are refused (403)
+    read_open: bool = True  # reads without a token; False: reads need the token too
+    score_interval: str = "5m"
+    retention: str = "35d"  # raw samples kept this long, hourly roll-ups beyond
+    model: str | None = None  # risk model file (.skops); default: the shipped model
+    max_request_bytes: int = 1_048_576
+    buffer_samples: int = 200_000  # samples held in memory while the database is down
+
+    # Probes (CUDA stress kernels) run by the collector on idle GPUs.
+    probe_every: str = "6h"  # "0" turns the scheduler off
+    probe_budget: str = "60s"  # per GPU per run
+    probe_tests: str = "gemm,memtest,bandwidth,pcie"
+    probe_idle_util_pct: float = 5.0  # a GPU busier than this is never probed
+
 
 @lru_cache
 def get_settings() -> Settings:
