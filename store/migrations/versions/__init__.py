@@ -1,0 +1,1 @@
+"""Migration revisions: each a fixed snapshot, never regenerated from the current code."""

@@ -1,0 +1,234 @@
+"""The tables (SQLAlchemy 2.0 declarative). Migrations in store/migrations must match them.
+
+Metric columns of `samples` and `samples_hourly` are generated from the catalogue, one
+nullable float per field: double precision for counters (they grow large and must stay
+exact), single precision for gauges (what the history frame holds, see history.metric_dtype).
+A catalogue field added later therefore needs a new migration; tests/store/test_schema.py
+fails until it exists.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gpuhealth import catalog
+
+METRIC_COLUMNS: tuple[str, ...] = (
+    *catalog.HISTORY_COLUMNS,
+    *(f.name for f in catalog.FIELDS if f.name not in catalog.HISTORY_COLUMNS),
+)
+"""Every catalogue field, the fixed history columns first: what a sample row can hold."""
+
+GPU_STATES = ("active", "lost", "retired")
+DECISIONS = ("ok", "watch", "demote", "drain", "rma")
+"""predictor.policy.DECISIONS, repeated here because the store must not import the predictor."""
+DECISION_STATES = ("open", "acknowledged", "closed")
+FAILURE_KINDS = ("failure", "rma")
+ALERT_STATUSES = ("firing", "resolved")
+PROBE_STATUSES = ("pass", "fail", "error", "skipped")
+
+
+def metric_type(name: str) -> sa.types.TypeEngine[Any]:
+    """Double for counters and fields outside the catalogue, REAL (float32) for gauges."""
+    f = catalog.BY_NAME.get(name)
+    return sa.REAL() if f is not None and f.kind == "gauge" else sa.Double()
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite keeps no zone: stored as UTC, read back aware)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:  # naive means UTC throughout gpuhealth (history.validate does the same)
+            return value.replace(tzinfo=UTC) if dialect.name != "sqlite" else value
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base; `Base.metadata` is what migrations are compared with."""
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    hostname: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+
+    uuid: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    hostname: Mapped[str] = mapped_column(sa.String(255), index=True)
+    gpu_index: Mapped[int | None] = mapped_column(sa.Integer)  # unknown for a GPU only ever scored
+    model_name: Mapped[str | None] = mapped_column(sa.String(255))
+    serial: Mapped[str | None] = mapped_column(sa.String(64))
+    pci_bus_id: Mapped[str | None] = mapped_column(sa.String(32))
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime())
+    state: Mapped[str] = mapped_column(sa.String(16), default="active")
+    # The newest risk_scores row, kept here so listing 10,000 GPUs joins one row each instead of
+    # searching the score history. No foreign key: risk_scores already points at gpus.
+    latest_score_id: Mapped[int | None] = mapped_column(sa.Integer)
+
+    __table_args__ = (sa.CheckConstraint("state IN ('active', 'lost', 'retired')", name="ck_gpus_state"),)
+
+
+def _metric_columns() -> list[sa.Column[Any]]:
+    return [sa.Column(name, metric_type(name), nullable=True) for name in METRIC_COLUMNS]
+
+
+samples = sa.Table(
+    "samples",
+    Base.metadata,
+    sa.Column("gpu_uuid", sa.String(64), primary_key=True),
+    sa.Column("timestamp", UTCDateTime(), primary_key=True),
+    *_metric_columns(),
+    sa.Index("ix_samples_timestamp", "timestamp"),
+)
+"""Raw telemetry, one row per GPU per sample. No foreign key on the hot path: ingest upserts
+the GPU in the same transaction."""
+
+samples_hourly = sa.Table(
+    "samples_hourly",
+    Base.metadata,
+    sa.Column("gpu_uuid", sa.String(64), primary_key=True),
+    sa.Column("hour", UTCDateTime(), primary_key=True),
+    sa.Column("n", sa.Integer, nullable=False),
+    sa.Column("last_at", UTCDateTime(), nullable=False),  # newest raw sample rolled in: merges keep counters right
+    *_metric_columns(),
+    sa.Index("ix_samples_hourly_hour", "hour"),
+)
+"""Roll-ups of samples older than the retention: gauges averaged, counters last, xid max."""
+
+
+class RiskScore(Base):
+    __tablename__ = "risk_scores"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("gpus.uuid"))
+    scored_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    risk: Mapped[float | None] = mapped_column(sa.Double)
+    risk_ecc: Mapped[float | None] = mapped_column(sa.Double)
+    risk_thermal: Mapped[float | None] = mapped_column(sa.Double)
+    risk_pcie: Mapped[float | None] = mapped_column(sa.Double)
+    decision: Mapped[str] = mapped_column(sa.String(16))
+    reasons: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
+
+    __table_args__ = (sa.Index("ix_risk_scores_gpu_scored", "gpu_uuid", "scored_at"),)
+
+
+class Decision(Base):
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("gpus.uuid"))
+    decision: Mapped[str] = mapped_column(sa.String(16))
+    reasons: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    state: Mapped[str] = mapped_column(sa.String(16), default="open")
+    acknowledged_by: Mapped[str | None] = mapped_column(sa.String(255))
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.CheckConstraint("state IN ('open', 'acknowledged', 'closed')", name="ck_decisions_state"),
+        # At most one decision per GPU that is not closed, enforced by the database itself.
+        sa.Index(
+            "ux_decisions_gpu_active",
+            "gpu_uuid",
+            unique=True,
+            sqlite_where=sa.text("state != 'closed'"),
+            postgresql_where=sa.text("state != 'closed'"),
+        ),
+        sa.Index("ix_decisions_state_decision", "state", "decision"),
+    )
+
+
+class Failure(Base):
+    __tablename__ = "failures"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64), index=True)  # may name a GPU that never reported here
+    hostname: Mapped[str | None] = mapped_column(sa.String(255))
+    failed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    mode: Mapped[str] = mapped_column(sa.String(16))
+    kind: Mapped[str] = mapped_column(sa.String(16), default="failure")
+    xid: Mapped[int | None] = mapped_column(sa.Integer)
+    note: Mapped[str | None] = mapped_column(sa.Text)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    recorded_by: Mapped[str | None] = mapped_column(sa.String(255))
+
+    __table_args__ = (
+        sa.CheckConstraint("mode IN ('ecc', 'thermal', 'pcie', 'other')", name="ck_failures_mode"),
+        sa.CheckConstraint("kind IN ('failure', 'rma')", name="ck_failures_kind"),
+    )
+
+
+class Alert(Base):
+    """One row per alert instance (fingerprint, startsAt); a later notification updates it."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    fingerprint: Mapped[str] = mapped_column(sa.String(64))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    alertname: Mapped[str | None] = mapped_column(sa.String(255))
+    severity: Mapped[str | None] = mapped_column(sa.String(64))
+    action: Mapped[str | None] = mapped_column(sa.String(64))
+    gpu_uuid: Mapped[str | None] = mapped_column(sa.String(64), index=True)
+    hostname: Mapped[str | None] = mapped_column(sa.String(255))
+    labels: Mapped[dict[str, str]] = mapped_column(sa.JSON, default=dict)
+    annotations: Mapped[dict[str, str]] = mapped_column(sa.JSON, default=dict)
+    starts_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    generator_url: Mapped[str | None] = mapped_column(sa.Text)
+    group_key: Mapped[str | None] = mapped_column(sa.Text)
+    receiver: Mapped[str | None] = mapped_column(sa.String(255))
+
+    __table_args__ = (
+        sa.UniqueConstraint("fingerprint", "starts_at", name="uq_alerts_fingerprint_starts"),
+        sa.Index("ix_alerts_received", "received_at"),
+    )
+
+
+class ProbeResult(Base):
+    __tablename__ = "probe_results"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64))
+    ran_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    test: Mapped[str] = mapped_column(sa.String(64))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    value: Mapped[float | None] = mapped_column(sa.Double)
+    unit: Mapped[str | None] = mapped_column(sa.String(32))
+    expected: Mapped[float | None] = mapped_column(sa.Double)
+    ratio: Mapped[float | None] = mapped_column(sa.Double)
+    duration_s: Mapped[float | None] = mapped_column(sa.Double)
+    details: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+
+    __table_args__ = (
+        sa.CheckConstraint("status IN ('pass', 'fail', 'error', 'skipped')", name="ck_probe_results_status"),
+        sa.Index("ix_probe_results_gpu_ran", "gpu_uuid", "ran_at"),
+    )
+
+
+metadata = Base.metadata

@@ -1,0 +1,71 @@
+"""`gpuhealth db …` on a SQLite file and against an unreachable PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from gpuhealth import history
+from store import Store
+
+
+def _gpuhealth(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpuhealth.cli", "db", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_db_upgrade_creates_a_sqlite_file(tmp_path: Path) -> None:
+    db = tmp_path / "g.db"
+    proc = _gpuhealth("upgrade", "--db", f"sqlite:///{db}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"sqlite:///{db}: schema at revision 0001"
+    store = Store.open(f"sqlite:///{db}", upgrade=False)
+    try:
+        assert store.revision() == "0001"
+    finally:
+        store.close()
+
+
+def test_db_upgrade_unreachable_postgres() -> None:
+    line = _one_line_error(_gpuhealth("upgrade", "--db", "postgresql+psycopg://gh:pw@127.0.0.1:5/x"))
+    assert line == "error: cannot reach the database at postgresql+psycopg://gh:***@127.0.0.1:5/x: connection refused"
+
+
+def test_db_upgrade_missing_directory(tmp_path: Path) -> None:
+    line = _one_line_error(_gpuhealth("upgrade", "--db", f"sqlite:///{tmp_path}/nope/g.db"))
+    assert line.endswith(f"directory {tmp_path}/nope does not exist")
+
+
+def test_db_import_then_prune(tmp_path: Path, sim_history: pd.DataFrame) -> None:
+    hfile = history.write(sim_history, tmp_path / "h.parquet")
+    ffile = tmp_path / "f.csv"
+    uuid = str(sim_history["gpu_uuid"].iloc[0])
+    ffile.write_text(f"gpu_uuid,failed_at,mode\n{uuid},2026-01-02T00:00:00Z,ecc\n")
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    for expected in (len(sim_history), 0):  # importing again adds nothing
+        proc = _gpuhealth("import", "--history", str(hfile), "--failures", str(ffile), "--db", url)
+        assert proc.returncode == 0, proc.stderr
+        assert f": {expected} new samples of {len(sim_history)}, 1 failure labels" in proc.stdout
+    proc = _gpuhealth("prune", "--db", url, "--retention", "1d")  # the simulated days are long past
+    assert proc.returncode == 0, proc.stderr
+    assert f"rolled {len(sim_history)} samples into" in proc.stdout
+    store = Store.open(url)
+    try:
+        assert store.counts()["samples"] == 0
+        assert len(store.failures()) == 1 and store.failures()[0]["hostname"] is not None
+    finally:
+        store.close()
+    line = _one_line_error(_gpuhealth("prune", "--db", url, "--retention", "forever"))
+    assert "invalid duration 'forever'" in line

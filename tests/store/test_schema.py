@@ -1,0 +1,45 @@
+"""Migrations create exactly the schema the code describes, and it follows the catalogue."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from gpuhealth import catalog
+from store import Store
+from store.schema import METRIC_COLUMNS, metadata, samples, samples_hourly
+from store.store import alembic_config
+
+
+def test_migrations_match_the_models(store: Store) -> None:
+    """`alembic check`: upgrading to head leaves nothing for autogenerate to add or change."""
+    with store._engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+    assert diff == [], f"store/schema.py and the migrations differ; add a migration for: {diff}"
+    assert store.revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_sample_columns_follow_the_catalogue() -> None:
+    """Every catalogue field is a sample column; a new field fails here until a migration adds it."""
+    assert set(METRIC_COLUMNS) == {f.name for f in catalog.FIELDS}
+    assert METRIC_COLUMNS[: len(catalog.HISTORY_COLUMNS)] == catalog.HISTORY_COLUMNS
+    for table in (samples, samples_hourly):
+        names = [c.name for c in table.columns]
+        assert names[-len(METRIC_COLUMNS) :] == list(METRIC_COLUMNS)
+    script = ScriptDirectory.from_config(alembic_config())
+    migrated: list[tuple[str, str]] = []
+    for rev in reversed(list(script.walk_revisions())):  # oldest first
+        migrated += list(getattr(rev.module, "METRICS", ()))
+    assert [name for name, _ in migrated] == list(METRIC_COLUMNS)
+    for name, kind in migrated:  # counters stay exact in double precision; gauges are float32
+        assert kind == ("real" if catalog.BY_NAME[name].kind == "gauge" else "double"), name
+
+
+def test_upgrade_is_idempotent(store: Store) -> None:
+    store.upgrade()
+    with store._engine.connect() as conn:
+        tables = set(sa.inspect(conn).get_table_names())
+    assert tables >= {"nodes", "gpus", "samples", "samples_hourly", "risk_scores", "decisions", "failures",
+                      "alerts", "probe_results", "alembic_version"}  # fmt: skip

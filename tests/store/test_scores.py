@@ -1,0 +1,168 @@
+"""Risk scores and the decision lifecycle; the GPU, node and decision listings built on them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from store import NotFound, Store, StoreError
+from tests.store.conftest import T0, frame
+
+
+def score(uuid: str, decision: str = "ok", risk: float | None = 0.1, host: str = "node-a", **kw: Any) -> dict[str, Any]:
+    """One record as `gpuhealth score` writes it."""
+    return {"gpu_uuid": uuid, "hostname": host, "model_name": "NVIDIA H100 80GB HBM3", "risk": risk,
+            "risk_ecc": risk, "risk_thermal": 0.0, "risk_pcie": 0.0, "decision": decision,
+            "reasons": kw.pop("reasons", [f"{decision} because"]), **kw}  # fmt: skip
+
+
+def test_decision_lifecycle(store: Store) -> None:
+    t = [T0 + timedelta(minutes=5 * i) for i in range(6)]
+    assert store.write_scores([score("GPU-a", "ok")], t[0]) == []
+    opened = store.write_scores([score("GPU-a", "watch", 0.4)], t[1])
+    assert [(d["gpu_uuid"], d["decision"], d["state"], d["created_at"]) for d in opened] == [
+        ("GPU-a", "watch", "open", t[1])
+    ]
+    watch_id = opened[0]["id"]
+    acked = store.ack_decision(watch_id, "alice", t[1])
+    assert (acked["state"], acked["acknowledged_by"], acked["acknowledged_at"]) == ("acknowledged", "alice", t[1])
+
+    # the same decision again: no new one, reasons refreshed, the acknowledgement kept
+    assert store.write_scores([score("GPU-a", "watch", 0.45, reasons=["still warm"])], t[2]) == []
+    (d,), total = store.decisions(state="active")
+    assert total == 1
+    assert (d["id"], d["state"], d["reasons"], d["updated_at"], d["risk"]) == (
+        watch_id, "acknowledged", ["still warm"], t[2], 0.45)  # fmt: skip
+
+    # escalation closes the old decision and opens a new one
+    (demote,) = store.write_scores([score("GPU-a", "demote", 0.8)], t[3])
+    assert demote["decision"] == "demote" and demote["id"] != watch_id
+    closed, _ = store.decisions(state="closed")
+    assert [(c["id"], c["closed_at"]) for c in closed] == [(watch_id, t[3])]
+    with pytest.raises(StoreError, match=f"decision {watch_id} is closed"):
+        store.ack_decision(watch_id, "bob", t[3])
+
+    # acknowledging twice keeps the first acknowledgement
+    store.ack_decision(demote["id"], "alice", t[3])
+    again = store.ack_decision(demote["id"], "bob", t[4])
+    assert (again["acknowledged_by"], again["acknowledged_at"]) == ("alice", t[3])
+
+    # ok closes it; nothing stays active
+    assert store.write_scores([score("GPU-a", "ok", 0.05)], t[5]) == []
+    assert store.decisions(state="active") == ([], 0)
+    assert store.decisions(state=None)[1] == 2
+    g = store.get_gpu("GPU-a")
+    assert (g["decision"], g["decision_id"], g["risk"], g["scored_at"]) == ("ok", None, 0.05, t[5])
+
+    hist = store.risk_history("GPU-a")
+    assert [h["decision"] for h in hist] == ["ok", "watch", "watch", "demote", "ok"]
+    assert [h["scored_at"] for h in hist] == [t[0], t[1], t[2], t[3], t[5]]
+    assert [h["scored_at"] for h in store.risk_history("GPU-a", limit=2)] == [t[3], t[5]]
+    assert [h["scored_at"] for h in store.risk_history("GPU-a", since=t[2], until=t[3])] == [t[2], t[3]]
+
+
+def test_scores_with_unknown_risk_and_unknown_gpus(store: Store) -> None:
+    store.write_scores([score("GPU-new", "ok", float("nan"), reasons=["not scored: too little history"])], T0)
+    g = store.get_gpu("GPU-new")  # a GPU seen only through its score (e.g. scored from Prometheus)
+    assert (g["hostname"], g["risk"], g["decision"], g["reasons"]) == (
+        "node-a", None, "ok", ["not scored: too little history"])  # fmt: skip
+    assert g["gpu_index"] is None
+    assert store.get_node("node-a")["counts"]["ok"] == 1
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"decision": "explode"}, "unknown score 0: decision 'explode'; use one of ok, watch"),
+        ({"risk": "high"}, "score 0: risk must be a number or null, got 'high'"),
+        ({"reasons": "one string"}, "score 0: reasons must be a list of strings"),
+        ({"gpu_uuid": None}, "score 0: gpu_uuid is required"),
+    ],
+)
+def test_bad_scores_are_refused(store: Store, record: dict[str, Any], message: str) -> None:
+    with pytest.raises(StoreError) as err:
+        store.write_scores([score("GPU-a") | record], T0)
+    assert message in str(err.value)
+    assert store.counts()["risk_scores"] == 0
+
+
+def test_a_failed_round_writes_nothing(store: Store) -> None:
+    with pytest.raises(StoreError, match="GPU-a is scored twice"):
+        store.write_scores([score("GPU-a", "watch"), score("GPU-a", "demote")], T0)
+    assert store.counts()["risk_scores"] == 0
+
+
+@pytest.fixture
+def fleet(store: Store) -> Store:
+    """Six GPUs on two nodes: rma, demote, watch, two ok (one unknown risk), one never scored."""
+    store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-never", "hostname": "node-b", "gpu_index": 2}]))
+    store.write_scores(
+        [
+            score("GPU-rma", "rma", 0.5),
+            score("GPU-demote", "demote", 0.9),
+            score("GPU-watch", "watch", 0.4, host="node-b"),
+            score("GPU-ok", "ok", 0.1),
+            score("GPU-nan", "ok", None, host="node-b"),
+        ],
+        T0,
+    )
+    return store
+
+
+def test_list_gpus_ordering_filters_and_paging(fleet: Store) -> None:
+    items, total = fleet.list_gpus()
+    assert total == 6
+    assert [i["uuid"] for i in items] == ["GPU-demote", "GPU-rma", "GPU-watch", "GPU-ok", "GPU-nan", "GPU-never"]
+    assert [i["decision"] for i in items] == ["demote", "rma", "watch", "ok", "ok", None]
+    page, total = fleet.list_gpus(limit=2, offset=2)
+    assert ([i["uuid"] for i in page], total) == (["GPU-watch", "GPU-ok"], 6)
+    assert [i["uuid"] for i in fleet.list_gpus(hostname="node-b")[0]] == ["GPU-watch", "GPU-nan", "GPU-never"]
+    assert [i["uuid"] for i in fleet.list_gpus(decision="ok")[0]] == ["GPU-ok", "GPU-nan"]
+    assert [i["uuid"] for i in fleet.list_gpus(decision="rma")[0]] == ["GPU-rma"]
+    assert fleet.list_gpus(min_risk=0.45) == (fleet.list_gpus(limit=2)[0], 2)
+    with pytest.raises(StoreError, match="unknown decision 'bad'"):
+        fleet.list_gpus(decision="bad")
+    with pytest.raises(StoreError, match="limit must be"):
+        fleet.list_gpus(limit=-1)
+
+
+def test_decisions_listing(fleet: Store) -> None:
+    items, total = fleet.decisions(state="active")
+    assert total == 3
+    assert {i["decision"] for i in items} == {"rma", "demote", "watch"}
+    (rma,), _ = fleet.decisions(decision="rma", state="active")
+    assert (rma["gpu_uuid"], rma["hostname"], rma["risk"], rma["reasons"]) == (
+        "GPU-rma",
+        "node-a",
+        0.5,
+        ["rma because"],
+    )
+    assert [i["gpu_uuid"] for i in fleet.decisions(hostname="node-b")[0]] == ["GPU-watch"]
+    fleet.ack_decision(rma["id"], "ops", T0)
+    assert fleet.decisions(state="open")[1] == 2
+    assert fleet.decisions(state="acknowledged")[1] == 1
+    with pytest.raises(StoreError, match="unknown state 'gone'"):
+        fleet.decisions(state="gone")
+    with pytest.raises(NotFound, match="decision 999 not found"):
+        fleet.ack_decision(999, "ops", T0)
+
+
+def test_get_node_and_not_found(fleet: Store) -> None:
+    node = fleet.get_node("node-b")
+    assert [g["uuid"] for g in node["gpus"]] == ["GPU-watch", "GPU-nan", "GPU-never"]
+    assert node["counts"] == {"ok": 1, "watch": 1, "demote": 0, "drain": 0, "rma": 0, "unscored": 1}
+    assert node["first_seen"] == T0
+    with pytest.raises(NotFound, match="node nowhere not found"):
+        fleet.get_node("nowhere")
+    with pytest.raises(NotFound, match="GPU GPU-x not found"):
+        fleet.get_gpu("GPU-x")
+    with pytest.raises(NotFound):
+        fleet.risk_history("GPU-x")
+
+
+def test_counts(fleet: Store) -> None:
+    c = fleet.counts()
+    assert (c["gpus"], c["nodes"], c["samples"], c["risk_scores"]) == (6, 2, 1, 5)
+    assert (c["decisions_rma"], c["decisions_demote"], c["decisions_watch"], c["decisions_active"]) == (1, 1, 1, 3)
