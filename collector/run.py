@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
 
@@ -13,6 +14,9 @@ from collector.backends.base import Backend
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.sampler import Sampler
 from gpuhealth.catalog import Field
+
+if TYPE_CHECKING:
+    from collector.probes import ProbeConfig, ProbeRunner, ProbeScheduler
 
 
 @dataclass
@@ -23,12 +27,18 @@ class RunningCollector:
     sampler: Sampler
     registry: CollectorRegistry
     server: ExporterServer
+    probes: ProbeScheduler | None = None
+    """The probe scheduler, when probing is on."""
 
     def start(self) -> None:
         self.sampler.start()
         self.server.start()
+        if self.probes is not None:
+            self.probes.start()
 
     def stop(self) -> None:
+        if self.probes is not None:
+            self.probes.stop()
         self.server.stop()
         self.sampler.stop()
         self.backend.close()
@@ -41,14 +51,33 @@ def build_collector(
     host: str = "0.0.0.0",
     port: int = 9400,
     hostname_label: str = "Hostname",
+    *,
+    probes: ProbeConfig | None = None,
+    probe_runner: ProbeRunner | None = None,
+    on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
+    sim_seed: int = 0,
 ) -> RunningCollector:
-    """Assemble (but do not start) a collector serving `backend` on host:port."""
+    """Assemble (but do not start) a collector serving `backend` on host:port.
+
+    With `probes` (enabled), a probe scheduler runs on idle GPUs and gpuhealth_probe_*
+    series are exported; its results also go to `on_probe_results` (Store rows).
+    """
     sampler = Sampler(backend, interval_s)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(lambda: sampler.latest, fields, hostname_label))
     registry.register(SelfCollector(sampler))
+    scheduler = None
+    if probes is not None and probes.enabled:
+        from collector.probes import ProbeCollector, build_scheduler
+
+        scheduler = build_scheduler(
+            backend, probes, runner=probe_runner, on_results=on_probe_results,
+            latest=lambda: sampler.latest, interval_s=interval_s, seed=sim_seed,
+        )  # fmt: skip
+        if scheduler is not None:
+            registry.register(ProbeCollector(scheduler, hostname_label))
     server = ExporterServer(registry, sampler.health, host, port)
-    return RunningCollector(backend, sampler, registry, server)
+    return RunningCollector(backend, sampler, registry, server, scheduler)
 
 
 def run_until_signalled(collector: RunningCollector) -> None:

@@ -6,7 +6,9 @@
 #   2. the NVML backend read once: GPUs found, one reading, catalogue fields NVML lacks here
 #   3. `gpuhealth collect --backend nvml` served for a few seconds: /healthz, /metrics
 #   4. pytest -m gpu (the tests marked for real GPUs; "no tests" is fine)
-#   5. one summary line: DEVICE CHECK PASS or DEVICE CHECK FAIL
+#   5. the stress probes (kernels/) on every GPU with cuBLAS/CuPy baselines and fault
+#      injection: one table against the targets of docs/probes.md (skipped without CuPy)
+#   6. one summary line: DEVICE CHECK PASS or DEVICE CHECK FAIL
 #
 # Run from the repository (any directory inside it): scripts/device-check.sh
 # Needs python3 with nvidia-ml-py and the project's dependencies; when the system python
@@ -17,6 +19,8 @@
 #   DEVICE_CHECK_BACKEND  nvml (default), or sim to rehearse steps 2-3 without a GPU
 #   DEVICE_CHECK_PORT     port of the exporter in step 3 (default 19400, dcgm-exporter's + 0)
 #   DEVICE_CHECK_SECONDS  how long the exporter samples before /metrics is read (default 5)
+#   DEVICE_CHECK_PROBE_BUDGET  probe budget per GPU in step 5 (default 55: start-up and
+#                         the baselines fit under the 60 s target)
 #   PYTHON                interpreter to try first
 #   OUT                   when set, the report is also written to $OUT/device-check.txt
 # Exit status: 0 when every step passed or was skipped, 1 otherwise.
@@ -340,10 +344,123 @@ step_pytest_gpu() {
     return "$rc"
 }
 
+# --- 5. the stress probes (kernels/) -------------------------------------------------------
+
+step_probes() {
+    [[ -n "$PY" ]] || return 1
+    local rc=0
+    DEVICE_CHECK_BACKEND="$BACKEND" PROBE_BUDGET="${DEVICE_CHECK_PROBE_BUDGET:-55}" SKIP_RC="$SKIP" \
+        limited 420 "$PY" - <<'PYTHON' || rc=$?
+"""Every probe on every GPU, timed against cuBLAS / CuPy in the same run, plus a fault-injection
+run; one table of measured values against the issue's targets (docs/probes.md)."""
+import json
+import os
+import socket
+import sys
+import time
+
+from kernels.expected import TESTS
+from kernels.runner import CUPY_MISSING, run_probes
+
+name = os.environ["DEVICE_CHECK_BACKEND"]
+budget = float(os.environ["PROBE_BUDGET"])
+skip_rc = int(os.environ["SKIP_RC"])
+if name == "nvml":
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        print(f"skipped: {CUPY_MISSING} (this machine may not reach a package index)")
+        sys.exit(skip_rc)
+    from collector.backends.nvml import NvmlBackend
+
+    backend = NvmlBackend(hostname=socket.gethostname(), watch_xid=False)
+    gpus = backend.gpus()
+    backend.close()
+
+    def run(gpu, tests, budget_s, inject):
+        return run_probes(gpu.index, tests, budget_s, gpu_uuid=gpu.uuid, model_name=gpu.model_name,
+                          inject=inject, baseline=not inject)
+else:
+    from collector.backends.sim import SimBackend
+    from collector.probes import SimProbeRunner
+
+    backend = SimBackend(gpus_per_node=2, seed=7)
+    backend.read()
+    gpus = backend.gpus()
+    runner = SimProbeRunner(backend.fleet, seed=7)
+
+    def run(gpu, tests, budget_s, inject):
+        results = runner.run(gpu, tests, budget_s)
+        for r in results:  # the sim has no baselines or injection: rehearse the table only
+            if inject:
+                r.details.update(injected=16 if r.test == "gemm" else 64)
+                r.details["injected_found"] = r.details["injected"]
+        return results
+
+rows, problems, dump = [], [], []
+
+
+def check(gpu, what, measured, reference, ratio, target, ok):
+    verdict = "n/a" if ok is None else ("ok" if ok else "MISS")
+    rows.append((gpu.index, what, measured, reference, ratio, target, verdict))
+    if ok is False:
+        problems.append(f"GPU {gpu.index}: {what}: {measured} vs {reference} (target {target})")
+
+
+for gpu in gpus:
+    t0 = time.monotonic()
+    results = {r.test: r for r in run(gpu, list(TESTS), budget, inject=False)}
+    total = time.monotonic() - t0
+    injected = {r.test: r for r in run(gpu, ["gemm", "memtest"], min(budget, 30.0), inject=True)}
+    dump += [r.to_dict() for r in [*results.values(), *injected.values()]]
+    for r in [*results.values(), *injected.values()]:  # injected runs pass when every fault was found
+        if r.status != "pass":
+            problems.append(f"GPU {gpu.index}: {r.test} {r.status}: {r.details.get('reason', '')}")
+    for test, unit, base_key in (("gemm", "TFLOP/s", "baseline_tflops"), ("gemm_fp32", "TFLOP/s", "baseline_tflops"),
+                                 ("bandwidth", "GB/s", "baseline_gbps")):
+        r = results[test]
+        base = r.details.get(base_key)
+        ratio = r.details.get("ratio_to_baseline")
+        target = ">= 85%" if test in ("gemm", "bandwidth") else "info"
+        ok = None if ratio is None or target == "info" else ratio >= 0.85
+        check(gpu, f"{test} {unit} vs {r.details.get('baseline', 'baseline')}",
+              f"{r.value}", f"{base}", "-" if ratio is None else f"{ratio:.0%}", target, ok)
+    for test in ("gemm", "memtest"):
+        r = injected[test]
+        n, found = r.details.get("injected"), r.details.get("injected_found")
+        check(gpu, f"{test}: injected faults found", f"{found}", f"{n}",
+              "-" if not n else f"{(found or 0) / n:.0%}", "100%", bool(n) and found == n)
+    for test in ("gemm", "gemm_fp32", "memtest", "bandwidth", "pcie"):
+        r = results[test]
+        check(gpu, f"{test}: errors found (healthy GPU)", f"{r.errors}", "0", "-", "0", r.errors == 0)
+    p = results["pcie"]
+    check(gpu, "pcie GB/s (h2d / d2h)", f"{p.value}",
+          f"{p.details.get('h2d_gbps')} / {p.details.get('d2h_gbps')}", "-", "info", None)
+    probe_s = sum(r.duration_s for r in results.values())
+    wall = max(total, probe_s)  # the sim reports durations without taking them
+    check(gpu, "probe time, all 5 tests (sum of tests / wall incl. start-up)", f"{probe_s:.1f} s",
+          f"{wall:.1f} s", "-", "<= 60 s", wall <= 60.0)
+
+widths = [max(len(str(x)) for x in col) for col in zip(("gpu", "check", "measured", "reference", "ratio", "target",
+                                                          "result"), *rows)]
+header = ("gpu", "check", "measured", "reference", "ratio", "target", "result")
+for line in (header, *rows):
+    print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+if os.environ.get("OUT"):
+    with open(os.path.join(os.environ["OUT"], "probes.json"), "w") as f:
+        json.dump(dump, f, indent=1)
+for p in problems:
+    print(f"problem: {p}")
+sys.exit(1 if problems else 0)
+PYTHON
+    return "$rc"
+}
+
 run_step "1. nvidia-smi" step_nvidia_smi
 run_step "2. $BACKEND backend: one reading" step_backend_read
 run_step "3. gpuhealth collect --backend $BACKEND: /healthz and /metrics" step_exporter
 run_step "4. pytest -m gpu" step_pytest_gpu
+run_step "5. stress probes: GEMM, memtest, bandwidth, PCIe" step_probes
 
 printf '\n=== summary ===\n'
 printf '%s\n' "${RESULTS[@]}"

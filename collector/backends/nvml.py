@@ -433,6 +433,29 @@ class NvmlBackend:
         self._reported.add(key)
         log.log(level, "GPU %d field %s: " + msg, gpu.info.index, name, *args)
 
+    # --- idle check (probe scheduler) -------------------------------------------------------
+
+    def busy_reason(self, uuid: str, util_threshold_pct: float = 5.0) -> str | None:
+        """Why GPU `uuid` is not idle (compute processes, utilisation), or None when it is.
+
+        A GPU whose state cannot be read counts as busy: a probe must never land on a job.
+        """
+        gpu = next((g for g in self._gpus if g.info.uuid == uuid), None)
+        if gpu is None or gpu.lost or gpu.handle is None:
+            return f"GPU {uuid} is lost or unknown"
+        n = self._nvml
+        try:
+            procs = n.nvmlDeviceGetComputeRunningProcesses(gpu.handle)
+            if procs:
+                pids = ", ".join(str(getattr(p, "pid", "?")) for p in list(procs)[:5])
+                return f"{len(procs)} compute process(es) running (pid {pids})"
+            util = float(n.nvmlDeviceGetUtilizationRates(gpu.handle).gpu)
+        except n.NVMLError as err:
+            return f"cannot tell whether GPU {gpu.info.index} is idle: {_one_line(err)}"
+        if util >= util_threshold_pct:
+            return f"utilisation {util:g}% >= {util_threshold_pct:g}%"
+        return None
+
     # --- XID events -------------------------------------------------------------------------
 
     def _start_xid_watch(self) -> None:

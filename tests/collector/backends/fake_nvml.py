@@ -339,6 +339,15 @@ class FakeNvml:
         gpu, memory = self._value("nvmlDeviceGetUtilizationRates", handle)
         return pynvml.c_nvmlUtilization_t(gpu=gpu, memory=memory)
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        """Configured as a list of pids; answered as pynvml does, one c_nvmlProcessInfo_t each."""
+        procs = []
+        for pid in self._value("nvmlDeviceGetComputeRunningProcesses", handle):
+            info = pynvml.c_nvmlProcessInfo_t()
+            info.pid = pid
+            procs.append(info)
+        return procs
+
     def nvmlDeviceGetEncoderUtilization(self, handle: Any) -> list[int]:
         return [int(self._value("nvmlDeviceGetEncoderUtilization", handle)), 167_000]
 
