@@ -6,14 +6,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-DEMO_LISTEN ?= 127.0.0.1:9400
+DEMO_LISTEN ?= 127.0.0.1:8080
 
 .PHONY: help venv system-deps lint typecheck test test-unit test-integration demo generate bench model clean
 
 help:
 	@echo "make demo      run gpuhealth on a simulated fleet and print where to look"
 	@echo "make test      set everything up, lint, type-check and run all tests"
-	@echo "make generate  regenerate docs/metrics.md from the catalogue"
+	@echo "make generate  regenerate docs/metrics.md, alert rules, dashboards and their docs"
 	@echo "make bench     run the benchmarks (ratios against in-process baselines)"
 	@echo "make model     rebuild the shipped model from simulated fleets (seeds 101, 102)"
 
@@ -36,23 +36,27 @@ typecheck: $(STAMP)
 
 generate: $(STAMP)
 	$(BIN)/gpuhealth docs metrics
+	$(BIN)/gpuhealth alerts build
+	$(BIN)/gpuhealth dashboards build
 
 test: $(STAMP) system-deps lint typecheck
 	$(BIN)/gpuhealth docs metrics --check
+	$(BIN)/gpuhealth alerts build --check
+	$(BIN)/gpuhealth dashboards build --check
 	$(BIN)/python -m pytest
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -m 'not integration and not gpu'
 
 demo: $(STAMP)
-	$(BIN)/gpuhealth collect --backend sim --sim-gpus 8 --seed 7 --interval 2s \
-		--sim-speed 600 --sim-fault 2:ecc:6 --sim-fault 5:thermal:4 --sim-fault 7:pcie:8 \
-		--listen $(DEMO_LISTEN)
+	$(BIN)/gpuhealth demo --listen $(DEMO_LISTEN)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_exporter.py
 	$(BIN)/python benchmarks/bench_simulate.py
 	$(BIN)/python benchmarks/bench_score.py
+	$(BIN)/python benchmarks/bench_ingest.py
+	$(BIN)/python benchmarks/bench_api.py
 
 # The shipped model: trained on simulated fleets whose seeds (101, 102) are never used
 # for evaluation (docs/model.md evaluates on seed 7).

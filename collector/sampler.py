@@ -40,6 +40,14 @@ class Snapshot:
     xid_counts: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     """Cumulative XID events per GPU UUID and code since the collector started."""
     status: Mapping[str, CollectorStatus] = field(default_factory=dict)
+    data_time: float | None = None
+    """The time the readings describe, when the backend keeps its own clock (sim, replay);
+    None for live GPUs, whose readings are as of `taken_at`."""
+
+    @property
+    def sample_time(self) -> float:
+        """The time to store the readings under."""
+        return self.taken_at if self.data_time is None else self.data_time
 
 
 class Sampler:
@@ -63,6 +71,11 @@ class Sampler:
         self._stop = threading.Event()
         self._first = threading.Event()
         self._thread: threading.Thread | None = None
+        self._listeners: list[Callable[[Snapshot], None]] = []
+
+    def subscribe(self, listener: Callable[[Snapshot], None]) -> None:
+        """Call `listener` with every new snapshot, on the sampling thread (keep it quick)."""
+        self._listeners.append(listener)
 
     @property
     def latest(self) -> Snapshot | None:
@@ -96,15 +109,22 @@ class Sampler:
             if "xid" not in r.values and not r.lost:
                 r.values["xid"] = float(self._last_xid.get(r.info.uuid, 0))
         self._seq += 1
+        data_time = getattr(self.backend, "data_time", None)
         snap = Snapshot(
             seq=self._seq,
             taken_at=self.clock(),
             readings=tuple(readings),
             xid_counts=MappingProxyType({u: dict(c) for u, c in self._xid_counts.items()}),
             status=MappingProxyType(status),
+            data_time=data_time() if callable(data_time) else None,
         )
         self._latest = snap
         self._first.set()
+        for listener in self._listeners:
+            try:
+                listener(snap)
+            except Exception:  # a listener's bug must not stop sampling
+                log.exception("snapshot listener failed")
         return snap
 
     def health(self) -> tuple[bool, str]:

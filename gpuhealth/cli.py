@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +11,33 @@ from rich.console import Console
 from rich.table import Table
 
 from gpuhealth import __version__, catalog
+from gpuhealth.cli_alerts import alerts_app, dashboards_app
+from gpuhealth.cli_backend import (
+    BackendFlags,
+    BackendOpt,
+    FieldsOpt,
+    HistoryOpt,
+    HostnameLabelOpt,
+    HostnameOpt,
+    IntervalOpt,
+    LogLevelOpt,
+    LoopOpt,
+    SeedOpt,
+    SimFaultOpt,
+    SimGpusOpt,
+    SimModelOpt,
+    SimNodesOpt,
+    SimSpeedOpt,
+    SpeedOpt,
+    fail,
+    load_settings,
+    open_from_flags,
+    setup_logging,
+)
+from gpuhealth.cli_db import db_app
 from gpuhealth.cli_history import history_app
+from gpuhealth.cli_probe import register_probe
+from gpuhealth.cli_serve import register_serve
 from gpuhealth.settings import Settings
 from gpuhealth.units import parse_duration, parse_listen
 
@@ -26,15 +50,14 @@ app = typer.Typer(
 docs_app = typer.Typer(help="Generate documentation from the catalogue.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
 app.add_typer(history_app, name="history")
+app.add_typer(alerts_app, name="alerts")
+app.add_typer(dashboards_app, name="dashboards")
+app.add_typer(db_app, name="db")
+register_probe(app)
+register_serve(app)
 err = Console(stderr=True)
 
 DEFAULT_METRICS_DOC = Path("docs/metrics.md")
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print one line to stderr and return the exit to raise."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
 
 
 @app.command()
@@ -45,82 +68,40 @@ def version() -> None:
 
 @app.command()
 def collect(
-    backend: Annotated[
-        str | None, typer.Option(help="auto | nvml | dcgm | sim | replay (env GPUHEALTH_BACKEND)")
-    ] = None,
+    backend: BackendOpt = None,
     listen: Annotated[str | None, typer.Option(help="HOST:PORT to serve /metrics on")] = None,
-    interval: Annotated[str | None, typer.Option(help="sampling interval, e.g. 10s")] = None,
-    hostname: Annotated[str | None, typer.Option(help="host label value (default: this host)")] = None,
-    hostname_label: Annotated[str | None, typer.Option(help="Hostname (dcgm-exporter < 2026) or hostname")] = None,
-    fields: Annotated[str | None, typer.Option(help='"default", "all" or comma-separated short names')] = None,
-    sim_nodes: Annotated[int, typer.Option(help="sim: nodes to simulate", min=1)] = 1,
-    sim_gpus: Annotated[int, typer.Option(help="sim: GPUs per node", min=1)] = 8,
-    seed: Annotated[int, typer.Option(help="sim: random seed")] = 0,
-    sim_model: Annotated[str | None, typer.Option(help="sim: GPU model name")] = None,
-    sim_speed: Annotated[float, typer.Option(help="sim: simulated seconds per real second", min=0.001)] = 1.0,
-    sim_fault: Annotated[
-        list[str] | None,
-        typer.Option(help="sim: inject a fault, GPU:MODE[:HOURS] (ecc|thermal|pcie|offbus)"),
-    ] = None,
-    history: Annotated[Path | None, typer.Option(help="replay: the history file to serve")] = None,
-    speed: Annotated[
-        float,
-        typer.Option(help="replay: history seconds per real second (3600 = an hour a second)", min=0.001),
-    ] = 1.0,
-    loop: Annotated[bool, typer.Option(help="replay: start over at the end")] = True,
-    log_level: Annotated[str | None, typer.Option(help="DEBUG, INFO, WARNING")] = None,
+    interval: IntervalOpt = None,
+    hostname: HostnameOpt = None,
+    hostname_label: HostnameLabelOpt = None,
+    fields: FieldsOpt = None,
+    sim_nodes: SimNodesOpt = 1,
+    sim_gpus: SimGpusOpt = 8,
+    seed: SeedOpt = 0,
+    sim_model: SimModelOpt = None,
+    sim_speed: SimSpeedOpt = 1.0,
+    sim_fault: SimFaultOpt = None,
+    history: HistoryOpt = None,
+    speed: SpeedOpt = 1.0,
+    loop: LoopOpt = True,
+    log_level: LogLevelOpt = None,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
-    from collector.backends.base import BackendError
-    from collector.backends.factory import BACKENDS, open_backend
     from collector.run import build_collector, run_until_signalled
-    from simulator.fleet import FaultSpec
 
+    s = load_settings()
+    setup_logging(log_level or s.log_level)
     try:
-        s = Settings()
-    except Exception as e:  # pydantic's message names the variable and the allowed values
-        raise fail(f"invalid GPUHEALTH_* setting: {' '.join(str(e).split())}") from None
-    backend = backend or s.backend
-    logging.basicConfig(
-        level=(log_level or s.log_level).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if backend not in BACKENDS:
-        raise fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    label = hostname_label or s.hostname_label
-    if label not in ("Hostname", "hostname"):
-        raise fail(f"--hostname-label must be Hostname or hostname, not {label!r}")
-    try:
-        interval_s = parse_duration(interval or s.interval)
         host, port = parse_listen(listen or s.listen)
-        chosen = catalog.select(fields or s.fields)
-        faults = [FaultSpec.parse(f) for f in sim_fault or []]
     except ValueError as e:
         raise fail(str(e)) from None
-    if faults and backend != "sim":
-        raise fail("--sim-fault needs --backend sim")
-    if (backend == "replay") != (history is not None):
-        raise fail("--backend replay needs --history FILE (and --history needs --backend replay)")
+    flags = BackendFlags(
+        backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
+        sim_fault, history, speed, loop,
+    )  # fmt: skip
+    opened = open_from_flags(flags, s)
+    b, interval_s = opened.backend, opened.interval_s
     try:
-        b = open_backend(
-            backend,
-            hostname=hostname or s.hostname or socket.gethostname(),
-            fields=chosen,
-            interval_s=interval_s,
-            sim_nodes=sim_nodes,
-            sim_gpus=sim_gpus,
-            sim_seed=seed,
-            sim_model=sim_model,
-            sim_speed=sim_speed,
-            sim_faults=faults,
-            history=history,
-            replay_speed=speed,
-            replay_loop=loop,
-        )
-    except (BackendError, ValueError) as e:
-        raise fail(str(e)) from None
-    try:
-        running = build_collector(b, chosen, interval_s, host, port, label)
+        running = build_collector(b, opened.fields, interval_s, host, port, opened.hostname_label)
     except OSError as e:
         b.close()
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -194,8 +175,8 @@ def simulate(
     )
 
 
-def _read_inputs(history_path: Path, failures_path: Path | None = None) -> tuple[Any, Any]:
-    """Read a history (and failure labels) or exit with the reader's one-line error."""
+def _read_inputs(history_path: Path, failures_path: Path | None = None, columns: Any = None) -> tuple[Any, Any]:
+    """Read a history (only `columns` if given) and failure labels, or exit with the reader's one-line error."""
     import warnings
 
     from gpuhealth import history as hist
@@ -203,7 +184,7 @@ def _read_inputs(history_path: Path, failures_path: Path | None = None) -> tuple
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", hist.HistoryWarning)
-            frame = hist.read(history_path)
+            frame = hist.read(history_path, columns=columns)
         for w in caught:
             err.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
         labels = hist.read_failures(failures_path) if failures_path else None
@@ -281,7 +262,7 @@ def score(
     from gpuhealth.history import HistoryError
     from predictor.model import ModelError
     from predictor.policy import Thresholds
-    from predictor.score import load_model, to_records
+    from predictor.score import SCORE_COLUMNS, load_model, to_records
     from predictor.score import score as run_score
 
     if output not in ("json", "table"):
@@ -290,7 +271,7 @@ def score(
         when = pd.Timestamp(at) if at else None
     except ValueError:
         raise fail(f"--at {at!r} is not a time: use ISO 8601, e.g. 2026-04-01T12:00:00Z") from None
-    frame, _ = _read_inputs(history)
+    frame, _ = _read_inputs(history, columns=SCORE_COLUMNS)
     try:
         s = Settings()
         m = load_model(model)

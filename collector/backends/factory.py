@@ -28,6 +28,7 @@ def open_backend(
     sim_model: str | None = None,
     sim_speed: float = 1.0,
     sim_faults: Sequence[FaultSpec] = (),
+    sim_start: float | None = None,
     history: Path | None = None,
     replay_speed: float = 1.0,
     replay_loop: bool = True,
@@ -62,6 +63,7 @@ def open_backend(
             step_s=interval_s * sim_speed,
             model=sim_model or DEFAULT_MODEL,
             faults=sim_faults,
+            start=sim_start,
         )
     if name == "replay":
         from collector.backends.replay import ReplayBackend

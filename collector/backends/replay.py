@@ -181,6 +181,10 @@ class ReplayBackend:
         """The history time a read now serves (within the current lap)."""
         return pd.Timestamp(self._t0 + self._position()[1], unit="ns", tz="UTC")
 
+    def data_time(self) -> float:
+        """History time of a read now (epoch seconds): what the readings are stored under."""
+        return float(self.history_time().timestamp())
+
     def read(self) -> list[GpuReading]:
         lap, now = self._position()
         # Rank of the latest distinct timestamp at or before now (-1: nothing yet).

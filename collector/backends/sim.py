@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from collector.backends.base import GpuInfo, GpuReading, XidEvent
 from simulator.fleet import FaultSpec, FleetSim, SimConfig
@@ -23,10 +24,13 @@ class SimBackend:
         model: str = DEFAULT_MODEL,
         faults: Sequence[FaultSpec] = (),
         driver_version: str = "570.124.06",
+        start: float | None = None,
     ) -> None:
         if step_s <= 0:
             raise ValueError("simulated step must be positive")
         cfg = SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, models={model: 1.0})
+        if start is not None:  # default: a fixed start, so a seed gives the same values everywhere
+            cfg = replace(cfg, start=start)
         self.fleet = FleetSim(cfg)
         self.step_s = step_s
         for f in faults:
@@ -49,6 +53,10 @@ class SimBackend:
             for g in self.fleet.gpus
         ]
 
+    def data_time(self) -> float:
+        """Simulated time of the latest reading (epoch seconds)."""
+        return float(self.fleet.time)
+
     def gpus(self) -> list[GpuInfo]:
         return list(self._infos)
 
@@ -68,6 +76,16 @@ class SimBackend:
 
     def drain_xid_events(self) -> list[XidEvent]:
         return [XidEvent(self._infos[i].uuid, code, t) for i, code, t in self.fleet.drain_events()]
+
+    def busy_reason(self, uuid: str, util_threshold_pct: float = 5.0) -> str | None:
+        """Why simulated GPU `uuid` is not idle (its simulated utilisation), or None when it is."""
+        i = next((k for k, g in enumerate(self._infos) if g.uuid == uuid), None)
+        if i is None or self.fleet.lost[i] or self.fleet.failed[i]:
+            return f"GPU {uuid} is lost or unknown"
+        util = float(self.fleet.util[i])
+        if util >= util_threshold_pct:
+            return f"utilisation {util:.0f}% >= {util_threshold_pct:g}%"
+        return None
 
     def close(self) -> None:
         return None

@@ -1,0 +1,137 @@
+"""The service's /metrics: risk and decision per GPU, scoring, store and buffer health.
+
+Risk comes from the scoring loop's latest round held in memory, so a scrape never
+queries the database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from api.service import IngestBuffer, Scorer, decision_counts
+from gpuhealth.history import FAILURE_MODES
+from predictor.policy import DECISIONS
+from store import Store, StoreError
+
+MODES = ("overall", "ecc", "thermal", "pcie")
+RISK_COLUMN = {"overall": "risk", "ecc": "risk_ecc", "thermal": "risk_thermal", "pcie": "risk_pcie"}
+FAILURE_KINDS = ("failure", "rma")
+REASONS_MAX = 500
+"""Longest reasons label value: long enough for three reasons, short enough for any TSDB."""
+PING_CACHE_S = 5.0
+
+
+class ApiMetrics(Collector):
+    """Collects the service's series from memory (no database query per scrape, except a cached ping)."""
+
+    def __init__(self, store: Store, scorer: Scorer | None, buffer: IngestBuffer | None, host_label: str) -> None:
+        self.store = store
+        self.scorer = scorer
+        self.buffer = buffer
+        self.host_label = host_label
+        self._failures = {(m, k): 0 for m in FAILURE_MODES for k in FAILURE_KINDS}
+        self._lock = threading.Lock()
+        self._ping: tuple[float, bool] = (0.0, True)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def failure_recorded(self, mode: str, kind: str) -> None:
+        with self._lock:
+            self._failures[(mode, kind)] = self._failures.get((mode, kind), 0) + 1
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _store_up(self) -> bool:
+        if self.buffer is not None:
+            return self.buffer.store_up
+        at, up = self._ping
+        if time.monotonic() - at > PING_CACHE_S:
+            try:
+                self.store.ping()
+                up = True
+            except StoreError:
+                up = False
+            self._ping = (time.monotonic(), up)
+        return up
+
+    def collect(self) -> Iterator[Metric]:
+        hl = self.host_label
+        yield GaugeMetricFamily(
+            "gpuhealth_store_up", "1 when the database answered recently", value=float(self._store_up())
+        )
+        fails = CounterMetricFamily(
+            "gpuhealth_failures_recorded", "Failures and RMAs recorded through the API", labels=["mode", "kind"]
+        )
+        with self._lock:
+            for (m, k), n in sorted(self._failures.items()):
+                fails.add_metric([m, k], n)
+        yield fails
+        if self.buffer is not None:
+            st = self.buffer.stats
+            yield GaugeMetricFamily("gpuhealth_buffer_samples", "Samples waiting to be written", value=len(self.buffer))
+            yield GaugeMetricFamily(
+                "gpuhealth_buffer_capacity", "Samples the buffer holds before dropping", value=self.buffer.capacity
+            )
+            yield CounterMetricFamily(
+                "gpuhealth_buffer_dropped_samples", "Samples dropped: buffer full while the database was down",
+                value=st.dropped,
+            )  # fmt: skip
+            yield CounterMetricFamily(
+                "gpuhealth_buffer_received_samples", "Samples the collector handed over", value=st.received
+            )
+            yield CounterMetricFamily(
+                "gpuhealth_buffer_written_samples", "Samples written to the store", value=st.written
+            )
+        if self.scorer is None:
+            return
+        state = self.scorer.state
+        yield CounterMetricFamily("gpuhealth_score_runs", "Scoring rounds completed", value=state.runs)
+        yield CounterMetricFamily("gpuhealth_score_failures", "Scoring rounds that failed", value=state.failures)
+        if state.last_run is not None:
+            yield GaugeMetricFamily(
+                "gpuhealth_score_last_run_timestamp_seconds",
+                "When the last scoring round finished",
+                value=state.last_run,
+            )
+            yield GaugeMetricFamily(
+                "gpuhealth_score_duration_seconds",
+                "How long the last scoring round took",
+                value=state.last_duration_s or 0,
+            )
+        labels = ["UUID", hl, "gpu", "modelName"]
+        risk = GaugeMetricFamily("gpuhealth_risk", "Failure risk in the lead window, 0..1", labels=[*labels, "mode"])
+        decision = GaugeMetricFamily(
+            "gpuhealth_decision", "1 for the GPU's current decision, 0 for the others", labels=[*labels, "decision"]
+        )
+        reasons = GaugeMetricFamily(
+            "gpuhealth_decision_reasons_info", "Why the GPU has its decision (always 1)",
+            labels=["UUID", hl, "gpu", "decision", "reasons"],
+        )  # fmt: skip
+        records = state.records
+        for r in records:
+            uuid = str(r["gpu_uuid"])
+            gpu = state.identities.get(uuid, {}).get("gpu_index")
+            base = [uuid, str(r["hostname"]), "" if gpu is None else str(gpu), str(r["model_name"])]
+            for mode in MODES:
+                v = r.get(RISK_COLUMN[mode])
+                if v is not None and v == v:
+                    risk.add_metric([*base, mode], float(v))
+            current = str(r["decision"])
+            for d in DECISIONS:
+                decision.add_metric([*base, d], 1.0 if d == current else 0.0)
+            text = "; ".join(r.get("reasons") or [])
+            reasons.add_metric([*base[:3], current, text[:REASONS_MAX]], 1.0)
+        yield risk
+        yield decision
+        yield reasons
+        by = GaugeMetricFamily("gpuhealth_gpus_by_decision", "GPUs per current decision", labels=["decision"])
+        for d, n in decision_counts(records).items():
+            by.add_metric([d], n)
+        yield by

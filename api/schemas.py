@@ -1,0 +1,180 @@
+"""Request and response bodies of the REST API (they make the OpenAPI schema at /docs)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Decision = Literal["ok", "watch", "demote", "drain", "rma"]
+FailureMode = Literal["ecc", "thermal", "pcie", "other"]
+
+
+class Problem(BaseModel):
+    """Every error answer: one line that says what went wrong."""
+
+    detail: str
+
+
+class Risk(BaseModel):
+    risk: float | None = Field(None, description="overall failure risk in the lead window, 0..1 (calibrated)")
+    risk_ecc: float | None = None
+    risk_thermal: float | None = None
+    risk_pcie: float | None = None
+
+
+class GpuSummary(Risk):
+    uuid: str
+    hostname: str
+    gpu_index: int | None = None
+    model_name: str | None = None
+    serial: str | None = None
+    state: str | None = Field(None, description="active | lost | retired")
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    scored_at: datetime | None = None
+    decision: Decision | None = Field(None, description="null until the GPU was first scored")
+    reasons: list[str] = Field(default_factory=list)
+
+
+class GpuDetail(GpuSummary):
+    decision_id: int | None = None
+    latest_sample: dict[str, Any] | None = Field(None, description="timestamp and catalogue fields (null: absent)")
+
+
+class Page(BaseModel):
+    total: int
+    limit: int
+    offset: int
+
+
+class GpuPage(Page):
+    items: list[GpuSummary]
+
+
+class RiskPoint(Risk):
+    scored_at: datetime
+    decision: Decision
+    reasons: list[str] = Field(default_factory=list)
+
+
+class RiskHistory(BaseModel):
+    uuid: str
+    points: list[RiskPoint]
+
+
+class NodeDetail(BaseModel):
+    hostname: str
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    counts: dict[str, int] = Field(default_factory=dict, description="GPUs per decision (and unscored)")
+    gpus: list[GpuSummary]
+
+
+class DecisionOut(BaseModel):
+    id: int
+    gpu_uuid: str
+    hostname: str | None = None
+    gpu_index: int | None = None
+    model_name: str | None = None
+    decision: Decision
+    reasons: list[str] = Field(default_factory=list)
+    state: str = Field(description="open | acknowledged | closed")
+    created_at: datetime
+    updated_at: datetime | None = None
+    acknowledged_by: str | None = None
+    acknowledged_at: datetime | None = None
+    closed_at: datetime | None = None
+    risk: float | None = None
+
+
+class DecisionPage(Page):
+    items: list[DecisionOut]
+
+
+class AckIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(min_length=1, max_length=200, description="who acknowledges (person or system)")
+
+
+class FailureIn(BaseModel):
+    """A failure or RMA outcome: a label for the next training run."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu_uuid: str = Field(min_length=1, max_length=200)
+    failed_at: datetime
+    mode: FailureMode
+    kind: Literal["failure", "rma"] = "failure"
+    hostname: str | None = Field(None, max_length=255, description="needed for a GPU that never reported here")
+    xid: int | None = Field(None, ge=0, le=1_000_000)
+    note: str | None = Field(None, max_length=4000)
+    recorded_by: str | None = Field(None, max_length=200)
+
+
+class FailureOut(BaseModel):
+    id: int
+    gpu_uuid: str
+    hostname: str | None = None
+    failed_at: datetime
+    mode: FailureMode
+    kind: str
+    xid: int | None = None
+    note: str | None = None
+    recorded_at: datetime | None = None
+    recorded_by: str | None = None
+
+
+class AmAlert(BaseModel):
+    """One alert of an Alertmanager webhook notification (payload version 4)."""
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    startsAt: datetime
+    endsAt: datetime | None = None
+    generatorURL: str | None = None
+    fingerprint: str | None = None
+
+
+class AmWebhook(BaseModel):
+    """Alertmanager's webhook body, version 4 (https://prometheus.io/docs/alerting/latest/configuration/#webhook_config)."""
+
+    version: str = "4"
+    groupKey: str | None = None
+    truncatedAlerts: int = 0
+    status: Literal["firing", "resolved"]
+    receiver: str | None = None
+    groupLabels: dict[str, str] = Field(default_factory=dict)
+    commonLabels: dict[str, str] = Field(default_factory=dict)
+    commonAnnotations: dict[str, str] = Field(default_factory=dict)
+    externalURL: str | None = None
+    alerts: list[AmAlert] = Field(max_length=10_000)
+
+
+class Stored(BaseModel):
+    stored: int
+
+
+class AlertOut(BaseModel):
+    id: int
+    status: str
+    alertname: str | None = None
+    severity: str | None = None
+    action: str | None = None
+    gpu_uuid: str | None = None
+    hostname: str | None = None
+    labels: dict[str, Any] = Field(default_factory=dict)
+    annotations: dict[str, Any] = Field(default_factory=dict)
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    received_at: datetime
+
+
+class AlertPage(Page):
+    items: list[AlertOut]
+
+
+class Health(BaseModel):
+    status: str
+    detail: str

@@ -1,0 +1,314 @@
+"""The service's background work: a bounded ingest buffer and the scoring loop.
+
+Both talk to the store from their own threads. When the database is down the
+buffer keeps samples in memory (oldest dropped first once full, and counted) and
+writes them when it is back; the scoring loop skips a round and tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from gpuhealth.history import HistoryError
+from predictor.model import RiskModel
+from predictor.policy import DECISIONS, SEVERITY, Thresholds
+from predictor.score import score, to_records
+from store import Store, StoreError, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+SCORE_WINDOW = timedelta(days=31)
+"""History read for one scoring round: the longest feature window (30 d) and a margin."""
+
+
+def utc(ts: float) -> datetime:
+    """An aware UTC datetime from epoch seconds."""
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass
+class BufferStats:
+    """What the ingest buffer did since start (exported as metrics)."""
+
+    received: int = 0
+    written: int = 0
+    dropped: int = 0
+    duplicates: int = 0
+    failed_flushes: int = 0
+    last_error: str | None = None
+
+
+class IngestBuffer:
+    """Samples on their way to the store: appended by the sampler, written in batches by one thread.
+
+    `capacity` bounds the rows held while the database is unreachable; beyond it the
+    oldest rows are dropped and counted (`stats.dropped`), so memory stays bounded and
+    the loss is visible. Rows are dicts in the history-frame format.
+    """
+
+    def __init__(self, store: Store, capacity: int = 200_000, flush_s: float = 1.0, batch: int = 20_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
+        self.store = store
+        self.capacity = capacity
+        self.flush_s = flush_s
+        self.batch = batch
+        self.stats = BufferStats()
+        self._rows: deque[dict[str, Any]] = deque()
+        self._gpus: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.store_up = True
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, rows: Sequence[dict[str, Any]], gpus: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Queue samples (and GPU identity/state updates); never blocks on the database."""
+        with self._lock:
+            self._rows.extend(rows)
+            self.stats.received += len(rows)
+            over = len(self._rows) - self.capacity
+            if over > 0:
+                for _ in range(over):
+                    self._rows.popleft()
+                self.stats.dropped += over
+            for g in gpus:
+                self._gpus[str(g["uuid"])] = dict(g)
+        if len(self._rows) >= self.batch:
+            self._wake.set()
+
+    def flush(self) -> int:
+        """Write what is queued; on a database error keep it for the next try. Returns rows written."""
+        written = 0
+        with self._lock:
+            gpus = list(self._gpus.values())
+            self._gpus.clear()
+        try:
+            while True:
+                with self._lock:
+                    n = min(len(self._rows), self.batch)
+                    chunk = [self._rows[i] for i in range(n)]
+                    dropped_before = self.stats.dropped
+                if not chunk:
+                    break
+                inserted = self.store.ingest(pd.DataFrame(chunk))
+                with self._lock:
+                    # Rows added meanwhile went to the right end. If the bound pushed some of
+                    # this chunk out meanwhile (from the left), only the rest is still queued.
+                    gone = self.stats.dropped - dropped_before
+                    for _ in range(max(0, n - gone)):
+                        self._rows.popleft()
+                self.stats.written += inserted
+                self.stats.duplicates += n - inserted
+                written += inserted
+            if gpus:  # after the samples: ingesting a GPU's samples marks it active again
+                self.store.upsert_gpus(gpus)
+            self.store_up = True
+            self.stats.last_error = None
+        except StoreUnavailable as err:
+            self._requeue_gpus(gpus)
+            self.store_up = False
+            self.stats.failed_flushes += 1
+            self.stats.last_error = str(err)
+            log.warning("database unavailable, %d sample(s) held in memory: %s", len(self._rows), err)
+        except (StoreError, HistoryError, ValueError) as err:
+            # Rows the store rejects would block the queue forever: drop them, loudly.
+            with self._lock:
+                bad = min(self.batch, len(self._rows))
+                for _ in range(bad):
+                    self._rows.popleft()
+            self.stats.dropped += bad
+            self.stats.last_error = str(err)
+            log.error("dropped %d sample(s) the store rejected: %s", bad, err)
+        return written
+
+    def _requeue_gpus(self, gpus: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for g in gpus:
+                self._gpus.setdefault(str(g["uuid"]), g)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_s)
+            self._wake.clear()
+            self.flush()
+        self.flush()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpuhealth-ingest", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        st = self.stats
+        log.info(
+            "ingest stopped: received %d, written %d, duplicates %d, dropped %d, still held %d",
+            st.received, st.written, st.duplicates, st.dropped, len(self._rows),
+        )  # fmt: skip
+
+
+@dataclass
+class ScoreState:
+    """The latest scores, kept in memory for /metrics (refreshed by every scoring round)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scored_at: datetime | None = None
+    last_run: float | None = None
+    last_duration_s: float | None = None
+    last_error: str | None = None
+    runs: int = 0
+    failures: int = 0
+
+
+class Scorer:
+    """Scores every GPU from the store's recent history and records risks and decisions."""
+
+    def __init__(
+        self,
+        store: Store,
+        model: RiskModel,
+        thresholds: Thresholds,
+        interval_s: float,
+        now: Callable[[], datetime] | None = None,
+        on_scored: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.thresholds = thresholds
+        self.interval_s = interval_s
+        self.now = now
+        self.on_scored = on_scored
+        """Optional hook that may add reasons or raise decisions before they are stored (probes)."""
+        self.state = ScoreState()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self, at: datetime | None = None) -> list[dict[str, Any]]:
+        """One scoring round; returns the records stored (empty when there is no history yet)."""
+        with self._lock:
+            t0 = time.perf_counter()
+            at = at or (self.now() if self.now else None)
+            until = at or datetime.now(UTC)
+            frame = self.store.history(since=until - SCORE_WINDOW, until=until)
+            if len(frame) == 0:
+                return []
+            scored = score(self.model, frame, at=pd.Timestamp(at) if at else None, thresholds=self.thresholds)
+            records = with_lost_gpus(to_records(scored), all_gpus(self.store))
+            if self.on_scored is not None:
+                records = self.on_scored(records)
+            cutoff = scored["cutoff"].max()
+            scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
+            self.store.write_scores(records, scored_at)
+            idx = frame.groupby("gpu_uuid", observed=True)["gpu_index"].last()
+            ids = {str(u): {"gpu_index": int(i)} for u, i in idx.items()}
+            st = self.state
+            st.records, st.identities, st.scored_at = records, ids, scored_at
+            st.last_run, st.last_duration_s, st.last_error = time.time(), time.perf_counter() - t0, None
+            st.runs += 1
+            return records
+
+    def load_latest(self) -> None:
+        """Fill the in-memory state from the store (after a restart, before the first round)."""
+        try:
+            items = all_gpus(self.store)
+        except StoreError as err:
+            log.warning("could not load the latest scores: %s", err)
+            return
+        recs = []
+        for it in items:
+            if it.get("scored_at") is None:
+                continue
+            recs.append({
+                "gpu_uuid": it["uuid"], "hostname": it["hostname"], "model_name": it["model_name"],
+                "risk": it["risk"], "risk_ecc": it["risk_ecc"], "risk_thermal": it["risk_thermal"],
+                "risk_pcie": it["risk_pcie"], "decision": it["decision"] or "ok", "reasons": it["reasons"],
+            })  # fmt: skip
+            self.state.identities[it["uuid"]] = {"gpu_index": it["gpu_index"]}
+        self.state.records = recs
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except StoreUnavailable as err:
+                self.state.failures += 1
+                self.state.last_error = str(err)
+                log.warning("scoring skipped, database unavailable: %s", err)
+            except Exception as err:  # one bad round must not end the loop
+                self.state.failures += 1
+                self.state.last_error = str(err)
+                log.exception("scoring failed")
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpuhealth-scorer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+
+def all_gpus(store: Store, page: int = 10_000) -> list[dict[str, Any]]:
+    """Every GPU the store knows, page by page."""
+    out: list[dict[str, Any]] = []
+    while True:
+        items, total = store.list_gpus(limit=page, offset=len(out))
+        out.extend(items)
+        if not items or len(out) >= total:
+            return out
+
+
+def with_lost_gpus(records: list[dict[str, Any]], gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Drain GPUs the collector reports lost (fallen off the bus), whatever their history says.
+
+    A lost GPU has no readings, so its history stops without a trace of why; the
+    collector's lost state is the evidence (NVIDIA: XID 79, drain and reset or reseat).
+    """
+    by_uuid = {str(r["gpu_uuid"]): r for r in records}
+    for g in gpus:
+        if g.get("state") != "lost":
+            continue
+        seen = g.get("last_seen")
+        since = f" since {seen:%Y-%m-%d %H:%M} UTC" if isinstance(seen, datetime) else ""
+        reason = f"GPU lost: the driver has not seen it{since} (fell off the bus, XID 79): drain, then reset or reseat"
+        rec = by_uuid.get(str(g["uuid"]))
+        if rec is None:
+            rec = {"gpu_uuid": g["uuid"], "hostname": g["hostname"], "model_name": g.get("model_name") or "",
+                   "risk": None, "risk_ecc": None, "risk_thermal": None, "risk_pcie": None,
+                   "decision": "ok", "reasons": []}  # fmt: skip
+            records.append(rec)
+        if SEVERITY[str(rec["decision"])] < SEVERITY["drain"]:
+            rec["decision"] = "drain"
+        rec["reasons"] = [reason, *rec["reasons"]]
+    return records
+
+
+def decision_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """GPUs per decision, every decision present (zeros included)."""
+    counts = dict.fromkeys(DECISIONS, 0)
+    for r in records:
+        counts[str(r["decision"])] = counts.get(str(r["decision"]), 0) + 1
+    return counts

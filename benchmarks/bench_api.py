@@ -1,0 +1,194 @@
+"""Requests/s and p99 of `GET /v1/gpus/{uuid}` for a 10,000-GPU fleet against a bare FastAPI endpoint.
+
+Ours: the gpuhealth API (`api.app.create_app`) over a SQLite store holding 10,000 GPUs,
+each with a latest sample, a risk score and (for some) an open decision.
+
+Baseline: a FastAPI app whose `GET /v1/gpus/{uuid}` returns a constant, declared the
+same way (a sync endpoint, a JSON object) — what the framework and server cost alone.
+
+Both are served by uvicorn (one worker) on loopback, in turn, and loaded the same way by a
+second process: N concurrent keep-alive connections asking for random GPUs for a fixed
+time. Runs alternate (ours, bare, ours, bare, …) so drift hits both; medians are reported
+as ratios. Target: throughput ≥ 0.5× the bare endpoint's, p99 < 4× its p99. Prints, never fails.
+
+    python benchmarks/bench_api.py [--quick] [--gpus 10000] [--seconds 5] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+import numpy as np
+import pandas as pd
+import uvicorn
+from fastapi import FastAPI
+
+from api.app import ApiConfig, create_app
+from gpuhealth.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
+from store import Store
+
+TARGET_THROUGHPUT = 0.5
+TARGET_P99 = 4.0
+
+LOADGEN = r"""
+import asyncio, json, random, sys, time
+import httpx
+
+async def main(base, uuids, seconds, concurrency):
+    lat = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+        async def worker(seed):
+            nonlocal errors
+            rnd = random.Random(seed)
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                r = await client.get("/v1/gpus/" + rnd.choice(uuids))
+                lat.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    errors += 1
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    print(json.dumps({"n": len(lat), "seconds": seconds, "errors": errors, "lat": sorted(lat)}))
+
+args = json.loads(sys.argv[1])
+asyncio.run(main(args["base"], args["uuids"], args["seconds"], args["concurrency"]))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fill_store(store: Store, n: int) -> list[str]:
+    """n GPUs on n/8 nodes, one sample each, one score each; every tenth has a non-ok decision."""
+    rng = np.random.default_rng(0)
+    now = datetime.now(UTC).replace(microsecond=0)
+    uuids = [f"GPU-{i:08x}-bench-{i:06d}" for i in range(n)]
+    frame = pd.DataFrame({
+        "timestamp": pd.Timestamp(now), "hostname": [f"node-{i // 8:05d}" for i in range(n)], "gpu_uuid": uuids,
+        "gpu_index": [i % 8 for i in range(n)], "model_name": "NVIDIA H100 80GB HBM3",
+    })  # fmt: skip
+    for col in HISTORY_COLUMNS:
+        if col not in IDENTITY_COLUMNS:
+            frame[col] = rng.uniform(0, 100, n)
+    frame["xid"] = 0.0
+    store.ingest(frame)
+    decisions = np.where(rng.uniform(size=n) < 0.1, "watch", "ok")
+    records = [
+        {"gpu_uuid": u, "hostname": f"node-{i // 8:05d}", "model_name": "NVIDIA H100 80GB HBM3",
+         "risk": float(r), "risk_ecc": float(r) / 2, "risk_thermal": float(r) / 3, "risk_pcie": float(r) / 4,
+         "decision": str(d), "reasons": ["SBE rate 340/day, 12x its 7-day average"] if d != "ok" else []}
+        for i, (u, r, d) in enumerate(zip(uuids, rng.uniform(size=n), decisions, strict=True))
+    ]  # fmt: skip
+    store.write_scores(records, now - timedelta(minutes=1))
+    return uuids
+
+
+def bare_app() -> FastAPI:
+    app = FastAPI()
+    constant = {"uuid": "GPU-0", "hostname": "node-0", "risk": 0.1, "decision": "ok", "reasons": []}
+
+    @app.get("/v1/gpus/{uuid}")
+    def gpu(uuid: str) -> dict[str, Any]:
+        return constant
+
+    return app
+
+
+class Served:
+    """uvicorn on a free loopback port, in a thread of this process."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def load(base: str, uuids: list[str], seconds: float, concurrency: int) -> dict[str, float]:
+    arg = json.dumps({"base": base, "uuids": uuids, "seconds": seconds, "concurrency": concurrency})
+    out = subprocess.run([sys.executable, "-c", LOADGEN, arg], capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout)
+    lat = r["lat"]
+    return {
+        "rps": r["n"] / r["seconds"],
+        "p50": lat[len(lat) // 2],
+        "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "errors": r["errors"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpus", type=int, default=10_000)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="2 s runs, 2 rounds")
+    args = ap.parse_args()
+    if args.quick:
+        args.seconds, args.rounds = 2.0, 2
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(f"sqlite:///{os.path.join(tmp, 'bench.db')}")
+        t0 = time.perf_counter()
+        uuids = fill_store(store, args.gpus)
+        print(f"store: {args.gpus} GPUs filled in {time.perf_counter() - t0:.1f}s (SQLite)")
+        ours_app = create_app(store, ApiConfig(token="bench"))
+        results: dict[str, list[dict[str, float]]] = {"ours": [], "bare": []}
+        with Served(ours_app) as ours_url, Served(bare_app()) as bare_url:
+            for url in (ours_url, bare_url):  # warm both up
+                load(url, uuids, 0.5, args.concurrency)
+            for _ in range(args.rounds):
+                for name, url in (("ours", ours_url), ("bare", bare_url)):
+                    results[name].append(load(url, uuids, args.seconds, args.concurrency))
+        store.close()
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("rps", "p50", "p99", "errors")}
+           for k, v in results.items()}  # fmt: skip
+    print(f"GET /v1/gpus/{{uuid}}, {args.gpus} GPUs, {args.concurrency} connections, "
+          f"{args.rounds} x {args.seconds:g}s each (medians)")  # fmt: skip
+    for k in ("ours", "bare"):
+        m = med[k]
+        print(f"  {k:5s} {m['rps']:8.0f} req/s   p50 {m['p50'] * 1e3:6.2f} ms   p99 {m['p99'] * 1e3:6.2f} ms"
+              f"   errors {m['errors']:.0f}")  # fmt: skip
+    thr = med["ours"]["rps"] / med["bare"]["rps"]
+    p99 = med["ours"]["p99"] / med["bare"]["p99"]
+    print(
+        f"throughput ratio {thr:.2f}x (target >= {TARGET_THROUGHPUT}x): {'ok' if thr >= TARGET_THROUGHPUT else 'MISS'}"
+    )
+    print(f"p99 ratio        {p99:.2f}x (target < {TARGET_P99}x): {'ok' if p99 < TARGET_P99 else 'MISS'}")
+
+
+if __name__ == "__main__":
+    main()

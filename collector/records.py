@@ -1,0 +1,38 @@
+"""Snapshots as history-frame rows: how the service stores what the collector samples."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from collector.sampler import Snapshot
+from gpuhealth.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
+
+METRIC_COLUMNS = frozenset(HISTORY_COLUMNS) - frozenset(IDENTITY_COLUMNS)
+
+
+def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(sample rows, GPU identity/state updates) of one snapshot.
+
+    A lost GPU gives no sample row (it has no values) but is marked `lost`, so the
+    store keeps it listed; values outside the history columns are left out.
+    """
+    ts = datetime.fromtimestamp(snap.sample_time, UTC)
+    rows: list[dict[str, Any]] = []
+    gpus: list[dict[str, Any]] = []
+    for r in snap.readings:
+        info = r.info
+        gpus.append({
+            "uuid": info.uuid, "hostname": info.hostname, "gpu_index": info.index, "model_name": info.model_name,
+            "serial": info.serial or None, "pci_bus_id": info.pci_bus_id or None,
+            "state": "lost" if r.lost else "active", "seen_at": ts,
+        })  # fmt: skip
+        if r.lost:
+            continue
+        row: dict[str, Any] = {
+            "timestamp": ts, "hostname": info.hostname, "gpu_uuid": info.uuid,
+            "gpu_index": info.index, "model_name": info.model_name,
+        }  # fmt: skip
+        row.update((k, v) for k, v in r.values.items() if k in METRIC_COLUMNS)
+        rows.append(row)
+    return rows, gpus

@@ -1,0 +1,133 @@
+"""Backend flags shared by `gpuhealth collect` and `gpuhealth serve`, and opening the backend they name."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from gpuhealth import catalog
+from gpuhealth.settings import Settings
+from gpuhealth.units import parse_duration
+
+if TYPE_CHECKING:
+    from collector.backends.base import Backend
+
+err = Console(stderr=True)
+
+BackendOpt = Annotated[str | None, typer.Option(help="auto | nvml | dcgm | sim | replay (env GPUHEALTH_BACKEND)")]
+IntervalOpt = Annotated[str | None, typer.Option(help="sampling interval, e.g. 10s")]
+HostnameOpt = Annotated[str | None, typer.Option(help="host label value (default: this host)")]
+HostnameLabelOpt = Annotated[str | None, typer.Option(help="Hostname (dcgm-exporter < 2026) or hostname")]
+FieldsOpt = Annotated[str | None, typer.Option(help='"default", "all" or comma-separated short names')]
+SimNodesOpt = Annotated[int, typer.Option(help="sim: nodes to simulate", min=1)]
+SimGpusOpt = Annotated[int, typer.Option(help="sim: GPUs per node", min=1)]
+SeedOpt = Annotated[int, typer.Option(help="sim: random seed")]
+SimModelOpt = Annotated[str | None, typer.Option(help="sim: GPU model name")]
+SimSpeedOpt = Annotated[float, typer.Option(help="sim: simulated seconds per real second", min=0.001)]
+SimFaultOpt = Annotated[
+    list[str] | None, typer.Option(help="sim: inject a fault, GPU:MODE[:HOURS] (ecc|thermal|pcie|offbus)")
+]
+HistoryOpt = Annotated[Path | None, typer.Option(help="replay: the history file to serve")]
+SpeedOpt = Annotated[
+    float, typer.Option(help="replay: history seconds per real second (3600 = an hour a second)", min=0.001)
+]
+LoopOpt = Annotated[bool, typer.Option(help="replay: start over at the end")]
+LogLevelOpt = Annotated[str | None, typer.Option(help="DEBUG, INFO, WARNING")]
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one line to stderr and return the exit to raise."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def load_settings() -> Settings:
+    """Settings from the environment and .env, or one clear error line."""
+    try:
+        return Settings()
+    except Exception as e:  # pydantic's message names the variable and the allowed values
+        raise fail(f"invalid GPUHEALTH_* setting: {' '.join(str(e).split())}") from None
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@dataclass(frozen=True)
+class BackendFlags:
+    """The backend flags as given (None: take the setting)."""
+
+    backend: str | None = None
+    interval: str | None = None
+    hostname: str | None = None
+    hostname_label: str | None = None
+    fields: str | None = None
+    sim_nodes: int = 1
+    sim_gpus: int = 8
+    seed: int = 0
+    sim_model: str | None = None
+    sim_speed: float = 1.0
+    sim_fault: list[str] | None = None
+    history: Path | None = None
+    speed: float = 1.0
+    loop: bool = True
+    sim_start: float | None = None
+    """Simulated start time (epoch seconds); None: the simulator's fixed start."""
+
+
+@dataclass
+class OpenedBackend:
+    backend: Backend
+    fields: list[catalog.Field]
+    interval_s: float
+    hostname_label: str
+
+
+def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
+    """Check the flags and open the backend they name; every problem is one `error:` line."""
+    from collector.backends.base import BackendError
+    from collector.backends.factory import BACKENDS, open_backend
+    from simulator.fleet import FaultSpec
+
+    backend = flags.backend or s.backend
+    if backend not in BACKENDS:
+        raise fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    label = flags.hostname_label or s.hostname_label
+    if label not in ("Hostname", "hostname"):
+        raise fail(f"--hostname-label must be Hostname or hostname, not {label!r}")
+    try:
+        interval_s = parse_duration(flags.interval or s.interval)
+        chosen = catalog.select(flags.fields or s.fields)
+        faults = [FaultSpec.parse(f) for f in flags.sim_fault or []]
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if faults and backend != "sim":
+        raise fail("--sim-fault needs --backend sim")
+    if (backend == "replay") != (flags.history is not None):
+        raise fail("--backend replay needs --history FILE (and --history needs --backend replay)")
+    try:
+        b = open_backend(
+            backend,
+            hostname=flags.hostname or s.hostname or socket.gethostname(),
+            fields=chosen,
+            interval_s=interval_s,
+            sim_nodes=flags.sim_nodes,
+            sim_gpus=flags.sim_gpus,
+            sim_seed=flags.seed,
+            sim_model=flags.sim_model,
+            sim_speed=flags.sim_speed,
+            sim_faults=faults,
+            sim_start=flags.sim_start,
+            history=flags.history,
+            replay_speed=flags.speed,
+            replay_loop=flags.loop,
+        )
+    except (BackendError, ValueError) as e:
+        raise fail(str(e)) from None
+    return OpenedBackend(b, list(chosen), interval_s, label)

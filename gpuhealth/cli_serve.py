@@ -1,0 +1,242 @@
+"""`gpuhealth serve` and `gpuhealth demo`: the service in one process."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpuhealth.cli_backend import (
+    BackendFlags,
+    BackendOpt,
+    FieldsOpt,
+    HistoryOpt,
+    HostnameLabelOpt,
+    HostnameOpt,
+    IntervalOpt,
+    LogLevelOpt,
+    LoopOpt,
+    SeedOpt,
+    SimFaultOpt,
+    SimGpusOpt,
+    SimModelOpt,
+    SimNodesOpt,
+    SimSpeedOpt,
+    SpeedOpt,
+    fail,
+    load_settings,
+    open_from_flags,
+    setup_logging,
+)
+from gpuhealth.settings import Settings
+from gpuhealth.units import parse_duration, parse_listen
+
+out = Console(stderr=True)
+
+DbOpt = Annotated[
+    str | None, typer.Option(help="database URL: sqlite:///FILE or postgresql+psycopg://… (GPUHEALTH_DB)")
+]
+ListenOpt = Annotated[str | None, typer.Option(help="HOST:PORT of the API and /metrics (GPUHEALTH_API_LISTEN)")]
+ScoreOpt = Annotated[str | None, typer.Option(help="how often every GPU is scored, e.g. 5m")]
+ModelOpt = Annotated[Path | None, typer.Option(help="risk model (.skops); default: the shipped model")]
+TokenFileOpt = Annotated[
+    Path | None, typer.Option(help="file holding the bearer token for writes (or set GPUHEALTH_TOKEN)")
+]
+
+DEMO_NODES = 4
+DEMO_GPUS = 8
+DEMO_STEP_S = 600.0
+"""Simulated seconds per demo sample: one real second is ten simulated minutes."""
+DEMO_WARMUP_STEPS = 288
+"""Two simulated days of history, stored before the service starts, so the model has something to read."""
+DEMO_FAULTS = ("3:ecc:50", "28:offbus:50.5", "17:pcie:56", "10:thermal:57", "21:ecc:55")
+"""Fault times in simulated hours from the start of the (warm-up) history: they ripen within the first minute."""
+
+
+def _open_store(url: str) -> object:
+    from store import Store, StoreError
+
+    try:
+        return Store.open(url)
+    except StoreError as e:
+        raise fail(str(e)) from None
+
+
+def _token(s: Settings, token_file: Path | None) -> str | None:
+    if token_file is None:
+        return s.token
+    try:
+        tok = token_file.read_text().strip()
+    except OSError as e:
+        raise fail(f"cannot read --token-file {token_file}: {e.strerror or e}") from None
+    if not tok:
+        raise fail(f"--token-file {token_file} is empty")
+    return tok
+
+
+def _run(svc: object, host: str, port: int, log_level: str) -> None:
+    import uvicorn
+
+    from gpuhealth.serve import Service
+
+    assert isinstance(svc, Service)
+    config = uvicorn.Config(svc.app, host=host, port=port, log_level=log_level.lower(), access_log=False)
+    server = uvicorn.Server(config)
+    server.run()
+    if not server.started:
+        raise fail(f"cannot listen on {host}:{port} (in use, or not an address of this machine)")
+
+
+def serve(
+    backend: BackendOpt = None,
+    db: DbOpt = None,
+    listen: ListenOpt = None,
+    interval: IntervalOpt = None,
+    score_interval: ScoreOpt = None,
+    model: ModelOpt = None,
+    token_file: TokenFileOpt = None,
+    no_collector: Annotated[bool, typer.Option(help="API and scoring only (samples arrive by other means)")] = False,
+    hostname: HostnameOpt = None,
+    hostname_label: HostnameLabelOpt = None,
+    fields: FieldsOpt = None,
+    sim_nodes: SimNodesOpt = 1,
+    sim_gpus: SimGpusOpt = 8,
+    seed: SeedOpt = 0,
+    sim_model: SimModelOpt = None,
+    sim_speed: SimSpeedOpt = 1.0,
+    sim_fault: SimFaultOpt = None,
+    history: HistoryOpt = None,
+    speed: SpeedOpt = 1.0,
+    loop: LoopOpt = True,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """Collect, keep history, score every GPU and answer over REST and /metrics, in one process."""
+    from gpuhealth.serve import build_service
+    from predictor.model import ModelError
+    from predictor.policy import Thresholds
+    from predictor.score import load_model
+    from store import Store
+
+    s = load_settings()
+    level = log_level or s.log_level
+    setup_logging(level)
+    try:
+        host, port = parse_listen(listen or s.api_listen)
+        score_s = parse_duration(score_interval or s.score_interval)
+        thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    token = _token(s, token_file)
+    try:
+        m = load_model(model or s.model)
+    except (ModelError, OSError, ValueError) as e:
+        raise fail(f"cannot load the model: {e}") from None
+    store = _open_store(db or s.db)
+    assert isinstance(store, Store)
+    opened = None
+    if not no_collector:
+        flags = BackendFlags(
+            backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
+            sim_fault, history, speed, loop, sim_start=time.time() if (backend or s.backend) == "sim" else None,
+        )  # fmt: skip
+        opened = open_from_flags(flags, s)
+    svc = build_service(
+        store,
+        m,
+        backend=opened.backend if opened else None,
+        fields=opened.fields if opened else None,
+        interval_s=opened.interval_s if opened else 10.0,
+        score_interval_s=score_s,
+        thresholds=thresholds,
+        token=token,
+        read_open=s.read_open,
+        max_request_bytes=s.max_request_bytes,
+        buffer_samples=s.buffer_samples,
+        hostname_label=opened.hostname_label if opened else s.hostname_label,
+    )
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    base = f"http://{shown}:{port}"
+    what = f"{opened.backend.name} backend, {len(opened.backend.gpus())} GPU(s)" if opened else "no collector"
+    out.print(
+        f"gpuhealth serve: {what}, database {store.url}, scoring every {score_s:g}s\n"
+        f"  API docs: {base}/docs\n  GPUs:     {base}/v1/gpus\n  metrics:  {base}/metrics",
+        highlight=False,
+    )
+    if token is None:
+        out.print("  writes are disabled: set GPUHEALTH_TOKEN or --token-file to enable them", highlight=False)
+    _run(svc, host, port, level)
+
+
+def demo(
+    listen: Annotated[str, typer.Option(help="HOST:PORT of the API and /metrics")] = "127.0.0.1:8080",
+    db: Annotated[Path, typer.Option(help="SQLite file for the demo (started afresh)")] = Path("build/demo.db"),
+    nodes: Annotated[int, typer.Option(min=1, help="simulated nodes")] = DEMO_NODES,
+    gpus_per_node: Annotated[int, typer.Option(min=1, help="GPUs per node")] = DEMO_GPUS,
+    seed: Annotated[int, typer.Option(help="random seed")] = 7,
+    log_level: LogLevelOpt = None,
+) -> None:
+    """A simulated fleet with faults that ripen within a minute, served with an embedded SQLite database."""
+    from gpuhealth.serve import build_service, warm_up
+    from predictor.policy import Thresholds
+    from predictor.score import load_model
+    from store import Store
+
+    s = load_settings()
+    level = log_level or "WARNING"
+    setup_logging(level)
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    token = s.token or secrets.token_urlsafe(16)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    faults = [f for f in DEMO_FAULTS if int(f.split(":")[0]) < nodes * gpus_per_node]
+    interval_s = 1.0
+    flags = BackendFlags(
+        "sim", f"{interval_s}s", None, None, None, nodes, gpus_per_node, seed, None, DEMO_STEP_S / interval_s,
+        faults, sim_start=time.time() - DEMO_WARMUP_STEPS * DEMO_STEP_S,
+    )  # fmt: skip
+    opened = open_from_flags(flags, s)
+    store = _open_store(f"sqlite:///{db}")
+    assert isinstance(store, Store)
+    svc = build_service(
+        store,
+        load_model(s.model),
+        backend=opened.backend,
+        fields=opened.fields,
+        interval_s=interval_s,
+        score_interval_s=5.0,
+        thresholds=Thresholds(s.watch_threshold, s.demote_threshold),
+        token=token,
+        hostname_label=opened.hostname_label,
+    )
+    out.print(f"gpuhealth demo: simulating two days of history for {nodes * gpus_per_node} GPUs …", highlight=False)
+    warm_up(svc, DEMO_WARMUP_STEPS)
+    base = f"http://{host}:{port}"
+    out.print(
+        f"""gpuhealth demo: {nodes} nodes × {gpus_per_node} GPUs, one second = ten simulated minutes.
+Faults ripen within about a minute: watch it move GPUs to watch, demote, drain and rma.
+  API docs:   {base}/docs
+  GPUs:       {base}/v1/gpus
+  RMA list:   {base}/v1/decisions?decision=rma
+  metrics:    {base}/metrics
+  database:   {db} (SQLite)
+  token:      {token}
+  try:        curl -s '{base}/v1/gpus?min_risk=0.3' | python3 -m json.tool
+              curl -s -X POST -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
+                   -d '{{"by": "me"}}' {base}/v1/decisions/1/ack
+Stop with Ctrl-C.""",
+        highlight=False,
+    )
+    _run(svc, host, port, level)
+
+
+def register_serve(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command()(demo)

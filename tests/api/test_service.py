@@ -1,0 +1,124 @@
+"""The ingest buffer and the scoring loop against a real SQLite store that can be made to fail."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from api.service import IngestBuffer, decision_counts
+from store import Store, StoreUnavailable
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class FlakyStore:
+    """A real store whose database can be 'down' (every call raises StoreUnavailable, as the store does)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("cannot reach the database: connection refused")
+
+    def ingest(self, frame: pd.DataFrame) -> int:
+        self._check()
+        return self.store.ingest(frame)
+
+    def upsert_gpus(self, gpus: Any) -> None:
+        self._check()
+        self.store.upsert_gpus(gpus)
+
+
+def rows(n: int, start: int = 0, uuid: str = "GPU-a") -> list[dict[str, Any]]:
+    return [
+        {"timestamp": T0 + timedelta(seconds=10 * i), "hostname": "n1", "gpu_uuid": uuid, "gpu_index": 0,
+         "model_name": "NVIDIA H100 80GB HBM3", "gpu_temp_c": 40.0 + i % 7}
+        for i in range(start, start + n)
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def flaky(tmp_path: Path) -> FlakyStore:
+    return FlakyStore(Store.open(f"sqlite:///{tmp_path / 's.db'}"))
+
+
+def stored(f: FlakyStore) -> int:
+    return len(f.store.history())
+
+
+def test_samples_wait_in_memory_while_the_database_is_down(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=1000)  # type: ignore[arg-type]
+    buf.add(rows(10))
+    assert buf.flush() == 10
+    flaky.down = True
+    buf.add(rows(25, start=10))
+    assert buf.flush() == 0
+    assert not buf.store_up and len(buf) == 25 and buf.stats.failed_flushes == 1
+    flaky.down = False
+    assert buf.flush() == 25
+    assert buf.store_up and len(buf) == 0
+    assert stored(flaky) == 35 and buf.stats.dropped == 0
+
+
+def test_the_bound_drops_the_oldest_and_counts_them(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=20)  # type: ignore[arg-type]
+    flaky.down = True
+    buf.add(rows(50))
+    buf.flush()
+    assert len(buf) == 20 and buf.stats.dropped == 30
+    flaky.down = False
+    buf.flush()
+    h = flaky.store.history()
+    assert len(h) == 20
+    assert h["timestamp"].min() == pd.Timestamp(T0 + timedelta(seconds=300))  # the newest 20 were kept
+
+
+def test_duplicates_are_counted_not_stored_twice(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100, batch=7)  # type: ignore[arg-type]
+    buf.add(rows(10))
+    buf.add(rows(10))
+    buf.flush()
+    assert stored(flaky) == 10 and buf.stats.duplicates == 10 and buf.stats.written == 10
+
+
+def test_rows_the_store_rejects_are_dropped_loudly_not_retried_forever(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100)  # type: ignore[arg-type]
+    bad = rows(3)
+    for r in bad:
+        r["gpu_temp_c"] = "hot"
+    buf.add(bad)
+    buf.flush()
+    assert len(buf) == 0 and buf.stats.dropped == 3 and "gpu_temp_c" in (buf.stats.last_error or "")
+    buf.add(rows(4, start=100))
+    assert buf.flush() == 4
+
+
+def test_gpu_states_survive_an_outage(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100)  # type: ignore[arg-type]
+    buf.add(rows(2))
+    buf.flush()
+    flaky.down = True
+    gpu = {"uuid": "GPU-a", "hostname": "n1", "gpu_index": 0, "model_name": "NVIDIA H100 80GB HBM3",
+           "state": "lost", "seen_at": T0 + timedelta(hours=1)}  # fmt: skip
+    buf.add([], [gpu])
+    buf.flush()
+    flaky.down = False
+    buf.flush()
+    assert flaky.store.get_gpu("GPU-a")["state"] == "lost"
+
+
+def test_capacity_must_be_positive(flaky: FlakyStore) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        IngestBuffer(flaky, capacity=0)  # type: ignore[arg-type]
+
+
+def test_decision_counts_has_every_decision() -> None:
+    assert decision_counts([{"decision": "rma"}, {"decision": "ok"}, {"decision": "ok"}]) == {
+        "ok": 2, "watch": 0, "demote": 0, "drain": 0, "rma": 1,
+    }  # fmt: skip
