@@ -235,6 +235,11 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
         """Risk over time (oldest first)."""
         return {"uuid": uuid, "points": store.risk_history(uuid, since=_aware(since), until=_aware(until), limit=limit)}
 
+    @app.get("/v1/gpus/{uuid}/probes", response_model=list[schemas.ProbeOut], dependencies=read, tags=["gpus"])
+    def probe_results(uuid: Uuid, limit: Limit = 100) -> list[dict[str, Any]]:
+        """The GPU's latest probe results (GEMM, memtest, bandwidth, PCIe), newest first."""
+        return store.probe_results(uuid, limit=limit)
+
     @app.get("/v1/nodes/{hostname}", response_model=schemas.NodeDetail, dependencies=read, tags=["nodes"])
     def get_node(hostname: Annotated[str, Path(min_length=1, max_length=255)]) -> dict[str, Any]:
         """A node and its GPUs."""

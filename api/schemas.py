@@ -64,6 +64,21 @@ class RiskHistory(BaseModel):
     points: list[RiskPoint]
 
 
+class ProbeOut(BaseModel):
+    """One probe run on one GPU (gpuhealth probe / the collector's scheduler)."""
+
+    gpu_uuid: str
+    ran_at: datetime
+    test: str
+    status: str = Field(description="pass | fail | error | skipped")
+    value: float | None = None
+    unit: str | None = None
+    expected: float | None = None
+    ratio: float | None = None
+    duration_s: float | None = None
+    details: dict[str, Any] | None = None
+
+
 class NodeDetail(BaseModel):
     hostname: str
     first_seen: datetime | None = None

@@ -21,11 +21,14 @@ import pandas as pd
 from gpuhealth.history import HistoryError
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, Thresholds
+from predictor.probes import slow_gpus
 from predictor.score import score, to_records
 from store import Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
+PROBE_WINDOW = timedelta(days=7)
+"""Probe results older than this no longer say anything about the GPU."""
 SCORE_WINDOW = timedelta(days=31)
 """History read for one scoring round: the longest feature window (30 d) and a margin."""
 
@@ -188,7 +191,7 @@ class Scorer:
         thresholds: Thresholds,
         interval_s: float,
         now: Callable[[], datetime] | None = None,
-        on_scored: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+        on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -212,11 +215,12 @@ class Scorer:
             if len(frame) == 0:
                 return []
             scored = score(self.model, frame, at=pd.Timestamp(at) if at else None, thresholds=self.thresholds)
-            records = with_lost_gpus(to_records(scored), all_gpus(self.store))
-            if self.on_scored is not None:
-                records = self.on_scored(records)
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
+            records = with_lost_gpus(to_records(scored), all_gpus(self.store))
+            records = with_probe_findings(records, self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at))
+            if self.on_scored is not None:
+                records = self.on_scored(records, scored_at)
             self.store.write_scores(records, scored_at)
             idx = frame.groupby("gpu_uuid", observed=True)["gpu_index"].last()
             ids = {str(u): {"gpu_index": int(i)} for u, i in idx.items()}
@@ -303,6 +307,35 @@ def with_lost_gpus(records: list[dict[str, Any]], gpus: Sequence[Mapping[str, An
         if SEVERITY[str(rec["decision"])] < SEVERITY["drain"]:
             rec["decision"] = "drain"
         rec["reasons"] = [reason, *rec["reasons"]]
+    return records
+
+
+def _raise_to(rec: dict[str, Any], decision: str, reason: str) -> None:
+    if SEVERITY[str(rec["decision"])] < SEVERITY[decision]:
+        rec["decision"] = decision
+    rec["reasons"] = [*rec["reasons"], reason]
+
+
+def with_probe_findings(records: list[dict[str, Any]], results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Watch GPUs whose probes say so: GEMM >10% below same-model peers (slow), memtest bit errors,
+    or a GEMM result that did not verify (silent data corruption)."""
+    if not results:
+        return records
+    frame = pd.DataFrame(list(results))
+    by_uuid = {str(r["gpu_uuid"]): r for r in records}
+    for row in slow_gpus(frame).itertuples():
+        rec = by_uuid.get(str(row.gpu_uuid))
+        if rec is not None and row.slow:
+            _raise_to(rec, "watch", f"slow: {row.reason}")
+    latest = frame.sort_values("ran_at").groupby(["gpu_uuid", "test"], sort=False).tail(1)
+    for row in latest[latest["status"] == "fail"].itertuples():
+        rec = by_uuid.get(str(row.gpu_uuid))
+        if rec is None or row.test not in ("memtest", "gemm", "gemm_fp32"):
+            continue
+        errors = row.details.get("errors", row.value) if isinstance(row.details, dict) else row.value
+        found = f"{errors:g}" if isinstance(errors, int | float) and errors == errors else "?"
+        what = "memory test found bit errors" if row.test == "memtest" else "GEMM results did not verify"
+        _raise_to(rec, "watch", f"probe {row.test} failed: {what} ({found}); run dcgmi diag -r 3")
     return records
 
 

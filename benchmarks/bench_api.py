@@ -66,7 +66,7 @@ async def main(base, uuids, seconds, concurrency):
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
     print(json.dumps({"n": len(lat), "seconds": seconds, "errors": errors, "lat": sorted(lat)}))
 
-args = json.loads(sys.argv[1])
+args = json.loads(sys.stdin.read())
 asyncio.run(main(args["base"], args["uuids"], args["seconds"], args["concurrency"]))
 """
 
@@ -139,7 +139,7 @@ class Served:
 
 def load(base: str, uuids: list[str], seconds: float, concurrency: int) -> dict[str, float]:
     arg = json.dumps({"base": base, "uuids": uuids, "seconds": seconds, "concurrency": concurrency})
-    out = subprocess.run([sys.executable, "-c", LOADGEN, arg], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", LOADGEN], input=arg, capture_output=True, text=True, check=True)
     r = json.loads(out.stdout)
     lat = r["lat"]
     return {

@@ -44,20 +44,27 @@ class RunningCollector:
         self.backend.close()
 
 
-def build_collector(
+@dataclass
+class Sampling:
+    """A backend's sampler, the registry of its series and (optionally) its probe scheduler."""
+
+    sampler: Sampler
+    registry: CollectorRegistry
+    probes: ProbeScheduler | None = None
+
+
+def build_sampling(
     backend: Backend,
     fields: Sequence[Field],
     interval_s: float,
-    host: str = "0.0.0.0",
-    port: int = 9400,
     hostname_label: str = "Hostname",
     *,
     probes: ProbeConfig | None = None,
     probe_runner: ProbeRunner | None = None,
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
     sim_seed: int = 0,
-) -> RunningCollector:
-    """Assemble (but do not start) a collector serving `backend` on host:port.
+) -> Sampling:
+    """The sampler and its Prometheus collectors (no HTTP server): `collect` and `serve` both start here.
 
     With `probes` (enabled), a probe scheduler runs on idle GPUs and gpuhealth_probe_*
     series are exported; its results also go to `on_probe_results` (Store rows).
@@ -76,8 +83,29 @@ def build_collector(
         )  # fmt: skip
         if scheduler is not None:
             registry.register(ProbeCollector(scheduler, hostname_label))
-    server = ExporterServer(registry, sampler.health, host, port)
-    return RunningCollector(backend, sampler, registry, server, scheduler)
+    return Sampling(sampler, registry, scheduler)
+
+
+def build_collector(
+    backend: Backend,
+    fields: Sequence[Field],
+    interval_s: float,
+    host: str = "0.0.0.0",
+    port: int = 9400,
+    hostname_label: str = "Hostname",
+    *,
+    probes: ProbeConfig | None = None,
+    probe_runner: ProbeRunner | None = None,
+    on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
+    sim_seed: int = 0,
+) -> RunningCollector:
+    """Assemble (but do not start) a collector serving `backend` on host:port (see `build_sampling`)."""
+    s = build_sampling(
+        backend, fields, interval_s, hostname_label, probes=probes, probe_runner=probe_runner,
+        on_probe_results=on_probe_results, sim_seed=sim_seed,
+    )  # fmt: skip
+    server = ExporterServer(s.registry, s.sampler.health, host, port)
+    return RunningCollector(backend, s.sampler, s.registry, server, s.probes)
 
 
 def run_until_signalled(collector: RunningCollector) -> None:

@@ -27,6 +27,7 @@ from gpuhealth.cli_backend import (
     SimGpusOpt,
     SimModelOpt,
     SimNodesOpt,
+    SimSpareOpt,
     SimSpeedOpt,
     SpeedOpt,
     fail,
@@ -37,7 +38,7 @@ from gpuhealth.cli_backend import (
 from gpuhealth.cli_db import db_app
 from gpuhealth.cli_history import history_app
 from gpuhealth.cli_probe import register_probe
-from gpuhealth.cli_serve import register_serve
+from gpuhealth.cli_serve import probe_config, register_serve
 from gpuhealth.settings import Settings
 from gpuhealth.units import parse_duration, parse_listen
 
@@ -76,6 +77,7 @@ def collect(
     fields: FieldsOpt = None,
     sim_nodes: SimNodesOpt = 1,
     sim_gpus: SimGpusOpt = 8,
+    sim_spare_nodes: SimSpareOpt = 0,
     seed: SeedOpt = 0,
     sim_model: SimModelOpt = None,
     sim_speed: SimSpeedOpt = 1.0,
@@ -96,12 +98,14 @@ def collect(
         raise fail(str(e)) from None
     flags = BackendFlags(
         backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
-        sim_fault, history, speed, loop,
+        sim_fault, history, speed, loop, sim_spare_nodes=sim_spare_nodes,
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     b, interval_s = opened.backend, opened.interval_s
     try:
-        running = build_collector(b, opened.fields, interval_s, host, port, opened.hostname_label)
+        running = build_collector(
+            b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed
+        )
     except OSError as e:
         b.close()
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None

@@ -27,6 +27,7 @@ HostnameLabelOpt = Annotated[str | None, typer.Option(help="Hostname (dcgm-expor
 FieldsOpt = Annotated[str | None, typer.Option(help='"default", "all" or comma-separated short names')]
 SimNodesOpt = Annotated[int, typer.Option(help="sim: nodes to simulate", min=1)]
 SimGpusOpt = Annotated[int, typer.Option(help="sim: GPUs per node", min=1)]
+SimSpareOpt = Annotated[int, typer.Option(help="sim: the last N nodes stay idle (a spare pool, probed)", min=0)]
 SeedOpt = Annotated[int, typer.Option(help="sim: random seed")]
 SimModelOpt = Annotated[str | None, typer.Option(help="sim: GPU model name")]
 SimSpeedOpt = Annotated[float, typer.Option(help="sim: simulated seconds per real second", min=0.001)]
@@ -79,6 +80,7 @@ class BackendFlags:
     loop: bool = True
     sim_start: float | None = None
     """Simulated start time (epoch seconds); None: the simulator's fixed start."""
+    sim_spare_nodes: int = 0
 
 
 @dataclass
@@ -124,6 +126,7 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
             sim_speed=flags.sim_speed,
             sim_faults=faults,
             sim_start=flags.sim_start,
+            sim_spare_nodes=flags.sim_spare_nodes,
             history=flags.history,
             replay_speed=flags.speed,
             replay_loop=flags.loop,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -25,6 +25,7 @@ from gpuhealth.cli_backend import (
     SimGpusOpt,
     SimModelOpt,
     SimNodesOpt,
+    SimSpareOpt,
     SimSpeedOpt,
     SpeedOpt,
     fail,
@@ -34,6 +35,9 @@ from gpuhealth.cli_backend import (
 )
 from gpuhealth.settings import Settings
 from gpuhealth.units import parse_duration, parse_listen
+
+if TYPE_CHECKING:
+    from collector.probes import ProbeConfig
 
 out = Console(stderr=True)
 
@@ -53,8 +57,22 @@ DEMO_STEP_S = 600.0
 """Simulated seconds per demo sample: one real second is ten simulated minutes."""
 DEMO_WARMUP_STEPS = 288
 """Two simulated days of history, stored before the service starts, so the model has something to read."""
-DEMO_FAULTS = ("3:ecc:50", "28:offbus:50.5", "17:pcie:56", "10:thermal:57", "21:ecc:55")
+DEMO_SPARE_NODES = 1
+"""The last node is a spare pool: idle, so the collector probes it (GEMM, memtest, bandwidth, PCIe)."""
+DEMO_PROBE_EVERY = "20s"
+"""Probe each idle simulated GPU every 20 s, so the probe series and a slow GPU show within the minute."""
+DEMO_FAULTS = ("3:ecc:50", "28:offbus:50.5", "17:pcie:56", "10:thermal:57", "21:ecc:55", "26:thermal:70")
 """Fault times in simulated hours from the start of the (warm-up) history: they ripen within the first minute."""
+
+
+def probe_config(s: Settings, every: str | None = None) -> ProbeConfig:
+    """The probe schedule from settings (`every` overrides GPUHEALTH_PROBE_EVERY), or one error line."""
+    from collector.probes import ProbeConfig
+
+    try:
+        return ProbeConfig.from_settings(s if every is None else s.model_copy(update={"probe_every": every}))
+    except ValueError as e:
+        raise fail(f"invalid probe setting: {e}") from None
 
 
 def _open_store(url: str) -> object:
@@ -78,6 +96,19 @@ def _token(s: Settings, token_file: Path | None) -> str | None:
     return tok
 
 
+def check_port(host: str, port: int) -> None:
+    """Fail with one line now, not after minutes of start-up, when host:port cannot be listened on."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
 def _run(svc: object, host: str, port: int, log_level: str) -> None:
     import uvicorn
 
@@ -86,9 +117,10 @@ def _run(svc: object, host: str, port: int, log_level: str) -> None:
     assert isinstance(svc, Service)
     config = uvicorn.Config(svc.app, host=host, port=port, log_level=log_level.lower(), access_log=False)
     server = uvicorn.Server(config)
-    server.run()
-    if not server.started:
-        raise fail(f"cannot listen on {host}:{port} (in use, or not an address of this machine)")
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits when it cannot bind (a race with check_port)
+        raise fail(f"cannot listen on {host}:{port}") from None
 
 
 def serve(
@@ -105,6 +137,7 @@ def serve(
     fields: FieldsOpt = None,
     sim_nodes: SimNodesOpt = 1,
     sim_gpus: SimGpusOpt = 8,
+    sim_spare_nodes: SimSpareOpt = 0,
     seed: SeedOpt = 0,
     sim_model: SimModelOpt = None,
     sim_speed: SimSpeedOpt = 1.0,
@@ -130,6 +163,7 @@ def serve(
         thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
     except ValueError as e:
         raise fail(str(e)) from None
+    check_port(host, port)
     token = _token(s, token_file)
     try:
         m = load_model(model or s.model)
@@ -142,6 +176,7 @@ def serve(
         flags = BackendFlags(
             backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
             sim_fault, history, speed, loop, sim_start=time.time() if (backend or s.backend) == "sim" else None,
+            sim_spare_nodes=sim_spare_nodes,
         )  # fmt: skip
         opened = open_from_flags(flags, s)
     svc = build_service(
@@ -157,6 +192,8 @@ def serve(
         max_request_bytes=s.max_request_bytes,
         buffer_samples=s.buffer_samples,
         hostname_label=opened.hostname_label if opened else s.hostname_label,
+        probes=probe_config(s),
+        sim_seed=seed,
     )
     shown = "localhost" if host in ("0.0.0.0", "::", "") else host
     base = f"http://{shown}:{port}"
@@ -192,6 +229,7 @@ def demo(
         host, port = parse_listen(listen)
     except ValueError as e:
         raise fail(str(e)) from None
+    check_port(host, port)
     token = s.token or secrets.token_urlsafe(16)
     db.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):
@@ -200,7 +238,7 @@ def demo(
     interval_s = 1.0
     flags = BackendFlags(
         "sim", f"{interval_s}s", None, None, None, nodes, gpus_per_node, seed, None, DEMO_STEP_S / interval_s,
-        faults, sim_start=time.time() - DEMO_WARMUP_STEPS * DEMO_STEP_S,
+        faults, sim_start=time.time() - DEMO_WARMUP_STEPS * DEMO_STEP_S, sim_spare_nodes=DEMO_SPARE_NODES,
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")
@@ -215,6 +253,8 @@ def demo(
         thresholds=Thresholds(s.watch_threshold, s.demote_threshold),
         token=token,
         hostname_label=opened.hostname_label,
+        probes=probe_config(s, every=DEMO_PROBE_EVERY),
+        sim_seed=seed,
     )
     out.print(f"gpuhealth demo: simulating two days of history for {nodes * gpus_per_node} GPUs …", highlight=False)
     warm_up(svc, DEMO_WARMUP_STEPS)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client.registry import CollectorRegistry
@@ -17,13 +18,15 @@ from prometheus_client.registry import CollectorRegistry
 from api.app import ApiConfig, create_app
 from api.service import IngestBuffer, Scorer
 from collector.backends.base import Backend
-from collector.exporter import GpuCollector, SelfCollector, render
+from collector.exporter import render
+from collector.probes import ProbeConfig, ProbeScheduler
 from collector.records import snapshot_rows
+from collector.run import build_sampling
 from collector.sampler import Sampler
 from gpuhealth.catalog import Field
 from predictor.model import RiskModel
 from predictor.policy import Thresholds
-from store import Store
+from store import Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class Service:
     registry: CollectorRegistry | None
     buffer: IngestBuffer | None
     scorer: Scorer
+    probes: ProbeScheduler | None = None
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -51,11 +55,15 @@ class Service:
             self.buffer.start()
         if self.sampler is not None:
             self.sampler.start()
+        if self.probes is not None:
+            self.probes.start()
         self.scorer.load_latest()
         self.scorer.start()
 
     def stop(self) -> None:
         self.scorer.stop()
+        if self.probes is not None:
+            self.probes.stop()
         if self.sampler is not None:
             self.sampler.stop()
         if self.buffer is not None:
@@ -78,22 +86,26 @@ def build_service(
     max_request_bytes: int = 1_048_576,
     buffer_samples: int = 200_000,
     hostname_label: str = "Hostname",
+    probes: ProbeConfig | None = None,
+    sim_seed: int = 0,
 ) -> Service:
     """Assemble (not start) the service; without a backend it is API and scoring only."""
     sampler = registry = buffer = None
+    svc_ref: dict[str, Service] = {}
     extra: Callable[[], bytes] | None = None
     health: Callable[[], tuple[bool, str]] | None = None
+    probe_scheduler = None
     if backend is not None:
-        sampler = Sampler(backend, interval_s)
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(GpuCollector(lambda: sampler.latest, fields or [], hostname_label))
-        registry.register(SelfCollector(sampler))
+        sampling = build_sampling(
+            backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,
+            on_probe_results=lambda rows: _store_probes(store, rows, svc_ref),
+        )  # fmt: skip
+        sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
         buffer = IngestBuffer(store, capacity=buffer_samples)
         sampler.subscribe(lambda snap: buffer.add(*snapshot_rows(snap)))
         reg = registry
         extra = lambda: render(reg.collect())  # noqa: E731
         health = sampler.health
-    svc_ref: dict[str, Service] = {}
     scorer = Scorer(
         store,
         model,
@@ -112,11 +124,24 @@ def build_service(
         extra_metrics=extra,
     )
     app = create_app(store, cfg)
-    svc = Service(app, store, backend, sampler, registry, buffer, scorer)
+    svc = Service(app, store, backend, sampler, registry, buffer, scorer, probe_scheduler)
     svc_ref["svc"] = svc
     cfg.on_start.append(svc.start)
     cfg.on_stop.append(svc.stop)
     return svc
+
+
+def _store_probes(store: Store, rows: list[dict[str, Any]], svc_ref: dict[str, Service]) -> None:
+    """Keep probe results; a simulated or replayed fleet files them under its own clock."""
+    svc = svc_ref.get("svc")
+    snap = svc.sampler.latest if svc is not None and svc.sampler is not None else None
+    if svc is not None and snap is not None and snap.data_time is not None:
+        at = svc.data_now()
+        rows = [{**r, "ran_at": at} for r in rows]
+    try:
+        store.add_probe_results(rows)
+    except StoreError as err:  # the results are still exported; only their history misses them
+        log.warning("could not store %d probe result(s): %s", len(rows), err)
 
 
 def warm_up(svc: Service, steps: int) -> int:

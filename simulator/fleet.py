@@ -129,11 +129,15 @@ class SimConfig:
     """Healthy GPUs whose link trained below its maximum (x8 or a generation down) and stays so."""
     memtemp_missing_share: float = 0.02
     """GPUs whose memory temperature sensor reads nothing (NaN)."""
+    spare_nodes: int = 0
+    """The last nodes are a spare pool: never given jobs, always idle (so probes can run there)."""
     start: float = EPOCH
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError("a simulated fleet needs at least one node and one GPU per node")
+        if not 0 <= self.spare_nodes <= self.nodes:
+            raise ValueError(f"spare nodes must be between 0 and the {self.nodes} node(s), not {self.spare_nodes}")
         for name in self.models:
             get_model(name)
         if not self.models or min(self.models.values()) < 0 or sum(self.models.values()) <= 0:
@@ -214,6 +218,8 @@ class FleetSim:
         self.memtemp_missing = r.random(n) < cfg.memtemp_missing_share
         # Workload per node: 0 training, 1 inference (diurnal), 2 idle gap between jobs.
         self.workload = np.repeat(r.choice(3, nodes, p=[0.6, 0.3, 0.1]), per)
+        self._spare = np.arange(nodes) >= nodes - cfg.spare_nodes
+        self.workload[np.repeat(self._spare, per)] = 2
         self.phase = np.repeat(r.uniform(0, DAY, nodes), per)
         self.temp_c = self.inlet_c + self.slot_offset_c + self.m["thermal_resistance_c_per_w"] * self.m["idle_power_w"]
         self.mem_temp_c = self.temp_c + self.mem_offset_c
@@ -406,7 +412,7 @@ class FleetSim:
         end_job = (wl != 2) & (r.random(nodes) < dt / (5 * DAY))
         start_job = (wl == 2) & (r.random(nodes) < dt / (8 * HOUR))
         new_kind = r.choice(2, nodes, p=[0.7, 0.3])
-        wl = np.where(end_job, 2, np.where(start_job, new_kind, wl))
+        wl = np.where(end_job | self._spare, 2, np.where(start_job, new_kind, wl))
         self.workload = np.repeat(wl, per)
         day = np.sin(2 * np.pi * (self.time + self.phase) / DAY)
         target = np.select(

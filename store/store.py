@@ -1356,6 +1356,15 @@ class Store:
             ).mappings()
             return [dict(r) for r in rows]
 
+    def recent_probe_results(self, since: datetime, until: datetime | None = None) -> list[dict[str, Any]]:
+        """Every GPU's probe results that ran in [since, until], oldest first (for the scoring loop)."""
+        p = T_PROBES.c
+        q = sa.select(T_PROBES).where(p.ran_at >= since)
+        if until is not None:
+            q = q.where(p.ran_at <= until)
+        with self._tx() as conn:
+            return [dict(r) for r in conn.execute(q.order_by(p.ran_at, p.id)).mappings()]
+
     def counts(self) -> dict[str, int]:
         """Row counts for /metrics: gpus, nodes, samples, …, and active decisions per decision value."""
         tables = {

@@ -29,6 +29,7 @@ def open_backend(
     sim_speed: float = 1.0,
     sim_faults: Sequence[FaultSpec] = (),
     sim_start: float | None = None,
+    sim_spare_nodes: int = 0,
     history: Path | None = None,
     replay_speed: float = 1.0,
     replay_loop: bool = True,
@@ -64,6 +65,7 @@ def open_backend(
             model=sim_model or DEFAULT_MODEL,
             faults=sim_faults,
             start=sim_start,
+            spare_nodes=sim_spare_nodes,
         )
     if name == "replay":
         from collector.backends.replay import ReplayBackend

@@ -25,10 +25,13 @@ class SimBackend:
         faults: Sequence[FaultSpec] = (),
         driver_version: str = "570.124.06",
         start: float | None = None,
+        spare_nodes: int = 0,
     ) -> None:
         if step_s <= 0:
             raise ValueError("simulated step must be positive")
-        cfg = SimConfig(nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, models={model: 1.0})
+        cfg = SimConfig(
+            nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, models={model: 1.0}, spare_nodes=spare_nodes
+        )
         if start is not None:  # default: a fixed start, so a seed gives the same values everywhere
             cfg = replace(cfg, start=start)
         self.fleet = FleetSim(cfg)

@@ -214,3 +214,16 @@ def test_naive_and_offset_times_are_accepted(fleet: Fleet, since: str) -> None:
     r = fleet.client.get(f"/v1/gpus/{fleet.uuids[0]}/risk", params={"since": since})
     assert r.status_code == 200
     assert datetime.fromisoformat(r.json()["points"][0]["scored_at"]) > datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_probe_results_of_a_gpu(fleet: Fleet) -> None:
+    uuid = fleet.uuids[2]
+    ran = datetime(2026, 3, 1, tzinfo=UTC)
+    fleet.svc.store.add_probe_results([
+        {"gpu_uuid": uuid, "ran_at": ran, "test": "gemm", "status": "pass", "value": 410.0, "unit": "TFLOP/s",
+         "expected": 400.0, "ratio": 1.025, "duration_s": 2.5, "details": {"errors": 0}},
+    ])  # fmt: skip
+    r = fleet.client.get(f"/v1/gpus/{uuid}/probes")
+    assert r.status_code == 200, r.text
+    assert r.json()[0]["test"] == "gemm" and r.json()[0]["value"] == 410.0
+    assert fleet.client.get("/v1/gpus/GPU-nope/probes").status_code == 404

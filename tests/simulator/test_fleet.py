@@ -12,6 +12,7 @@ from simulator.fleet import (
     FaultMode,
     FaultSpec,
     FleetSim,
+    SimConfig,
 )
 from simulator.models import MODELS, get_model
 
@@ -142,3 +143,18 @@ def test_a_gpu_fails_once() -> None:
     _run(sim, 10, 1800)
     codes = [c for g, c, _ in sim.drain_events() if g == 0]
     assert codes.count(XID_UNCONTAINED) + codes.count(XID_REMAP_FAIL) == 1
+
+
+def test_spare_nodes_stay_idle_and_the_rest_keep_working() -> None:
+    sim = FleetSim(SimConfig(nodes=4, gpus_per_node=4, seed=5, spare_nodes=1))
+    busy = np.zeros(16)
+    for _ in range(200):  # 200 simulated hours: jobs start and end on the other nodes
+        sim.step(3600)
+        assert (sim.util[12:] < 5).all()
+        busy += sim.util > 50
+    assert (busy[:12] > 0).any()
+
+
+def test_spare_nodes_must_fit_the_fleet() -> None:
+    with pytest.raises(ValueError, match="spare nodes"):
+        SimConfig(nodes=2, spare_nodes=3)
