@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PROBE_WINDOW = timedelta(days=7)
 """Probe results older than this no longer say anything about the GPU."""
+PRUNE_EVERY = timedelta(hours=1)
 SCORE_WINDOW = timedelta(days=31)
 """History read for one scoring round: the longest feature window (30 d) and a margin."""
 
@@ -191,6 +192,7 @@ class Scorer:
         thresholds: Thresholds,
         interval_s: float,
         now: Callable[[], datetime] | None = None,
+        retention: timedelta | None = None,
         on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.store = store
@@ -199,7 +201,9 @@ class Scorer:
         self.interval_s = interval_s
         self.now = now
         self.on_scored = on_scored
-        """Optional hook that may add reasons or raise decisions before they are stored (probes)."""
+        """Optional hook that may add reasons or raise decisions before they are stored."""
+        self.retention = retention
+        self._pruned_at: datetime | None = None
         self.state = ScoreState()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -217,18 +221,28 @@ class Scorer:
             scored = score(self.model, frame, at=pd.Timestamp(at) if at else None, thresholds=self.thresholds)
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
-            records = with_lost_gpus(to_records(scored), all_gpus(self.store))
+            gpus = all_gpus(self.store)
+            records = with_lost_gpus(to_records(scored), gpus)
             records = with_probe_findings(records, self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at))
             if self.on_scored is not None:
                 records = self.on_scored(records, scored_at)
             self.store.write_scores(records, scored_at)
-            idx = frame.groupby("gpu_uuid", observed=True)["gpu_index"].last()
-            ids = {str(u): {"gpu_index": int(i)} for u, i in idx.items()}
+            ids = {str(g["uuid"]): {"gpu_index": g.get("gpu_index")} for g in gpus}
             st = self.state
             st.records, st.identities, st.scored_at = records, ids, scored_at
             st.last_run, st.last_duration_s, st.last_error = time.time(), time.perf_counter() - t0, None
             st.runs += 1
-            return records
+        self.prune_if_due(scored_at)
+        return records
+
+    def prune_if_due(self, now: datetime) -> None:
+        """Roll samples older than the retention into hourly rows, at most once an hour (of data time)."""
+        if self.retention is None or (self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY):
+            return
+        rolled, deleted = self.store.prune(now, self.retention)
+        self._pruned_at = now
+        if deleted:
+            log.info("retention: %d sample(s) rolled into %d hourly row(s)", deleted, rolled)
 
     def load_latest(self) -> None:
         """Fill the in-memory state from the store (after a restart, before the first round)."""

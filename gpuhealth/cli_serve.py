@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -160,6 +161,7 @@ def serve(
     try:
         host, port = parse_listen(listen or s.api_listen)
         score_s = parse_duration(score_interval or s.score_interval)
+        retention = timedelta(seconds=parse_duration(s.retention))
         thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
     except ValueError as e:
         raise fail(str(e)) from None
@@ -194,6 +196,7 @@ def serve(
         hostname_label=opened.hostname_label if opened else s.hostname_label,
         probes=probe_config(s),
         sim_seed=seed,
+        retention=retention,
     )
     shown = "localhost" if host in ("0.0.0.0", "::", "") else host
     base = f"http://{shown}:{port}"

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import FastAPI
@@ -88,6 +88,7 @@ def build_service(
     hostname_label: str = "Hostname",
     probes: ProbeConfig | None = None,
     sim_seed: int = 0,
+    retention: timedelta | None = None,
 ) -> Service:
     """Assemble (not start) the service; without a backend it is API and scoring only."""
     sampler = registry = buffer = None
@@ -112,6 +113,7 @@ def build_service(
         thresholds or Thresholds(),
         score_interval_s,
         now=lambda: svc_ref["svc"].data_now(),
+        retention=retention,
     )
     cfg = ApiConfig(
         token=token,

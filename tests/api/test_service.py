@@ -160,3 +160,21 @@ def test_lost_gpus_are_drained_even_without_a_score() -> None:
     assert by["GPU-1"]["decision"] == "drain" and "fell off the bus" in by["GPU-1"]["reasons"][0]
     assert by["GPU-2"]["decision"] == "ok"
     assert with_lost_gpus([_rec("GPU-1", "rma")], gpus[:1])[0]["decision"] == "rma"
+
+
+def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
+    from api.service import Scorer
+    from predictor.policy import Thresholds
+    from predictor.score import load_model
+
+    store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
+    frame = pd.DataFrame(rows(6 * 360 * 18))  # 18 h at 10 s
+    store.ingest(frame)
+    scorer = Scorer(store, load_model(), Thresholds(), 300, retention=timedelta(hours=6))
+    end = T0 + timedelta(hours=18)
+    scorer.run_once(at=end)
+    kept = store.history()
+    assert kept["timestamp"].min() >= pd.Timestamp(end - timedelta(hours=7))
+    with_hourly = store.history(include_hourly=True)
+    assert with_hourly["timestamp"].min() == pd.Timestamp(T0)  # older data lives on as hourly rows
+    assert len(with_hourly) < len(frame)
