@@ -16,6 +16,7 @@ import yaml
 from alerts import config
 from alerts.model import ACTIONS, Alert
 from alerts.rules import ALERTS, GROUPS, RECORDS
+from gpuhealth import generated
 
 RULES_PATH = Path("alerts/generated/gpuhealth-rules.yml")
 TESTS_PATH = Path("alerts/generated/gpuhealth-rules.test.yml")
@@ -310,18 +311,12 @@ def outputs() -> dict[Path, str]:
 
 def write(root: Path) -> list[Path]:
     """Write every generated file under `root`; return the paths written."""
-    written = []
-    for rel, text in outputs().items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    return generated.write(outputs(), root)
 
 
 def stale(root: Path) -> list[Path]:
     """Generated files under `root` that are missing or differ from what the rules produce."""
-    return [rel for rel, text in outputs().items() if not (root / rel).is_file() or (root / rel).read_text() != text]
+    return generated.stale(outputs(), root)
 
 
 def all_expressions() -> list[tuple[str, str]]:

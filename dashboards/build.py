@@ -12,6 +12,7 @@ from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
 from dashboards import fleet, gpu, node
+from gpuhealth import generated
 
 GENERATED_DIR = Path("dashboards/generated")
 DOC_PATH = Path("docs/dashboards.md")
@@ -87,18 +88,12 @@ def outputs() -> dict[Path, str]:
 
 def write(root: Path) -> list[Path]:
     """Write every generated file under `root`; return the paths written."""
-    written = []
-    for rel, text in outputs().items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
+    return generated.write(outputs(), root)
 
 
 def stale(root: Path) -> list[Path]:
     """Generated files under `root` that are missing or differ from what the sources produce."""
-    return [rel for rel, text in outputs().items() if not (root / rel).is_file() or (root / rel).read_text() != text]
+    return generated.stale(outputs(), root)
 
 
 def dashboards_markdown() -> str:
