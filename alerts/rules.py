@@ -730,7 +730,7 @@ HEALTH_ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GpuCollectorFailing",
         group="gpuhealth.collector",
-        expr=f"gpuhealth_collector_success{{{c.COLLECTOR_SELECTOR}}} == 0",
+        expr=f"gpuhealth_collector_success{{{c.SAMPLER_SELECTOR}}} == 0",
         for_="5m",
         severity="warning",
         action="watch",
@@ -751,7 +751,7 @@ HEALTH_ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GpuCollectorStale",
         group="gpuhealth.collector",
-        expr=f"gpuhealth_sample_age_seconds{{{c.COLLECTOR_SELECTOR}}} > {c.SAMPLE_STALE_S}",
+        expr=f"gpuhealth_sample_age_seconds{{{c.SAMPLER_SELECTOR}}} > {c.SAMPLE_STALE_S}",
         for_="2m",
         severity="warning",
         action="watch",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from dashboards.common import COLLECTOR_SELECTOR, HOST, P, dashboard, m, query_var, stat, steps, t, table, timeseries
+from dashboards.common import HOST, P, dashboard, m, query_var, stat, steps, t, table, timeseries
 
 N = f'{HOST}="$Hostname"'
 G = "GPU {{gpu}}"
@@ -40,8 +40,9 @@ def build() -> Dashboard:
                 "Age of the newest sample this node's collector serves, in seconds (stalled sampling grows it).",
                 [
                     t(
-                        f"max(gpuhealth_sample_age_seconds{{{COLLECTOR_SELECTOR}}}\n"
-                        f"and on (instance) gpuhealth_gpu_lost{{{N}}})",
+                        # No job selector: the exporter serving this node's GPUs is a per-node
+                        # collector or `gpuhealth serve`'s own (scraped as another job).
+                        f"max(gpuhealth_sample_age_seconds\nand on (instance) gpuhealth_gpu_lost{{{N}}})",
                         "age",
                         instant=True,
                     )

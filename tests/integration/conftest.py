@@ -117,9 +117,20 @@ class Service:
                 self.proc.wait(timeout)
 
 
-def start_service(name: str, cmd: Sequence[str], url: str, ready_path: str, log_path: Path) -> Service:
-    """Start `cmd` and wait until GET url+ready_path answers 200; fail with its log otherwise."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")}
+def start_service(
+    name: str,
+    cmd: Sequence[str],
+    url: str,
+    ready_path: str,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+) -> Service:
+    """Start `cmd` and wait until GET url+ready_path answers 200; fail with its log otherwise.
+
+    The child gets this process's environment without any GPUHEALTH_* variable (a developer's
+    settings must not leak into tests), plus `env` (e.g. {"GPUHEALTH_PROBE_EVERY": "10s"}).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")} | (env or {})
     env["PYTHONUNBUFFERED"] = "1"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -173,8 +184,10 @@ def start_exporter(workdir: Path, *extra: str) -> Service:
     )
 
 
-def prometheus_config(targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = ()) -> str:
-    """prometheus.yml scraping each job's targets every second."""
+def prometheus_config(
+    targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = (), alertmanagers: Sequence[str] = ()
+) -> str:
+    """prometheus.yml scraping each job's targets every second, sending alerts to `alertmanagers` (host:port)."""
     lines = [
         "global:",
         "  scrape_interval: 1s",
@@ -184,6 +197,13 @@ def prometheus_config(targets: dict[str, Sequence[str]], rule_files: Sequence[Pa
     if rule_files:
         lines.append("rule_files:")
         lines += [f"  - {json.dumps(str(p))}" for p in rule_files]
+    if alertmanagers:
+        lines += [
+            "alerting:",
+            "  alertmanagers:",
+            "    - static_configs:",
+            f"        - targets: {json.dumps(list(alertmanagers))}",
+        ]
     lines.append("scrape_configs:")
     for job, addrs in targets.items():
         lines += [
@@ -194,12 +214,17 @@ def prometheus_config(targets: dict[str, Sequence[str]], rule_files: Sequence[Pa
     return "\n".join(lines) + "\n"
 
 
-def start_prometheus(workdir: Path, targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = ()) -> Service:
+def start_prometheus(
+    workdir: Path,
+    targets: dict[str, Sequence[str]],
+    rule_files: Sequence[Path] = (),
+    alertmanagers: Sequence[str] = (),
+) -> Service:
     """Start the system's Prometheus on a free loopback port and wait for /-/ready."""
     binary = require_tool("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(prometheus_config(targets, rule_files))
+    config.write_text(prometheus_config(targets, rule_files, alertmanagers))
     port = free_port()
     cmd = [
         binary,
@@ -210,6 +235,26 @@ def start_prometheus(workdir: Path, targets: dict[str, Sequence[str]], rule_file
     ]
     url = f"http://127.0.0.1:{port}"
     return start_service("prometheus", cmd, url, "/-/ready", workdir / "prometheus.log")
+
+
+def start_alertmanager(workdir: Path, config: str) -> Service:
+    """Start the system's Alertmanager (Debian: prometheus-alertmanager) with `config` (YAML text),
+    clustering off, on a free loopback port, and wait for /-/ready."""
+    binary = require_tool("prometheus-alertmanager")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / "alertmanager.yml"
+    config_path.write_text(config)
+    port = free_port()
+    cmd = [
+        binary,
+        f"--config.file={config_path}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",  # empty: no gossip cluster, no port of its own
+        "--log.level=info",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    return start_service("alertmanager", cmd, url, "/-/ready", workdir / "alertmanager.log")
 
 
 def prom_api(url: str, path: str, params: dict[str, str] | None = None) -> Any:
@@ -341,6 +386,9 @@ def pytest_runtest_makereport(
     if report.failed:
         funcargs = getattr(item, "funcargs", {})
         for value in funcargs.values():
-            if isinstance(value, Service):
-                report.sections.append((f"{value.name} log ({value.log_path})", value.log_tail()))
+            # a Service, or a fixture holding several that lists them with .services()
+            services = value.services() if callable(getattr(value, "services", None)) else [value]
+            for svc in services:
+                if isinstance(svc, Service):
+                    report.sections.append((f"{svc.name} log ({svc.log_path})", svc.log_tail()))
     return report

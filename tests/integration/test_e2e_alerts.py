@@ -1,0 +1,544 @@
+"""End to end on loopback: gpuhealth → Prometheus (our rules) → Alertmanager (our routes) → gpuhealth's webhook.
+
+The processes, all real and started once for the module:
+
+- `gpuhealth serve --backend sim`: 3 simulated H100 nodes × 8 GPUs, ten simulated minutes per
+  second, the last node a spare pool that the probe scheduler probes every 10 s, faults injected
+  (see FAULTS), scoring every 5 s. It is scraped as job `gpuhealth-service`, as docs/alerts.md says.
+- `gpuhealth collect --backend replay`: a per-node collector (job `gpuhealth`) replaying a small
+  history of an older node (REPLAY_GPUS): a V100 (pre-Ampere, so it reports retired pages, which
+  no simulated model does) and an A100 (so the per-model temperature branches all see data), with
+  XIDs the simulator never raises on demand (64, and 13 three times).
+- Prometheus (Debian package) with `alerts/generated/gpuhealth-rules.yml` as it is, scraping and
+  evaluating every second and sending to:
+- Alertmanager (Debian package) with `alerts/alertmanager.example.yml`'s routes, receivers and
+  inhibitions; only the webhook URL (this service), the token file and the group timers (1 s,
+  so a test does not wait 30 s) are changed.
+
+Asserted:
+
+1. Alerts whose `for` fits in the test (0 or 1 m; the promtool unit tests cover every alert's
+   firing) fire in Prometheus, are active in Alertmanager and come back through the webhook:
+   `GET /v1/alerts` lists each with the faulty GPU's UUID (taken from `GET /v1/gpus`). A drain or
+   RMA alert inhibits GpuXidErrors (action watch) of the same GPU in Alertmanager.
+2. Every PromQL expression of every generated rule and dashboard returns data from that
+   Prometheus, and every metric selector in it does too (a misspelled metric hides behind
+   `or vector(0)` or inside an `and`). For an alert, whose full expression is a condition that is
+   rightly empty on a healthy fleet, the expression is split generically (`split_condition`):
+   `or` branches and `and` operands separately, and a comparison replaced by its value side
+   (`X > 10` → `X`); each part must return data. So every branch of e.g. GpuTemperatureHigh
+   (A100, H100/H200, other models) is shown to match real series. Dashboard variables are resolved
+   with the faulty spare-node GPU's Hostname, gpu and UUID (a GPU with XIDs, probes, a firing
+   alert and a failure record, so every GPU panel has data); targets of retired-page fields,
+   which only pre-Ampere GPUs have (PRE_AMPERE_ONLY), with the replayed V100's. An expression
+   Prometheus cannot parse fails the test. ALLOWED_EMPTY lists what may stay empty here, with
+   the reason (nothing, today).
+
+Parts of the form `x unless x offset 5m` ("series newer than 5 minutes", the rules' way of
+counting a counter's first increase) have data only while Prometheus is younger than that
+window, which it always is in this test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import alerts
+import dashboards
+from alerts import config as alert_config
+from tests.integration.conftest import (
+    REPO_ROOT,
+    PromClient,
+    Service,
+    free_port,
+    http_get,
+    poll,
+    start_alertmanager,
+    start_prometheus,
+    start_service,
+)
+
+pytestmark = pytest.mark.integration
+
+RULES = REPO_ROOT / "alerts/generated/gpuhealth-rules.yml"
+AM_EXAMPLE = REPO_ROOT / "alerts/alertmanager.example.yml"
+SERVICE_JOB = re.search(r'job="([^"]+)"', alert_config.SERVICE_SELECTOR).group(1)  # type: ignore[union-attr]
+COLLECTOR_JOB = re.search(r'job="([^"]+)"', alert_config.COLLECTOR_SELECTOR).group(1)  # type: ignore[union-attr]
+TOKEN = "e2e-alerts-token"
+
+NODES, GPUS_PER_NODE, SEED = 3, 8, 7
+SPARE_NODE = NODES - 1
+"""`--sim-spare-nodes 1`: the last node stays idle, so the probe scheduler probes its GPUs."""
+OFFBUS_GPU = 5
+"""sim-node-00 GPU 5 falls off the bus (XID 79) one simulated hour (6 s) after the start: GpuLost, GpuXidFatal."""
+ECC_GPU = 19
+"""sim-node-02 (the spare node) GPU 3: HBM wear-out failing after 3 simulated hours (18 s): SBEs, remaps,
+XID 63/92, then a row-remap failure (it keeps answering): GpuRowRemapFailure, decision rma. Being on the
+spare node it is probed too, so it is the GPU the dashboards are resolved with."""
+SPARE_THERMAL_GPU = 21
+"""sim-node-02 GPU 5: a cooling fault, slow under the probes' load (gpuhealth_probe_slow)."""
+FAULTS = (
+    f"{OFFBUS_GPU}:offbus:1",
+    "3:ecc:4",  # a busy GPU with rising SBEs
+    "10:thermal:5",  # a busy GPU overheating, throttling, then shutting down
+    "12:pcie:8",  # replays rising, link downtrained to x8
+    f"{ECC_GPU}:ecc:3",
+    f"{SPARE_THERMAL_GPU}:thermal:10",
+)
+
+REPLAY_HOST = "replay-node-00"
+V100_UUID = "GPU-5e1f0c2a-0001-4d5b-9a0e-0000000000a0"
+A100_UUID = "GPU-5e1f0c2a-0002-4d5b-9a0e-0000000000a1"
+REPLAY_ROWS = 40
+"""Seconds of replayed history (looped). On the V100: XID 64 at row 10, XID 13 at rows 15, 18, 21 (its third
+makes GpuXidApplicationRepeated fire, by then long after GpuRetiredPagesLimit, which inhibits it)."""
+
+STARTUP_S = 60.0
+"""Until the scenario is ripe: the model scores after 6 simulated hours of history (36 s here)."""
+FIRE_S = 120.0
+"""For a `for: 1m` alert to fire and be delivered; twice what it takes on an idle machine."""
+
+EXPECTED: dict[str, tuple[str, str]] = {
+    # alertname: (which GPU, why it fires quickly)
+    "GpuLost": ("offbus", "gpuhealth_gpu_lost == 1 for 1m"),
+    "GpuXidFatal": ("offbus", "XID 79"),
+    "GpuDecisionDrain": ("offbus", "gpuhealth decides drain for a lost GPU, for 1m"),
+    "GpuRowRemapFailure": ("ecc", "the ECC fault ends in a remap failure"),
+    "GpuXidHighSbeRate": ("ecc", "XID 92 while the SBE rate is high"),
+    "GpuDecisionRma": ("ecc", "the RMA rules match the remap failure, for 1m"),
+    "GpuRetiredPagesLimit": ("v100", "the replayed V100 has 66+ retired pages"),
+    "GpuXidRmaCandidate": ("v100", "XID 64 replayed"),
+    "GpuXidApplicationRepeated": ("v100", "XID 13 replayed three times a lap"),
+}
+INHIBITED = ("GpuXidApplicationRepeated", "v100")
+"""Action watch, on a GPU that already has rma alerts (GpuRetiredPagesLimit from the first evaluation):
+Alertmanager must hold it back (inhibit_rules), so it never reaches the webhook."""
+
+PRE_AMPERE_ONLY = re.compile(r"\bDCGM_FI_DEV_RETIRED_")
+"""Fields an Ampere or later GPU never reports (NVML: not supported); dashboards are checked with the V100 for them."""
+
+ALLOWED_EMPTY: dict[str, str] = {
+    # where: why it may return no data in this scenario. Keep this short; prefer a richer scenario.
+}
+
+
+# --- the scenario -------------------------------------------------------------------------------
+
+
+def replay_history(path: Path) -> Path:
+    """A CSV history of the replayed node: a V100 with retired pages and XIDs, an idle-ish A100."""
+    cols = [
+        "timestamp", "hostname", "gpu_uuid", "gpu_index", "model_name", "gpu_temp_c", "memory_temp_c",
+        "power_w", "gpu_util_pct", "fb_used_mib", "fb_free_mib", "ecc_sbe_volatile", "ecc_dbe_volatile",
+        "retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending", "remapped_rows_correctable",
+        "remapped_rows_uncorrectable", "row_remap_pending", "row_remap_failure", "xid",
+    ]  # fmt: skip
+    xids = {10: 64, 15: 13, 18: 13, 21: 13}
+    lines = [",".join(cols)]
+    for row in range(REPLAY_ROWS):
+        ts = f"2026-01-01T00:00:{row:02d}Z"
+        v100 = [ts, REPLAY_HOST, V100_UUID, 0, "Tesla V100-SXM2-32GB", 62, 71, 250, 95, 30000, 2500,
+                3 * row, 0, 50, 16 + row // 10, 1, "", "", "", "", xids.get(row, 0)]  # fmt: skip
+        a100 = [ts, REPLAY_HOST, A100_UUID, 1, "NVIDIA A100-SXM4-80GB", 66, 74, 320, 90, 60000, 21920,
+                0, 0, "", "", "", 0, 0, 0, 0, 0]  # fmt: skip
+        lines += [",".join(map(str, v100)), ",".join(map(str, a100))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def alertmanager_config(webhook_url: str, token_file: Path) -> str:
+    """alerts/alertmanager.example.yml with this test's webhook, token file and 1 s group timers."""
+    cfg = yaml.safe_load(AM_EXAMPLE.read_text())  # anchors resolve into copies
+
+    def shorten(route: dict[str, Any]) -> None:
+        for key in ("group_wait", "group_interval"):
+            if key in route or route is cfg["route"]:
+                route[key] = "1s"
+        for sub in route.get("routes", []):
+            shorten(sub)
+
+    shorten(cfg["route"])
+    hooks = 0
+    for receiver in cfg["receivers"]:
+        for hook in receiver.get("webhook_configs", []):
+            hook["url"] = webhook_url
+            hook["http_config"]["authorization"]["credentials_file"] = str(token_file)
+            hooks += 1
+    assert hooks, "the example Alertmanager config has no webhook receiver"
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+@dataclass
+class Stack:
+    serve: Service
+    collector: Service
+    alertmanager: Service
+    prometheus: Service
+    prom: PromClient
+    token_file: Path
+
+    def services(self) -> list[Service]:
+        return [self.serve, self.collector, self.alertmanager, self.prometheus]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("e2e-alerts")
+    token_file = tmp / "token"
+    token_file.write_text(TOKEN + "\n")
+    started: list[Service] = []
+    try:
+        port = free_port()
+        serve_cmd = [
+            sys.executable, "-m", "gpuhealth.cli", "serve", "--backend", "sim",
+            "--sim-nodes", str(NODES), "--sim-gpus", str(GPUS_PER_NODE), "--sim-spare-nodes", "1",
+            "--seed", str(SEED), "--interval", "1s", "--sim-speed", "600", "--score-interval", "5s",
+            "--fields", "all", "--db", f"sqlite:///{tmp / 'gpuhealth.db'}", "--listen", f"127.0.0.1:{port}",
+            "--token-file", str(token_file), "--log-level", "INFO",
+            *[a for f in FAULTS for a in ("--sim-fault", f)],
+        ]  # fmt: skip
+        serve = start_service(
+            "gpuhealth serve", serve_cmd, f"http://127.0.0.1:{port}", "/readyz", tmp / "serve.log",
+            env={"GPUHEALTH_PROBE_EVERY": "10s"},
+        )  # fmt: skip
+        started.append(serve)
+        cport = free_port()
+        collect_cmd = [
+            sys.executable, "-m", "gpuhealth.cli", "collect", "--backend", "replay",
+            "--history", str(replay_history(tmp / "replay.csv")), "--speed", "1", "--loop",
+            "--interval", "1s", "--fields", "all", "--listen", f"127.0.0.1:{cport}",
+        ]  # fmt: skip
+        collector = start_service(
+            "gpuhealth collect", collect_cmd, f"http://127.0.0.1:{cport}", "/healthz", tmp / "collect.log"
+        )
+        started.append(collector)
+        am = start_alertmanager(tmp / "alertmanager", alertmanager_config(f"{serve.url}/v1/alertmanager", token_file))
+        started.append(am)
+        prometheus = start_prometheus(
+            tmp / "prometheus",
+            {SERVICE_JOB: [serve.url.removeprefix("http://")], COLLECTOR_JOB: [collector.url.removeprefix("http://")]},
+            rule_files=[RULES],
+            alertmanagers=[am.url.removeprefix("http://")],
+        )
+        started.append(prometheus)
+        yield Stack(serve, collector, am, prometheus, PromClient(prometheus.url), token_file)
+        for svc in started:
+            svc.assert_alive()
+    finally:
+        for svc in reversed(started):
+            svc.stop()
+
+
+@pytest.fixture(scope="module")
+def gpus(stack: Stack) -> dict[str, dict[str, Any]]:
+    """The GPUs of the scenario by role ("offbus", "ecc", "v100", ...): uuid, hostname, gpu index."""
+    items = poll(
+        "every simulated GPU listed by GET /v1/gpus",
+        lambda: json.loads(stack.serve.get("/v1/gpus?limit=1000"))["items"],
+        lambda got: len(got) >= NODES * GPUS_PER_NODE,
+    )
+    by_index = {(g["hostname"], g["gpu_index"]): g for g in items}
+
+    def sim(i: int) -> dict[str, Any]:
+        key = (f"sim-node-{i // GPUS_PER_NODE:02d}", i % GPUS_PER_NODE)
+        assert key in by_index, f"GET /v1/gpus has no GPU {key}; it lists {sorted(by_index)}"
+        g = by_index[key]
+        return {"uuid": g["uuid"], "hostname": g["hostname"], "gpu": str(g["gpu_index"])}
+
+    return {
+        "offbus": sim(OFFBUS_GPU),
+        "ecc": sim(ECC_GPU),
+        "v100": {"uuid": V100_UUID, "hostname": REPLAY_HOST, "gpu": "0"},
+        "a100": {"uuid": A100_UUID, "hostname": REPLAY_HOST, "gpu": "1"},
+    }
+
+
+@pytest.fixture(scope="module")
+def ripe(stack: Stack, gpus: dict[str, dict[str, Any]]) -> Stack:
+    """Wait until the scenario has what every expression needs, and record a failure and an RMA."""
+    prom, ecc = stack.prom, gpus["ecc"]["uuid"]
+    for what, expr in [
+        ("the model scored the fleet", 'gpuhealth_risk{mode="overall"}'),
+        ("the spare node's faulty GPU was probed", f'gpuhealth_probe_ratio{{UUID="{ecc}"}}'),
+        ("XIDs on the spare node's faulty GPU", f'gpu:xid_errors:increase5m{{UUID="{ecc}"}}'),
+        ("an alert firing for it", f'ALERTS{{alertstate="firing", UUID="{ecc}"}}'),
+        ("the V100's XID 13 counted", 'gpuhealth_xid_errors_total{xid="13"}'),
+    ]:
+        poll(what, lambda e=expr: prom.query(e), bool, deadline_s=STARTUP_S)  # type: ignore[misc]
+    now = datetime.now(UTC).isoformat()
+    for body in (
+        {"gpu_uuid": gpus["offbus"]["uuid"], "failed_at": now, "mode": "other", "kind": "failure", "xid": 79},
+        {"gpu_uuid": ecc, "failed_at": now, "mode": "ecc", "kind": "rma", "note": "e2e test"},
+    ):
+        req = urllib.request.Request(
+            f"{stack.serve.url}/v1/failures",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 201, resp.read()
+    prom.wait_for(
+        "sum by (kind) (increase(gpuhealth_failures_recorded_total[1h])) > 0",
+        lambda r: {s["metric"]["kind"] for s in r} == {"failure", "rma"},
+        deadline_s=STARTUP_S,
+    )
+    return stack
+
+
+# --- splitting PromQL (enough of it for our rules and dashboards) -------------------------------
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+      (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
+    | (?P<braces>\{(?:[^{}"']|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')*\})
+    | (?P<range>\[[^\]]*\])
+    | (?P<num>(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)(?:ms|s|m|h|d|w|y)*)
+    | (?P<ident>[a-zA-Z_:][a-zA-Z0-9_:]*)
+    | (?P<op>==|!=|>=|<=|=~|!~|[-+*/%^<>(),])
+    )""",
+    re.X,
+)
+KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool"}
+COMPARISONS = {"==", "!=", ">", "<", ">=", "<="}
+MODIFIERS = {"on", "ignoring", "group_left", "group_right", "bool"}
+
+
+@dataclass(frozen=True)
+class Tok:
+    kind: str
+    text: str
+    start: int
+    end: int
+
+
+def tokenize(expr: str) -> list[Tok]:
+    """PromQL tokens; a `{...}` label matcher and a `[...]` range are one token each."""
+    toks, pos = [], 0
+    while pos < len(expr):
+        if not expr[pos:].strip():
+            break
+        m = _TOKEN.match(expr, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"cannot tokenize {expr[pos : pos + 40]!r}")
+        kind = m.lastgroup or ""
+        toks.append(Tok(kind, m.group(kind), m.start(kind), m.end(kind)))
+        pos = m.end()
+    return toks
+
+
+def selectors(expr: str) -> list[str]:
+    """Every metric selector in `expr` (`name` or `name{matchers}`), in order, without duplicates."""
+    toks, out = tokenize(expr), []
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        nxt = toks[i + 1] if i + 1 < len(toks) else None
+        if t.kind == "ident" and t.text in {"by", "without", *MODIFIERS} and nxt and nxt.text == "(":
+            while toks[i].text != ")":  # a label list, not selectors
+                i += 1
+        elif t.kind == "ident" and t.text not in KEYWORDS and not (nxt and nxt.text in ("(", "by", "without")):
+            sel = t.text + (nxt.text if nxt and nxt.kind == "braces" else "")
+            if sel not in out:
+                out.append(sel)
+        i += 1
+    return out
+
+
+def _depth0(toks: list[Tok]) -> list[int]:
+    """Indexes of tokens outside any parentheses (an outermost pair's own tokens included)."""
+    depth, out = 0, []
+    for i, t in enumerate(toks):
+        depth -= t.text == ")"
+        if depth == 0:
+            out.append(i)
+        depth += t.text == "("
+    return out
+
+
+def _unwrap(expr: str) -> str:
+    """`expr` without parentheses that enclose all of it (`(a > 1)` -> `a > 1`, not `(a) or (b)`)."""
+    while True:
+        toks = tokenize(expr)
+        if not toks or toks[0].text != "(" or toks[-1].text != ")" or _depth0(toks) != [0, len(toks) - 1]:
+            return expr.strip()
+        expr = expr[toks[0].end : toks[-1].start]
+
+
+def _split(expr: str, ops: set[str]) -> list[str] | None:
+    """`expr` split at its outermost operators in `ops` (with their on/ignoring/group modifiers), or None."""
+    toks = tokenize(expr)
+    cuts = [i for i in _depth0(toks) if toks[i].text in ops]
+    if not cuts:
+        return None
+    parts, start = [], 0
+    for c in [*cuts, len(toks)]:
+        if start >= len(toks):
+            raise ValueError(f"operator without right-hand side in {expr!r}")
+        while toks[start].text in MODIFIERS:  # `or on (a, b) rhs`: drop the modifier, keep rhs
+            start += 1
+            if start < len(toks) and toks[start].text == "(":
+                while toks[start].text != ")":
+                    start += 1
+                start += 1
+        end = toks[c - 1].end if c > 0 else 0
+        parts.append(expr[toks[start].start : end])
+        start = c + 1
+    return parts
+
+
+def split_condition(expr: str) -> list[str]:
+    """The parts of a condition that must each have data for the condition to be able to hold.
+
+    `a or b` -> parts of a and of b; `a and b` -> parts of a and of b; `x > 10` -> x (the side
+    that is not a number; both sides are kept for `x < y`, where y joins by labels). An `unless`
+    and anything else is one part. Comparisons bind tighter than and/or/unless, as in PromQL.
+    """
+    expr = _unwrap(expr)
+    for ops in ({"or"}, {"and"}):
+        parts = _split(expr, ops)
+        if parts is not None:
+            return [p for part in parts for p in split_condition(part)]
+    if _split(expr, {"unless"}) is not None:
+        return [expr]
+    parts = _split(expr, COMPARISONS)
+    if parts is not None:
+        sides = [_unwrap(p) for p in parts]
+        values = [s for s in sides if not re.fullmatch(r"[-+]?[\d.eE+-]+", s)]
+        return [p for v in values for p in split_condition(v)]
+    return [expr]
+
+
+# --- tests --------------------------------------------------------------------------------------
+
+
+def query(url: str, expr: str) -> tuple[list[dict[str, Any]] | None, str]:
+    """(result, "") of an instant query, or (None, error) when Prometheus rejects it."""
+    status, body = http_get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=10.0)
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return None, f"HTTP {status}: {body[:200]!r}"
+    if answer.get("status") != "success":
+        return None, f"{answer.get('errorType')}: {answer.get('error')}"
+    data = answer["data"]
+    return (data["result"] if data["resultType"] == "vector" else [data["result"]]), ""
+
+
+def check_all(url: str, checks: list[tuple[str, str]]) -> list[str]:
+    """Problems with (where, expr) checks: an error, or no data (unless ALLOWED_EMPTY says why)."""
+    problems, seen = [], set()
+    for where, expr in checks:
+        if (where, expr) in seen:
+            continue
+        seen.add((where, expr))
+        result, error = query(url, expr)
+        if error:
+            problems.append(f"{where}: {expr!r}: {error}")
+        elif not result and where not in ALLOWED_EMPTY:
+            problems.append(f"{where}: {expr!r} returned no data")
+    return problems
+
+
+def test_split_condition_examples() -> None:
+    assert split_condition('(a{x="1"} > 85) or (b < c and d == 1)') == ['a{x="1"}', "b", "c", "d"]
+    assert split_condition("x or on (Hostname, UUID) (y != 0 and changes(y[5m]) > 0)") == [
+        "x", "y", "changes(y[5m])",
+    ]  # fmt: skip
+    assert split_condition("(x unless x offset 1h) >= 3") == ["x unless x offset 1h"]
+    assert split_condition("time() - t > 1800") == ["time() - t"]
+    assert selectors('sum by (a) (rate(m_total{a=~"x|y"}[5m])) and on (a) n') == ['m_total{a=~"x|y"}', "n"]
+
+
+def test_alerts_fire_reach_alertmanager_and_come_back_through_the_webhook(
+    ripe: Stack, gpus: dict[str, dict[str, Any]]
+) -> None:
+    stack = ripe
+    want = {(name, gpus[who]["uuid"]) for name, (who, _) in EXPECTED.items()}
+
+    def firing() -> set[tuple[str, str]]:
+        return {(s["metric"]["alertname"], s["metric"].get("UUID", "")) for s in stack.prom.query("ALERTS")
+                if s["metric"]["alertstate"] == "firing"}  # fmt: skip
+
+    poll("alerts firing in Prometheus", firing, lambda f: want <= f, deadline_s=FIRE_S)
+
+    def in_alertmanager() -> list[dict[str, Any]]:
+        status, body = http_get(f"{stack.alertmanager.url}/api/v2/alerts")
+        assert status == 200, body
+        return list(json.loads(body))
+
+    def am_keys(alerts_: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(a["labels"]["alertname"], a["labels"].get("UUID", "")) for a in alerts_}
+
+    am = poll("alerts active in Alertmanager", in_alertmanager, lambda a: want <= am_keys(a), deadline_s=30)
+    for a in am:
+        assert a["labels"].get("action") in ("watch", "demote", "drain", "rma"), a["labels"]
+
+    # The expected drain and rma alerts are on GPUs with no graver alert, so nothing inhibits them and each
+    # must come back; a watch alert comes back only if it reached Alertmanager before a graver one of its GPU.
+    action = {(a["labels"]["alertname"], a["labels"].get("UUID", "")): a["labels"]["action"] for a in am}
+    must = {k for k in want if action[k] in ("drain", "rma")}
+    assert len(must) >= 6, action
+
+    def delivered() -> dict[tuple[str, str], dict[str, Any]]:
+        items = json.loads(stack.serve.get("/v1/alerts?status=firing&limit=1000"))["items"]
+        return {(a["alertname"], a["gpu_uuid"] or ""): a for a in items}
+
+    got = poll("drain and rma alerts delivered to GET /v1/alerts", delivered, lambda d: must <= d.keys(), deadline_s=30)
+    row = got[("GpuRowRemapFailure", gpus["ecc"]["uuid"])]
+    assert row["action"] == "rma" and row["severity"] == "critical", row
+    assert row["hostname"] == gpus["ecc"]["hostname"], row
+    assert row["annotations"]["runbook_url"].endswith("/GpuRowRemapFailure.md"), row
+    assert row["labels"]["Hostname"] == gpus["ecc"]["hostname"], row
+
+    # Inhibition: a watch alert of a GPU with rma alerts fires in Prometheus, but Alertmanager holds it back.
+    name, who = INHIBITED
+    key = (name, gpus[who]["uuid"])
+    assert key in firing()
+    held = [a for a in in_alertmanager() if (a["labels"]["alertname"], a["labels"].get("UUID", "")) == key]
+    assert held and held[0]["status"]["state"] == "suppressed" and held[0]["status"]["inhibitedBy"], held
+    assert key not in delivered(), f"{key} reached the webhook although an rma alert of its GPU inhibits it"
+
+
+def test_every_rule_expression_returns_data(ripe: Stack) -> None:
+    checks: list[tuple[str, str]] = []
+    for where, expr in alerts.all_expressions():
+        if where.startswith("record:"):
+            checks.append((where, expr))
+        checks += [(f"{where} part", part) for part in split_condition(expr)]
+        checks += [(f"{where} selector", sel) for sel in selectors(expr)]
+    problems = check_all(ripe.prom.url, checks)
+    # Every alert's full expression must at least parse (an empty result is fine: a condition).
+    for where, expr in alerts.all_expressions():
+        _, error = query(ripe.prom.url, expr)
+        if error:
+            problems.append(f"{where}: {expr!r}: {error}")
+    assert not problems, f"{len(problems)} rule expression(s) without data:\n" + "\n".join(problems)
+
+
+def test_every_dashboard_expression_returns_data(ripe: Stack, gpus: dict[str, dict[str, Any]]) -> None:
+    def values(who: str) -> dict[str, str]:
+        g = gpus[who]
+        return {"Hostname": g["hostname"], "gpu": g["gpu"], "UUID": g["uuid"]}
+
+    checks: list[tuple[str, str]] = []
+    for where, expr in dashboards.all_expressions():
+        # Page retirement exists before Ampere only (later GPUs remap rows): those targets show the V100.
+        who = "v100" if PRE_AMPERE_ONLY.search(expr) else "ecc"
+        resolved = dashboards.resolve(expr, values(who))
+        checks.append((where, resolved))
+        checks += [(f"{where} selector", sel) for sel in selectors(resolved)]
+    problems = check_all(ripe.prom.url, checks)
+    assert not problems, f"{len(problems)} dashboard expression(s) without data:\n" + "\n".join(problems)
