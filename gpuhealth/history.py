@@ -55,17 +55,25 @@ def _suffix(path: Path) -> str:
     return ".csv.gz" if name.endswith(".csv.gz") else path.suffix.lower()
 
 
-def read(path: str | Path) -> pd.DataFrame:
-    """Read and validate a history file (Parquet or CSV)."""
+def read(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """Read and validate a history file (Parquet or CSV).
+
+    `columns`: read only these metric columns (those the file has; the identity columns
+    always), for a caller that needs a few of many: a Parquet file then decodes only them.
+    """
     p = Path(path)
     if not p.exists():
         raise HistoryError(f"{p}: no such file")
     kind = _suffix(p)
+    wanted = None if columns is None else {*IDENTITY_COLUMNS, *columns}
     try:
         if kind in PARQUET_SUFFIXES:
-            frame = pq.read_table(p).to_pandas()
+            names = None if wanted is None else [c for c in pq.read_schema(p).names if c in wanted]
+            # split_blocks/self_destruct: one array per column, each Arrow column freed once
+            # converted, so reading does not hold the table and a consolidated copy at once.
+            frame = pq.read_table(p, columns=names).to_pandas(split_blocks=True, self_destruct=True)
         elif kind in CSV_SUFFIXES:
-            frame = pd.read_csv(p, low_memory=False)
+            frame = pd.read_csv(p, low_memory=False, usecols=None if wanted is None else lambda c: c in wanted)
         else:
             raise HistoryError(f"{p}: unknown format {kind!r}: use .parquet or .csv")
     except HistoryError:
@@ -152,6 +160,8 @@ def _order(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         log.info("%s: rows out of time order; sorting", source)
         frame = frame.sort_values(["timestamp", "gpu_uuid"], kind="stable", ignore_index=True)
         ts = frame["timestamp"].array.asi8
+    if not _may_repeat(frame, ts):
+        return frame
     dup = frame.duplicated(["gpu_uuid", "timestamp"], keep="first").to_numpy()
     if dup.any():
         n = int(dup.sum())
@@ -163,6 +173,34 @@ def _order(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         warnings.warn(msg, HistoryWarning, stacklevel=3)
         frame = frame.loc[~dup].reset_index(drop=True)
     return frame
+
+
+def _may_repeat(frame: pd.DataFrame, ts: np.ndarray) -> bool:
+    """False when a time-ordered frame surely holds no (gpu_uuid, timestamp) twice.
+
+    A fast check for the usual frame (a few thousand GPUs sampled at shared times):
+    number the distinct times and count each (time, GPU) cell with one bincount.
+    True where that grid would be too big; the caller then runs the exact check.
+    """
+    if len(ts) < 2:
+        return False
+    uuid = frame["gpu_uuid"]
+    if not isinstance(uuid.dtype, pd.CategoricalDtype):
+        return True
+    codes = uuid.cat.codes.to_numpy()
+    n_gpus = len(uuid.cat.categories)
+    step = np.empty(len(ts), dtype=np.int64)
+    step[0] = 0
+    np.not_equal(ts[1:], ts[:-1], out=step[1:])
+    n_times = int(step.sum()) + 1
+    if n_times * n_gpus > 4 * len(ts) + 1_000_000:
+        return True
+    cell = np.cumsum(step, out=step)
+    cell *= n_gpus
+    cell += codes
+    seen = np.zeros(n_times * n_gpus, dtype=bool)
+    seen[cell] = True
+    return int(np.count_nonzero(seen)) != len(ts)  # fewer distinct cells than rows: a repeat
 
 
 def xid_last_seen(frame: pd.DataFrame) -> np.ndarray:

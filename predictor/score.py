@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuhealth import history
+from gpuhealth.catalog import IDENTITY_COLUMNS
 from gpuhealth.history import HistoryError
-from predictor.features import STALE_S, build_features, missing_inputs
+from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.policy import Thresholds, decide
 from predictor.rules import evaluate_rules
@@ -22,6 +24,8 @@ MIN_HISTORY_S = 6 * 3600
 OUTPUT_COLUMNS = ["gpu_uuid", "hostname", "model_name", "risk", "risk_ecc", "risk_thermal", "risk_pcie",
                   "decision", "reasons"]  # fmt: skip
 """The JSON contract of `gpuhealth score` (other tools read it)."""
+SCORE_COLUMNS = (*IDENTITY_COLUMNS, *USED_COLUMNS)
+"""The history columns scoring reads; `read_history` reads only these."""
 
 
 def default_model_path() -> Path:
@@ -32,6 +36,11 @@ def default_model_path() -> Path:
 def load_model(path: str | Path | None = None) -> RiskModel:
     """The given model, or the shipped default."""
     return RiskModel.load(path or default_model_path())
+
+
+def read_history(path: str | Path) -> pd.DataFrame:
+    """A history file as `history.read` gives it, with only the columns scoring uses."""
+    return history.read(path, columns=SCORE_COLUMNS)
 
 
 def score(
@@ -55,7 +64,7 @@ def score(
         raise HistoryError(
             f"--at {cutoff.isoformat()} is before the history begins ({first.isoformat()}): nothing to score"
         )
-    past = frame[frame["timestamp"] <= cutoff]
+    past = _up_to(frame, cutoff)
     x = build_features(past, cutoff, stale_s=STALE_S)
     risk = model.predict(x)
     # Too little history: no model score, the rules still decide.
@@ -63,7 +72,7 @@ def score(
     thin = age_s < MIN_HISTORY_S
     risk.loc[thin, ["risk", *[f"risk_{m}" for m in MODES]]] = np.nan
     notes = pd.Series("", index=x.index)
-    n_samples = past.groupby("gpu_uuid", observed=True).size()
+    n_samples = _samples_per_gpu(past) if thin.any() else pd.Series(dtype=int)
     notes[thin] = [
         f"too little history to score ({int(n_samples.get(u, 0))} sample(s) over {a / 3600:.1f} h)"
         for u, a in zip(x.loc[thin, "gpu_uuid"], age_s[thin], strict=True)
@@ -84,6 +93,29 @@ def score(
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
     return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
+
+
+def _samples_per_gpu(frame: pd.DataFrame) -> pd.Series:
+    """Rows per GPU, indexed by gpu_uuid (from the categorical's codes when it is one)."""
+    uuid = frame["gpu_uuid"]
+    if isinstance(uuid.dtype, pd.CategoricalDtype):
+        cats = uuid.cat.categories
+        codes = uuid.cat.codes.to_numpy()
+        return pd.Series(np.bincount(codes[codes >= 0], minlength=len(cats)), index=cats)
+    return uuid.groupby(uuid.to_numpy()).size()
+
+
+def _up_to(frame: pd.DataFrame, cutoff: pd.Timestamp) -> pd.DataFrame:
+    """The rows at or before the cutoff; a time-ordered frame (as history.read gives) is
+    sliced, not filtered, so the usual case (the latest sample) copies nothing."""
+    ts = frame["timestamp"]
+    if ts.dt.tz is not None:
+        arr = ts.array  # nanoseconds since the epoch whatever the zone; as_unit copies even to ns
+        ns = arr.asi8 if arr.unit == "ns" else arr.as_unit("ns").asi8
+        if bool(np.all(ns[1:] >= ns[:-1])):
+            end = int(np.searchsorted(ns, pd.Timestamp(cutoff).as_unit("ns").value, side="right"))
+            return frame if end == len(frame) else frame.iloc[:end]
+    return frame[ts <= cutoff]
 
 
 def _data_notes(frame: pd.DataFrame, x: pd.DataFrame, seen: list[str] | None) -> dict[str, list[str]]:

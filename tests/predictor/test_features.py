@@ -373,3 +373,44 @@ def test_missing_inputs_lists_absent_and_all_nan_columns() -> None:
     # And features that need an absent column are NaN, never an exception.
     f = build_features(frame, CUT_8D)
     assert f["temp_mean_1d"].isna().all() and f["replay_rate_1d"].isna().all()
+
+
+# --- one cutoff (scoring) against many (training, evaluation) on awkward data -----------------
+
+
+def awkward(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sim frame with counter resets, NaN samples in gauges and counters, and a GPU whose
+    samples come at other times than the rest: what the one-cutoff shortcuts must survive."""
+    rng = np.random.default_rng(5)
+    out = frame.sort_values(["gpu_uuid", "timestamp"], kind="stable", ignore_index=True)
+    n = len(out)
+    new_gpu = (out["gpu_uuid"] != out["gpu_uuid"].shift()).to_numpy()
+    for col in ("ecc_sbe_aggregate", "pcie_replay_count", "thermal_violation_us", "remapped_rows_correctable"):
+        # A counter that climbs and restarts at 0 now and then (a reset, or a new GPU).
+        restart = new_gpu | (rng.random(n) < 0.02)
+        steps = rng.poisson(3.0, n).astype(float)
+        run = np.cumsum(restart)
+        out[col] = pd.Series(steps).groupby(run).cumsum().to_numpy()
+    for col in ("memory_temp_c", "power_w", "gpu_util_pct", "clocks_event_reasons", "pcie_replay_count"):
+        out.loc[rng.random(n) < 0.02, col] = np.nan
+    out.loc[rng.random(n) < 0.01, "xid"] = 79.0
+    first = out["gpu_uuid"] == out["gpu_uuid"].iloc[0]
+    out.loc[first, "timestamp"] += pd.Timedelta(minutes=17)
+    return validate(out, source="test")
+
+
+def test_one_cutoff_equals_the_same_cutoff_among_many_on_awkward_data(sim_frame: pd.DataFrame) -> None:
+    frame = awkward(sim_frame)
+    cuts = sim_cutoffs(frame)
+    batch, single = batch_and_single(frame, cuts)
+    assert single["sbe_rate_1d"].notna().any() and single["replay_rate_7d"].gt(0).any()
+    assert single["xid_79_7d"].gt(0).any() and single["memtemp_mean_1d"].notna().all()
+    pd.testing.assert_frame_equal(batch, single, rtol=1e-9, atol=1e-9)
+
+
+def test_one_cutoff_does_not_depend_on_the_frames_row_order(sim_frame: pd.DataFrame) -> None:
+    """A frame already in (GPU, time) order takes no permutation: the same features."""
+    frame = awkward(sim_frame)
+    cut = frame["timestamp"].max() - pd.Timedelta(hours=30)
+    by_gpu = frame.sort_values(["gpu_uuid", "timestamp"], kind="stable", ignore_index=True)
+    pd.testing.assert_frame_equal(build_features(by_gpu, cut), build_features(frame, cut), rtol=1e-12)

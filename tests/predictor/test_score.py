@@ -234,3 +234,21 @@ def test_cli_missing_history_file(tmp_path: Path) -> None:
 def test_cli_missing_model_file(history_file: Path, tmp_path: Path) -> None:
     result = runner.invoke(app, ["score", "--history", str(history_file), "--model", str(tmp_path / "m.skops")])
     one_line_error(result, "no such model file")
+
+
+def test_read_history_reads_only_what_scoring_uses(shipped_model: RiskModel, history_file: Path) -> None:
+    from predictor.score import SCORE_COLUMNS, read_history
+
+    whole = history.read(history_file)
+    frame = read_history(history_file)
+    assert list(frame.columns) == [c for c in whole.columns if c in SCORE_COLUMNS]
+    assert len(frame.columns) < len(whole.columns)
+    pd.testing.assert_frame_equal(frame, whole[list(frame.columns)])
+    pd.testing.assert_frame_equal(score(shipped_model, frame), score(shipped_model, whole))
+
+
+def test_cutoff_slice_equals_filter_on_an_unordered_frame(shipped_model: RiskModel, fleet: pd.DataFrame) -> None:
+    """score() slices a time-ordered frame at --at; any other frame is filtered, to the same result."""
+    at = fleet["timestamp"].min() + pd.Timedelta(days=9, hours=7)
+    shuffled = fleet.sample(frac=1.0, random_state=2).reset_index(drop=True)
+    pd.testing.assert_frame_equal(by_gpu(score(shipped_model, shuffled, at)), by_gpu(score(shipped_model, fleet, at)))
