@@ -90,6 +90,11 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
         raise HistoryError(
             f"{source}: missing identity column(s) {', '.join(missing)}; a history needs {', '.join(IDENTITY_COLUMNS)}"
         )
+    index = frame.index
+    if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        # The result gets a fresh RangeIndex: columns of a slice or a shuffled frame must
+        # not be realigned onto it by their old labels.
+        frame = frame.reset_index(drop=True)
     out: dict[str, pd.Series | np.ndarray] = {}
     out["timestamp"] = _timestamps(frame["timestamp"], source)
     for col in STRING_COLUMNS:

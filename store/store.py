@@ -364,9 +364,6 @@ class Store:
         """Store a history frame; returns the rows newly inserted (repeated samples are skipped)."""
         if not isinstance(frame, pd.DataFrame):
             raise StoreError(f"ingest needs a history frame (pandas DataFrame), got {type(frame).__name__}")
-        if not isinstance(frame.index, pd.RangeIndex) or frame.index.start != 0 or frame.index.step != 1:
-            # validate() rebuilds the frame on a fresh RangeIndex, which misaligns a slice's rows
-            frame = frame.reset_index(drop=True)
         try:
             f = history.validate(frame, source="ingest")
         except HistoryError as err:

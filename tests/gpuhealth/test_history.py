@@ -38,6 +38,23 @@ def test_sorts_out_of_order_rows() -> None:
     assert list(f["gpu_uuid"]) == ["GPU-b", "GPU-a", "GPU-a"]
 
 
+@pytest.mark.parametrize("reindex", ["slice", "shuffled", "labels"])
+def test_any_index_keeps_rows_together(reindex: str) -> None:
+    raw = _frame()
+    if reindex == "slice":
+        raw = raw.iloc[1:]
+    elif reindex == "shuffled":
+        raw = raw.iloc[[2, 0, 1]]
+    else:
+        raw.index = pd.Index(["x", "y", "z"])
+    f = history.validate(raw)
+    expected = history.validate(raw.reset_index(drop=True))
+    pd.testing.assert_frame_equal(f, expected)
+    assert not f[["hostname", "gpu_uuid", "model_name"]].isna().any().any()
+    row = f[f["gpu_uuid"] == "GPU-b"]
+    assert len(raw) == 2 or (row["ecc_sbe_volatile"].tolist() == [3.0] and row["gpu_temp_c"].tolist() == [41.5])
+
+
 def test_drops_duplicates_with_warning() -> None:
     raw = _frame(
         gpu_uuid=["GPU-a", "GPU-a", "GPU-a"],
