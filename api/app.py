@@ -245,12 +245,12 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
     @app.get("/v1/gpus/{uuid}/risk", response_model=schemas.RiskHistory, dependencies=read, tags=["gpus"])
     async def risk_history(
         uuid: Uuid,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: schemas.UtcTime | None = None,
+        until: schemas.UtcTime | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> dict[str, Any]:
         """Risk over time (oldest first)."""
-        points = await lookup(store.risk_history, uuid, since=_aware(since), until=_aware(until), limit=limit)
+        points = await lookup(store.risk_history, uuid, since=since, until=until, limit=limit)
         return {"uuid": uuid, "points": points}
 
     @app.get("/v1/gpus/{uuid}/probes", response_model=list[schemas.ProbeOut], dependencies=read, tags=["gpus"])
@@ -306,14 +306,14 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
     )
     def add_failure(body: schemas.FailureIn) -> dict[str, Any]:
         """Record a failure or RMA outcome (a label for the next training run)."""
-        rec = store.add_failure(**{**body.model_dump(), "failed_at": _aware(body.failed_at)})
+        rec = store.add_failure(**body.model_dump())
         metrics.failure_recorded(body.mode, body.kind)
         return rec
 
     @app.get("/v1/failures", response_model=list[schemas.FailureOut], dependencies=read, tags=["failures"])
-    def list_failures(since: datetime | None = None, limit: Limit = 100) -> list[dict[str, Any]]:
+    def list_failures(since: schemas.UtcTime | None = None, limit: Limit = 100) -> list[dict[str, Any]]:
         """Recorded failures and RMAs, newest first."""
-        return store.failures(since=_aware(since), limit=limit)
+        return store.failures(since=since, limit=limit)
 
     @app.post("/v1/alertmanager", response_model=schemas.Stored, dependencies=write, tags=["alerts"])
     def alertmanager(body: schemas.AmWebhook) -> dict[str, int]:
@@ -333,10 +333,3 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     return app
-
-
-def _aware(t: datetime | None) -> datetime | None:
-    """Naive datetimes from clients are taken as UTC."""
-    if t is None:
-        return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)

@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+
+
+def _utc(t: datetime) -> datetime:
+    """Naive times are UTC; aware ones are converted; years no GPU ever saw are refused."""
+    try:
+        t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("time out of range") from None
+    if not EARLIEST <= t < LATEST:
+        raise ValueError(f"time must be between {EARLIEST:%Y} and {LATEST:%Y}")
+    return t
+
+
+UtcTime = Annotated[datetime, AfterValidator(_utc)]
+"""A time in UTC (ISO 8601; a naive time is taken as UTC)."""
+
+
+def _end(t: datetime | None) -> datetime | None:
+    """Alertmanager's endsAt: its zero time (0001-01-01) means "not ended"."""
+    return None if t is None or t.year < EARLIEST.year else _utc(t)
+
+
+EndTime = Annotated[datetime | None, AfterValidator(_end)]
 
 Decision = Literal["ok", "watch", "demote", "drain", "rma"]
 FailureMode = Literal["ecc", "thermal", "pcie", "other"]
@@ -118,7 +144,7 @@ class FailureIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     gpu_uuid: str = Field(min_length=1, max_length=200)
-    failed_at: datetime
+    failed_at: UtcTime
     mode: FailureMode
     kind: Literal["failure", "rma"] = "failure"
     hostname: str | None = Field(None, max_length=255, description="needed for a GPU that never reported here")

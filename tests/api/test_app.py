@@ -227,3 +227,12 @@ def test_probe_results_of_a_gpu(fleet: Fleet) -> None:
     assert r.status_code == 200, r.text
     assert r.json()[0]["test"] == "gemm" and r.json()[0]["value"] == 410.0
     assert fleet.client.get("/v1/gpus/GPU-nope/probes").status_code == 404
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-05:00", "1900-01-01T00:00:00Z"])
+def test_times_no_gpu_ever_saw_are_422_not_a_crash(fleet: Fleet, when: str) -> None:
+    # Found by schemathesis: PostgreSQL refused a year-0 time the API had let through (a 500).
+    rec = {"gpu_uuid": fleet.uuids[0], "failed_at": when, "mode": "ecc"}
+    r = fleet.client.post("/v1/failures", json=rec, headers=auth())
+    assert r.status_code == 422 and "failed_at" in r.json()["detail"], r.text
+    assert fleet.client.get(f"/v1/gpus/{fleet.uuids[0]}/risk", params={"since": when}).status_code == 422
