@@ -2,51 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
+from gpuhealth.cli_backend import fail
 from gpuhealth.settings import get_settings
 from gpuhealth.units import parse_duration
+
+if TYPE_CHECKING:
+    from store import Store
 
 db_app = typer.Typer(
     help="The service's database: migrations, retention, imports.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
 
 DbOption = Annotated[
     str | None, typer.Option("--db", help="SQLAlchemy URL (default: GPUHEALTH_DB, sqlite:///gpuhealth.db)")
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    """Print one line to stderr and return the exit to raise."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
+@contextmanager
+def _opened(db: str | None) -> Iterator[Store]:
+    """The store at `db` (default: the setting), schema upgraded, closed after; its errors are one line."""
+    from store import Store, StoreError
 
-
-def _url(db: str | None) -> str:
-    return db or get_settings().db
+    try:
+        store = Store.open(db or get_settings().db, upgrade=True)
+        try:
+            yield store
+        finally:
+            store.close()
+    except StoreError as e:
+        raise fail(str(e)) from None
 
 
 @db_app.command("upgrade")
 def upgrade_cmd(db: DbOption = None) -> None:
     """Create the schema or bring it to the newest migration."""
-    from store import Store, StoreError
-
-    try:
-        store = Store.open(_url(db), upgrade=True)
-        try:
-            revision = store.revision()
-        finally:
-            store.close()
-    except StoreError as e:
-        raise _fail(str(e)) from None
+    with _opened(db) as store:
+        revision = store.revision()
     typer.echo(f"{store.url}: schema at revision {revision}")
 
 
@@ -58,20 +59,12 @@ def prune_cmd(
     ] = None,
 ) -> None:
     """Roll raw samples older than the retention into hourly rows and delete them."""
-    from store import Store, StoreError
-
     try:
         keep = timedelta(seconds=parse_duration(retention or get_settings().retention))
     except ValueError as e:
-        raise _fail(str(e)) from None
-    try:
-        store = Store.open(_url(db), upgrade=True)
-        try:
-            hours, deleted = store.prune(datetime.now(UTC), keep)
-        finally:
-            store.close()
-    except StoreError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
+    with _opened(db) as store:
+        hours, deleted = store.prune(datetime.now(UTC), keep)
     typer.echo(f"{store.url}: rolled {deleted} samples into {hours} hourly rows")
 
 
@@ -85,36 +78,29 @@ def import_cmd(
     import pandas as pd
 
     from gpuhealth import history
-    from store import Store, StoreError
 
     try:
         frame = history.read(history_file)
         labels = history.read_failures(failures) if failures is not None else None
     except history.HistoryError as e:
-        raise _fail(str(e)) from None
-    try:
-        store = Store.open(_url(db), upgrade=True)
-        try:
-            n = store.ingest(frame)
-            hosts = dict(zip(frame["gpu_uuid"].astype(str), frame["hostname"].astype(str), strict=True))
-            known = store.failures_frame()
-            # importing the same labels twice must not double the failures training sees
-            seen = set(zip(known["gpu_uuid"], known["failed_at"], known["mode"], strict=True))
-            for row in [] if labels is None else labels.to_dict("records"):
-                if (row["gpu_uuid"], row["failed_at"], row["mode"]) in seen:
-                    continue
-                host, xid = row.get("hostname"), row.get("xid")
-                store.add_failure(
-                    gpu_uuid=str(row["gpu_uuid"]),
-                    failed_at=row["failed_at"].to_pydatetime(),
-                    mode=str(row["mode"]),
-                    hostname=str(host) if isinstance(host, str) else hosts.get(str(row["gpu_uuid"])),
-                    xid=None if xid is None or pd.isna(xid) else int(xid),
-                    recorded_by="gpuhealth db import",
-                )
-        finally:
-            store.close()
-    except StoreError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
+    with _opened(db) as store:
+        n = store.ingest(frame)
+        hosts = dict(zip(frame["gpu_uuid"].astype(str), frame["hostname"].astype(str), strict=True))
+        known = store.failures_frame()
+        # importing the same labels twice must not double the failures training sees
+        seen = set(zip(known["gpu_uuid"], known["failed_at"], known["mode"], strict=True))
+        for row in [] if labels is None else labels.to_dict("records"):
+            if (row["gpu_uuid"], row["failed_at"], row["mode"]) in seen:
+                continue
+            host, xid = row.get("hostname"), row.get("xid")
+            store.add_failure(
+                gpu_uuid=str(row["gpu_uuid"]),
+                failed_at=row["failed_at"].to_pydatetime(),
+                mode=str(row["mode"]),
+                hostname=str(host) if isinstance(host, str) else hosts.get(str(row["gpu_uuid"])),
+                xid=None if xid is None or pd.isna(xid) else int(xid),
+                recorded_by="gpuhealth db import",
+            )
     extra = "" if labels is None else f", {len(labels)} failure labels"
     typer.echo(f"{store.url}: {n} new samples of {len(frame)}{extra}")

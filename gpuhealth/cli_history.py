@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from gpuhealth.cli_backend import fail
 from gpuhealth.units import parse_duration
 
 history_app = typer.Typer(
@@ -19,12 +20,6 @@ history_app = typer.Typer(
 )
 err = Console(stderr=True)
 _RELATIVE = re.compile(r"^now\s*(?:-\s*(?P<ago>\S+))?$")
-
-
-def _fail(message: str) -> typer.Exit:
-    """Print one line to stderr and return the exit to raise."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
 
 
 def parse_time(text: str, now: datetime | None = None) -> datetime:
@@ -71,7 +66,7 @@ def import_cmd(
         if not out.name.lower().endswith(kinds):
             raise ValueError(f"{out}: use one of {', '.join(kinds)}")
     except ValueError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     try:
         with Progress(
             "[progress.description]{task.description}", BarColumn(), TaskProgressColumn(),
@@ -89,7 +84,7 @@ def import_cmd(
             bar.update(task, description=f"writing {out}")
             history.write(frame, out)
     except (history.HistoryError, OSError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     first, last = frame["timestamp"].min(), frame["timestamp"].max()
     typer.echo(
         f"gpuhealth history import: {len(frame):,} rows, {frame['gpu_uuid'].nunique()} GPUs, "
