@@ -205,9 +205,12 @@ def serve(
         f"gpuhealth serve: {what}, database {store.url}, scoring every {score_s:g}s\n"
         f"  API docs: {base}/docs\n  GPUs:     {base}/v1/gpus\n  metrics:  {base}/metrics",
         highlight=False,
+        soft_wrap=True,
     )
     if token is None:
-        out.print("  writes are disabled: set GPUHEALTH_TOKEN or --token-file to enable them", highlight=False)
+        out.print(
+            "  writes are disabled: set GPUHEALTH_TOKEN or --token-file to enable them", highlight=False, soft_wrap=True
+        )
     _run(svc, host, port, level)
 
 
@@ -259,7 +262,11 @@ def demo(
         probes=probe_config(s, every=DEMO_PROBE_EVERY),
         sim_seed=seed,
     )
-    out.print(f"gpuhealth demo: simulating two days of history for {nodes * gpus_per_node} GPUs …", highlight=False)
+    out.print(
+        f"gpuhealth demo: simulating two days of history for {nodes * gpus_per_node} GPUs …",
+        highlight=False,
+        soft_wrap=True,
+    )
     warm_up(svc, DEMO_WARMUP_STEPS)
     base = f"http://{host}:{port}"
     out.print(
@@ -276,6 +283,7 @@ Faults ripen within about a minute: watch it move GPUs to watch, demote, drain a
                    -d '{{"by": "me"}}' {base}/v1/decisions/1/ack
 Stop with Ctrl-C.""",
         highlight=False,
+        soft_wrap=True,
     )
     _run(svc, host, port, level)
 
