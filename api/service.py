@@ -95,7 +95,7 @@ class IngestBuffer:
 
     def flush(self) -> int:
         """Write what is queued; on a database error keep it for the next try. Returns rows written."""
-        written = 0
+        written = n = dropped_before = 0
         with self._lock:
             gpus = list(self._gpus.values())
             self._gpus.clear()
@@ -108,12 +108,7 @@ class IngestBuffer:
                 if not chunk:
                     break
                 inserted = self.store.ingest(pd.DataFrame(chunk))
-                with self._lock:
-                    # Rows added meanwhile went to the right end. If the bound pushed some of
-                    # this chunk out meanwhile (from the left), only the rest is still queued.
-                    gone = self.stats.dropped - dropped_before
-                    for _ in range(max(0, n - gone)):
-                        self._rows.popleft()
+                self._pop_chunk(n, dropped_before)
                 self.stats.written += inserted
                 self.stats.duplicates += n - inserted
                 written += inserted
@@ -128,15 +123,24 @@ class IngestBuffer:
             self.stats.last_error = str(err)
             log.warning("database unavailable, %d sample(s) held in memory: %s", len(self._rows), err)
         except (StoreError, HistoryError, ValueError) as err:
-            # Rows the store rejects would block the queue forever: drop them, loudly.
+            # Rows the store rejects would block the queue forever: drop that chunk (only it), loudly.
+            bad = self._pop_chunk(n, dropped_before)
             with self._lock:
-                bad = min(self.batch, len(self._rows))
-                for _ in range(bad):
-                    self._rows.popleft()
-            self.stats.dropped += bad
+                self.stats.dropped += bad
             self.stats.last_error = str(err)
             log.error("dropped %d sample(s) the store rejected: %s", bad, err)
         return written
+
+    def _pop_chunk(self, n: int, dropped_before: int) -> int:
+        """Remove the chunk of `n` rows taken from the left; returns how many were still queued.
+
+        Rows added meanwhile went to the right end; if the bound pushed some of the chunk out
+        meanwhile (from the left), only the rest is still there."""
+        with self._lock:
+            still = max(0, n - (self.stats.dropped - dropped_before))
+            for _ in range(still):
+                self._rows.popleft()
+        return still
 
     def _requeue_gpus(self, gpus: list[dict[str, Any]]) -> None:
         with self._lock:

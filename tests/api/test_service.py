@@ -178,3 +178,22 @@ def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
     with_hourly = store.history(include_hourly=True)
     assert with_hourly["timestamp"].min() == pd.Timestamp(T0)  # older data lives on as hourly rows
     assert len(with_hourly) < len(frame)
+
+
+def test_a_rejected_chunk_takes_no_good_rows_queued_after_it(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100)  # type: ignore[arg-type]
+    bad = rows(3)
+    for r in bad:
+        r["gpu_temp_c"] = "hot"
+    buf.add(bad)
+    original = flaky.ingest
+
+    def ingest_then_more_arrive(frame: pd.DataFrame) -> int:
+        buf.add(rows(5, start=200))  # the sampler goes on while the store works
+        flaky.ingest = original  # type: ignore[method-assign]
+        return original(frame)
+
+    flaky.ingest = ingest_then_more_arrive  # type: ignore[method-assign]
+    buf.flush()
+    assert buf.stats.dropped == 3
+    assert len(buf) == 5 and buf.flush() == 5
