@@ -39,6 +39,8 @@ from gpuhealth.units import parse_duration, parse_listen
 
 if TYPE_CHECKING:
     from collector.probes import ProbeConfig
+    from gpuhealth.serve import Service
+    from store import Store
 
 out = Console(stderr=True)
 
@@ -76,7 +78,7 @@ def probe_config(s: Settings, every: str | None = None) -> ProbeConfig:
         raise fail(f"invalid probe setting: {e}") from None
 
 
-def _open_store(url: str) -> object:
+def _open_store(url: str) -> Store:
     from store import Store, StoreError
 
     try:
@@ -110,12 +112,9 @@ def check_port(host: str, port: int) -> None:
             raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def _run(svc: object, host: str, port: int, log_level: str) -> None:
+def _run(svc: Service, host: str, port: int, log_level: str) -> None:
     import uvicorn
 
-    from gpuhealth.serve import Service
-
-    assert isinstance(svc, Service)
     config = uvicorn.Config(svc.app, host=host, port=port, log_level=log_level.lower(), access_log=False)
     server = uvicorn.Server(config)
     try:
@@ -153,7 +152,6 @@ def serve(
     from predictor.model import ModelError
     from predictor.policy import Thresholds
     from predictor.score import load_model
-    from store import Store
 
     s = load_settings()
     level = log_level or s.log_level
@@ -172,7 +170,6 @@ def serve(
     except (ModelError, OSError, ValueError) as e:
         raise fail(f"cannot load the model: {e}") from None
     store = _open_store(db or s.db)
-    assert isinstance(store, Store)
     opened = None
     if not no_collector:
         flags = BackendFlags(
@@ -226,7 +223,6 @@ def demo(
     from gpuhealth.serve import build_service, warm_up
     from predictor.policy import Thresholds
     from predictor.score import load_model
-    from store import Store
 
     s = load_settings()
     level = log_level or "WARNING"
@@ -248,7 +244,6 @@ def demo(
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")
-    assert isinstance(store, Store)
     svc = build_service(
         store,
         load_model(s.model),
