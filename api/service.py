@@ -34,11 +34,6 @@ SCORE_WINDOW = timedelta(days=31)
 """History read for one scoring round: the longest feature window (30 d) and a margin."""
 
 
-def utc(ts: float) -> datetime:
-    """An aware UTC datetime from epoch seconds."""
-    return datetime.fromtimestamp(ts, UTC)
-
-
 @dataclass
 class BufferStats:
     """What the ingest buffer did since start (exported as metrics)."""
