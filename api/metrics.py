@@ -89,6 +89,14 @@ class ApiMetrics(Collector):
             yield CounterMetricFamily(
                 "gpuhealth_buffer_written_samples", "Samples written to the store", value=st.written
             )
+            yield GaugeMetricFamily(
+                "gpuhealth_buffer_probe_results", "Probe results waiting to be written", value=self.buffer.probes_held()
+            )
+            yield CounterMetricFamily(
+                "gpuhealth_buffer_dropped_probe_results",
+                "Probe results dropped: buffer full while the database was down, or rejected by it",
+                value=st.probes_dropped,
+            )
         if self.scorer is None:
             return
         state = self.scorer.state

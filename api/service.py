@@ -44,6 +44,9 @@ class BufferStats:
     duplicates: int = 0
     failed_flushes: int = 0
     last_error: str | None = None
+    probes_received: int = 0
+    probes_written: int = 0
+    probes_dropped: int = 0
 
 
 class IngestBuffer:
@@ -52,13 +55,25 @@ class IngestBuffer:
     `capacity` bounds the rows held while the database is unreachable; beyond it the
     oldest rows are dropped and counted (`stats.dropped`), so memory stays bounded and
     the loss is visible. Rows are dicts in the history-frame format.
+
+    Probe results wait the same way (`add_probes`, bounded by `probe_capacity`), and are
+    written after the samples and GPU states of the same flush.
     """
 
-    def __init__(self, store: Store, capacity: int = 200_000, flush_s: float = 1.0, batch: int = 20_000) -> None:
-        if capacity < 1:
-            raise ValueError(f"buffer capacity must be at least 1, got {capacity}")
+    def __init__(
+        self,
+        store: Store,
+        capacity: int = 200_000,
+        flush_s: float = 1.0,
+        batch: int = 20_000,
+        probe_capacity: int = 10_000,
+    ) -> None:
+        if capacity < 1 or probe_capacity < 1:
+            raise ValueError(f"buffer capacity must be at least 1, got {min(capacity, probe_capacity)}")
         self.store = store
         self.capacity = capacity
+        self.probe_capacity = probe_capacity
+        self._probes: deque[dict[str, Any]] = deque()
         self.flush_s = flush_s
         self.batch = batch
         self.stats = BufferStats()
@@ -88,6 +103,46 @@ class IngestBuffer:
         if len(self._rows) >= self.batch:
             self._wake.set()
 
+    def add_probes(self, results: Sequence[Mapping[str, Any]]) -> None:
+        """Queue probe results (`Store.add_probe_results` rows); never blocks on the database."""
+        with self._lock:
+            self._probes.extend(dict(r) for r in results)
+            self.stats.probes_received += len(results)
+            self._bound_probes()
+        self._wake.set()
+
+    def probes_held(self) -> int:
+        return len(self._probes)
+
+    def _bound_probes(self) -> None:
+        over = len(self._probes) - self.probe_capacity
+        for _ in range(max(0, over)):
+            self._probes.popleft()
+        self.stats.probes_dropped += max(0, over)
+
+    def _flush_probes(self) -> None:
+        """Write the queued probe results; kept on StoreUnavailable (re-raised), dropped if rejected."""
+        with self._lock:
+            results = list(self._probes)
+            self._probes.clear()
+        if not results:
+            return
+        try:
+            self.store.add_probe_results(results)
+        except StoreUnavailable:
+            with self._lock:
+                self._probes.extendleft(reversed(results))  # older than anything queued meanwhile
+                self._bound_probes()
+            raise
+        except StoreError as err:
+            with self._lock:
+                self.stats.probes_dropped += len(results)
+            self.stats.last_error = str(err)
+            log.error("dropped %d probe result(s) the store rejected: %s", len(results), err)
+            return
+        with self._lock:
+            self.stats.probes_written += len(results)
+
     def flush(self) -> int:
         """Write what is queued; on a database error keep it for the next try. Returns rows written."""
         written = n = dropped_before = 0
@@ -109,8 +164,10 @@ class IngestBuffer:
                 written += inserted
             if gpus:  # after the samples: ingesting a GPU's samples marks it active again
                 self.store.upsert_gpus(gpus)
+                gpus = []  # written: not requeued if the probe results fail below
             self.store_up = True
             self.stats.last_error = None
+            self._flush_probes()
         except StoreUnavailable as err:
             self._requeue_gpus(gpus)
             self.store_up = False
@@ -162,8 +219,10 @@ class IngestBuffer:
             self._thread = None
         st = self.stats
         log.info(
-            "ingest stopped: received %d, written %d, duplicates %d, dropped %d, still held %d",
+            "ingest stopped: received %d, written %d, duplicates %d, dropped %d, still held %d;"
+            " probe results received %d, written %d, dropped %d, still held %d",
             st.received, st.written, st.duplicates, st.dropped, len(self._rows),
+            st.probes_received, st.probes_written, st.probes_dropped, len(self._probes),
         )  # fmt: skip
 
 

@@ -5,7 +5,6 @@ This module (with the CLI) is the only place that joins the collector and the AP
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +25,7 @@ from collector.sampler import Sampler
 from gpuhealth.catalog import Field
 from predictor.model import RiskModel
 from predictor.policy import Thresholds
-from store import Store, StoreError
-
-log = logging.getLogger(__name__)
+from store import Store
 
 
 @dataclass
@@ -97,12 +94,13 @@ def build_service(
     health: Callable[[], tuple[bool, str]] | None = None
     probe_scheduler = None
     if backend is not None:
+        buffer = IngestBuffer(store, capacity=buffer_samples)
+        buf = buffer
         sampling = build_sampling(
             backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,
-            on_probe_results=lambda rows: _store_probes(store, rows, svc_ref),
+            on_probe_results=lambda rows: buf.add_probes(_probe_rows(rows, svc_ref)),
         )  # fmt: skip
         sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
-        buffer = IngestBuffer(store, capacity=buffer_samples)
         sampler.subscribe(lambda snap: buffer.add(*snapshot_rows(snap)))
         reg = registry
         extra = lambda: render(reg.collect())  # noqa: E731
@@ -133,17 +131,16 @@ def build_service(
     return svc
 
 
-def _store_probes(store: Store, rows: list[dict[str, Any]], svc_ref: dict[str, Service]) -> None:
-    """Keep probe results; a simulated or replayed fleet files them under its own clock."""
+def _probe_rows(rows: list[dict[str, Any]], svc_ref: dict[str, Service]) -> list[dict[str, Any]]:
+    """Probe results to keep; a simulated or replayed fleet files them under its own clock.
+
+    They go through the ingest buffer, so a database outage holds them instead of losing them."""
     svc = svc_ref.get("svc")
     snap = svc.sampler.latest if svc is not None and svc.sampler is not None else None
     if svc is not None and snap is not None and snap.data_time is not None:
         at = svc.data_now()
         rows = [{**r, "ran_at": at} for r in rows]
-    try:
-        store.add_probe_results(rows)
-    except StoreError as err:  # the results are still exported; only their history misses them
-        log.warning("could not store %d probe result(s): %s", len(rows), err)
+    return rows
 
 
 def warm_up(svc: Service, steps: int) -> int:

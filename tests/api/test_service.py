@@ -34,6 +34,10 @@ class FlakyStore:
         self._check()
         self.store.upsert_gpus(gpus)
 
+    def add_probe_results(self, results: Any) -> int:
+        self._check()
+        return self.store.add_probe_results(results)
+
 
 def rows(n: int, start: int = 0, uuid: str = "GPU-a") -> list[dict[str, Any]]:
     return [
@@ -113,9 +117,62 @@ def test_gpu_states_survive_an_outage(flaky: FlakyStore) -> None:
     assert flaky.store.get_gpu("GPU-a")["state"] == "lost"
 
 
+def probe(i: int, status: str = "pass", uuid: str = "GPU-a") -> dict[str, Any]:
+    return {"gpu_uuid": uuid, "ran_at": T0 + timedelta(minutes=i), "test": "gemm", "status": status,
+            "value": 300.0 + i, "unit": "TFLOP/s", "duration_s": 2.0}  # fmt: skip
+
+
+def test_probe_results_wait_in_memory_while_the_database_is_down(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100)  # type: ignore[arg-type]
+    buf.add(rows(2))
+    buf.flush()
+    flaky.down = True
+    buf.add_probes([probe(1), probe(2)])
+    buf.add(rows(2, start=2))
+    buf.flush()
+    buf.add_probes([probe(3)])
+    buf.flush()
+    assert buf.probes_held() == 3 and len(buf) == 2 and not buf.store_up
+    flaky.down = False
+    buf.flush()
+    got = flaky.store.probe_results("GPU-a")
+    assert [r["value"] for r in got] == [303.0, 302.0, 301.0]  # all three, newest first
+    st = buf.stats
+    assert (st.probes_received, st.probes_written, st.probes_dropped, buf.probes_held()) == (3, 3, 0, 0)
+    assert stored(flaky) == 4
+
+
+def test_the_probe_bound_drops_the_oldest_and_counts_them(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100, probe_capacity=2)  # type: ignore[arg-type]
+    buf.add(rows(1))
+    buf.flush()
+    flaky.down = True
+    buf.add_probes([probe(1), probe(2)])
+    buf.flush()  # taken out, refused, put back
+    buf.add_probes([probe(3)])
+    assert buf.probes_held() == 2 and buf.stats.probes_dropped == 1
+    flaky.down = False
+    buf.flush()
+    assert [r["value"] for r in flaky.store.probe_results("GPU-a")] == [303.0, 302.0]
+
+
+def test_probe_results_the_store_rejects_are_dropped_without_taking_samples(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=100)  # type: ignore[arg-type]
+    buf.add(rows(3))
+    buf.add_probes([probe(1, status="melted")])
+    assert buf.flush() == 3
+    assert stored(flaky) == 3 and buf.stats.dropped == 0
+    assert buf.stats.probes_dropped == 1 and "status" in (buf.stats.last_error or "")
+    buf.add_probes([probe(2)])
+    buf.flush()
+    assert [r["value"] for r in flaky.store.probe_results("GPU-a")] == [302.0]
+
+
 def test_capacity_must_be_positive(flaky: FlakyStore) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         IngestBuffer(flaky, capacity=0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least 1"):
+        IngestBuffer(flaky, probe_capacity=0)  # type: ignore[arg-type]
 
 
 def test_decision_counts_has_every_decision() -> None:
