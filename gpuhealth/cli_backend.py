@@ -58,6 +58,8 @@ def load_settings() -> Settings:
 
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: a pull from Prometheus is dozens of them a minute.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @dataclass(frozen=True)

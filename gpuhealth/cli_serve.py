@@ -53,6 +53,20 @@ ModelOpt = Annotated[Path | None, typer.Option(help="risk model (.skops); defaul
 TokenFileOpt = Annotated[
     Path | None, typer.Option(help="file holding the bearer token for writes (or set GPUHEALTH_TOKEN)")
 ]
+SourceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="local: collect on this box (--backend); prometheus: pull the fleet from --prometheus (GPUHEALTH_SOURCE)"
+    ),
+]
+PrometheusOpt = Annotated[
+    str | None, typer.Option("--prometheus", help="Prometheus base URL for --source prometheus, e.g. http://prom:9090")
+]
+PullEveryOpt = Annotated[str | None, typer.Option(help="--source prometheus: how often to pull, e.g. 1m")]
+PullStepOpt = Annotated[str | None, typer.Option(help="--source prometheus: the resolution stored, e.g. 30s")]
+BackfillOpt = Annotated[
+    str | None, typer.Option(help="--source prometheus: how far the first pull (and a catch-up) reaches back, e.g. 2d")
+]
 
 DEMO_NODES = 4
 DEMO_GPUS = 8
@@ -145,9 +159,14 @@ def serve(
     history: HistoryOpt = None,
     speed: SpeedOpt = 1.0,
     loop: LoopOpt = True,
+    source: SourceOpt = None,
+    prometheus: PrometheusOpt = None,
+    pull_every: PullEveryOpt = None,
+    pull_step: PullStepOpt = None,
+    backfill: BackfillOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
-    """Collect, keep history, score every GPU and answer over REST and /metrics, in one process."""
+    """Collect (or pull from Prometheus), keep history, score every GPU and answer over REST and /metrics."""
     from gpuhealth.serve import build_service
     from predictor.model import ModelError
     from predictor.policy import Thresholds
@@ -163,6 +182,28 @@ def serve(
         thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
     except ValueError as e:
         raise fail(str(e)) from None
+    src = source or s.source
+    if src not in ("local", "prometheus"):
+        raise fail(f"unknown --source {src!r}: use local or prometheus")
+    prom_url = prometheus or s.prometheus_url
+    if src == "prometheus" and not prom_url:
+        raise fail("--source prometheus needs --prometheus URL (or GPUHEALTH_PROMETHEUS_URL)")
+    if src == "local" and prometheus:
+        raise fail("--prometheus is for --source prometheus (a local collector does not read Prometheus)")
+    if src == "prometheus" and (backend is not None or no_collector):
+        raise fail("--source prometheus has no local collector: drop --backend / --no-collector")
+    try:
+        pull = (
+            (parse_duration(pull_every or s.pull_every), parse_duration(pull_step or s.pull_step),
+             timedelta(seconds=parse_duration(backfill or s.backfill)))
+            if src == "prometheus" else None
+        )  # fmt: skip
+        if pull is not None:
+            from api.puller import check_settings
+
+            check_settings(*pull)
+    except ValueError as e:
+        raise fail(str(e)) from None
     check_port(host, port)
     token = _token(s, token_file)
     try:
@@ -170,8 +211,13 @@ def serve(
     except (ModelError, OSError, ValueError) as e:
         raise fail(f"cannot load the model: {e}") from None
     store = _open_store(db or s.db)
-    opened = None
-    if not no_collector:
+    opened = puller = None
+    if pull is not None:
+        from api.puller import PrometheusPuller
+
+        assert prom_url is not None
+        puller = PrometheusPuller(store, prom_url, every_s=pull[0], step_s=pull[1], backfill=pull[2])
+    elif not no_collector:
         flags = BackendFlags(
             backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
             sim_fault, history, speed, loop, sim_start=time.time() if (backend or s.backend) == "sim" else None,
@@ -194,10 +240,14 @@ def serve(
         probes=probe_config(s),
         sim_seed=seed,
         retention=retention,
+        puller=puller,
     )
     shown = "localhost" if host in ("0.0.0.0", "::", "") else host
     base = f"http://{shown}:{port}"
-    what = f"{opened.backend.name} backend, {len(opened.backend.gpus())} GPU(s)" if opened else "no collector"
+    if opened is not None:
+        what = f"{opened.backend.name} backend, {len(opened.backend.gpus())} GPU(s)"
+    else:
+        what = f"pulling from Prometheus at {prom_url} every {pull[0]:g}s" if pull is not None else "no collector"
     out.print(
         f"gpuhealth serve: {what}, database {store.url}, scoring every {score_s:g}s\n"
         f"  API docs: {base}/docs\n  GPUs:     {base}/v1/gpus\n  metrics:  {base}/metrics",

@@ -34,6 +34,10 @@ _PORT = re.compile(r":\d+$")
 _DIGITS = re.compile(r"(\d+)$")
 
 
+class NoSeries(HistoryError):
+    """Prometheus answered, but with no GPU series in the time range."""
+
+
 @dataclass
 class _Series:
     """What one column's answers hold, flattened: series id, time (ms) and value per point."""
@@ -158,7 +162,7 @@ def import_history(
             http.close()
     frame = _join(found, labels, names, start_ms, step_ms, steps)
     if frame is None:
-        raise HistoryError(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
+        raise NoSeries(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
     out = validate(frame, source=f"Prometheus at {url.rstrip('/')}")
     if "xid" in out.columns:
         # DCGM_FI_DEV_XID_ERRORS holds the last code ever seen; the history wants the codes

@@ -12,9 +12,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import FastAPI
+from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from api.app import ApiConfig, create_app
+from api.puller import PrometheusPuller
 from api.service import IngestBuffer, Scorer
 from collector.backends.base import Backend
 from collector.exporter import render
@@ -40,6 +42,7 @@ class Service:
     buffer: IngestBuffer | None
     scorer: Scorer
     probes: ProbeScheduler | None = None
+    puller: PrometheusPuller | None = None
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -54,11 +57,15 @@ class Service:
             self.sampler.start()
         if self.probes is not None:
             self.probes.start()
+        if self.puller is not None:
+            self.puller.start()
         self.scorer.load_latest()
         self.scorer.start()
 
     def stop(self) -> None:
         self.scorer.stop()
+        if self.puller is not None:
+            self.puller.stop()
         if self.probes is not None:
             self.probes.stop()
         if self.sampler is not None:
@@ -86,8 +93,9 @@ def build_service(
     probes: ProbeConfig | None = None,
     sim_seed: int = 0,
     retention: timedelta | None = None,
+    puller: PrometheusPuller | None = None,
 ) -> Service:
-    """Assemble (not start) the service; without a backend it is API and scoring only."""
+    """Assemble (not start) the service; without a backend or a puller it is API and scoring only."""
     sampler = registry = buffer = None
     svc_ref: dict[str, Service] = {}
     extra: Callable[[], bytes] | None = None
@@ -105,6 +113,11 @@ def build_service(
         reg = registry
         extra = lambda: render(reg.collect())  # noqa: E731
         health = sampler.health
+    elif puller is not None:  # fleet mode: the samples come from Prometheus
+        pull_reg = CollectorRegistry(auto_describe=False)
+        pull_reg.register(puller)
+        extra = lambda: generate_latest(pull_reg)  # noqa: E731
+        health = puller.health
     scorer = Scorer(
         store,
         model,
@@ -124,7 +137,7 @@ def build_service(
         extra_metrics=extra,
     )
     app = create_app(store, cfg)
-    svc = Service(app, store, backend, sampler, registry, buffer, scorer, probe_scheduler)
+    svc = Service(app, store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller)
     svc_ref["svc"] = svc
     cfg.on_start.append(svc.start)
     cfg.on_stop.append(svc.stop)

@@ -33,6 +33,12 @@ class Settings(BaseSettings):
     model: str | None = None  # risk model file (.skops); default: the shipped model
     max_request_bytes: int = 1_048_576
     buffer_samples: int = 200_000  # samples held in memory while the database is down
+    # Fleet mode (`serve --source prometheus`): samples pulled from Prometheus, not collected here.
+    source: Literal["local", "prometheus"] = "local"
+    prometheus_url: str | None = None  # e.g. http://prometheus:9090
+    pull_every: str = "1m"
+    pull_step: str = "30s"  # the resolution stored; at least Prometheus's scrape interval
+    backfill: str = "2d"  # how far the first pull, and a catch-up after an outage, reaches back
 
     # Probes (CUDA stress kernels) run by the collector on idle GPUs.
     probe_every: str = "6h"  # "0" turns the scheduler off

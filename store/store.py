@@ -755,6 +755,12 @@ class Store:
                 data[name] = col.astype(history.metric_dtype(name))
         return pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
 
+    def newest_sample_time(self) -> datetime | None:
+        """The timestamp of the newest raw sample of any GPU (None when there is none)."""
+        with self._tx() as conn:
+            t = conn.execute(sa.select(sa.func.max(samples.c.timestamp))).scalar_one()
+        return None if t is None else _utc(t, "newest sample")
+
     def latest_samples(self, uuids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         """The newest raw sample of each GPU: uuid -> {timestamp, metric: value or None}."""
         s = samples.c

@@ -52,6 +52,22 @@ def test_bad_flags_give_one_line_errors(args: list[str], needle: str) -> None:
     _one_line_error(_gpuhealth("collect", *args), needle)
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--source", "prometheus"], "--source prometheus needs --prometheus URL"),
+        (["--source", "pigeon"], "unknown --source 'pigeon': use local or prometheus"),
+        (["--prometheus", "http://prom:9090"], "--prometheus is for --source prometheus"),
+        (["--source", "prometheus", "--prometheus", "http://p:9090", "--backend", "sim"], "no local collector"),
+        (["--source", "prometheus", "--prometheus", "http://p:9090", "--pull-step", "often"], "invalid duration"),
+        (["--source", "prometheus", "--prometheus", "http://p:9090", "--pull-step", "1h", "--backfill", "1m"],
+         "backfill must be at least one step"),
+    ],
+)  # fmt: skip
+def test_bad_serve_source_flags_give_one_line_errors(args: list[str], needle: str, tmp_path: object) -> None:
+    _one_line_error(_gpuhealth("serve", "--listen", "127.0.0.1:0", "--db", f"sqlite:///{tmp_path}/x.db", *args), needle)
+
+
 def test_port_in_use_is_one_line() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

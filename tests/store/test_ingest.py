@@ -153,3 +153,12 @@ def test_upsert_gpus(store: Store) -> None:
         store.upsert_gpus([{"uuid": "GPU-b", "hostname": "n1", "state": "gone", "seen_at": T0}])
     with pytest.raises(StoreError, match="GPU 0: seen_at must be a datetime"):
         store.upsert_gpus([{"uuid": "GPU-b", "hostname": "n1"}])
+
+
+def test_newest_sample_time(store: Store) -> None:
+    assert store.newest_sample_time() is None
+    store.ingest(
+        frame([{"timestamp": T0 + timedelta(minutes=m), "gpu_uuid": u} for m, u in ((5, "GPU-a"), (9, "GPU-b"))])
+    )
+    store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-c"}]))  # an older sample arriving later
+    assert store.newest_sample_time() == T0 + timedelta(minutes=9)

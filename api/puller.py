@@ -1,0 +1,193 @@
+"""Fleet mode: the fleet's GPU telemetry pulled from Prometheus into the store.
+
+`gpuhealth collect` (or dcgm-exporter) runs on every node, Prometheus scrapes them, and
+one `gpuhealth serve --source prometheus` pulls what it needs with range queries
+(`gpuhealth.prom_import`), keeps it in the store and scores it like locally collected
+samples. Prometheus is the buffer: the watermark moves only once the store has taken a
+window, so while the database or Prometheus is down nothing is lost; the next pull
+catches up (at most `backfill` back, which is also how far the first pull reaches).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pandas as pd
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from api.service import all_gpus
+from gpuhealth.history import HistoryError
+from gpuhealth.prom_import import NoSeries, import_history
+from store import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PullState:
+    """What the puller did since start (exported as metrics)."""
+
+    runs: int = 0
+    failures: int = 0
+    samples: int = 0
+    lost: int = 0
+    watermark: datetime | None = None
+    """The newest step stored: the next pull starts here (one step of overlap)."""
+    last_success: float | None = None
+    last_error: str | None = None
+
+
+def check_settings(every_s: float, step_s: float, backfill: timedelta) -> None:
+    """ValueError unless the pull interval and step are positive and the backfill holds a step."""
+    if every_s <= 0 or step_s <= 0:
+        raise ValueError(f"pull interval and step must be positive, got {every_s:g}s and {step_s:g}s")
+    if backfill < timedelta(seconds=step_s):
+        raise ValueError(f"backfill must be at least one step ({step_s:g}s), got {backfill}")
+
+
+class PrometheusPuller:
+    """Pulls every `every_s` the steps since the watermark, at `step_s`, into the store.
+
+    Steps are aligned to multiples of `step_s`, so a window pulled twice gives the same
+    rows and the store ignores the repeats. Each pull asks for one step it already has:
+    DCGM's XID gauge holds the last code seen, and a code counts where it changed, which
+    the first step of a window cannot tell on its own. That step is dropped before storing.
+
+    A GPU missing from a whole window while its host still reports is marked lost, so the
+    scoring loop drains it (a GPU that falls off the bus leaves the exporter's output).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        url: str,
+        *,
+        every_s: float = 60.0,
+        step_s: float = 30.0,
+        backfill: timedelta = timedelta(days=2),
+        client: httpx.Client | None = None,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        check_settings(every_s, step_s, backfill)
+        self.store = store
+        self.url = url
+        self.every_s = every_s
+        self.step_s = step_s
+        self.backfill = backfill
+        self.client = client
+        self.now = now or (lambda: datetime.now(UTC))
+        self.state = PullState()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _aligned(self, t: datetime) -> datetime:
+        return datetime.fromtimestamp(math.floor(t.timestamp() / self.step_s) * self.step_s, UTC)
+
+    def pull_once(self) -> int:
+        """Pull the steps since the watermark; returns the samples newly stored.
+
+        Raises StoreError (StoreUnavailable when the database is down) or HistoryError
+        (Prometheus unreachable or refusing); the watermark then stays where it was.
+        """
+        with self._lock:
+            end = self._aligned(self.now())
+            mark = self.state.watermark
+            if mark is None:
+                newest = self.store.newest_sample_time()
+                mark = None if newest is None else self._aligned(newest)
+            oldest = end - self.backfill
+            if mark is not None and mark < oldest:
+                log.warning("catching up from %s only (the backfill): %s of history not pulled",
+                            oldest.isoformat(), oldest - mark)  # fmt: skip
+            start = oldest if mark is None or mark < oldest else mark
+            frame = None
+            if start < end:  # else no new step yet
+                with contextlib.suppress(NoSeries):  # no GPU reported in the window: the mark stays
+                    frame = import_history(self.url, start, end, self.step_s, client=self.client)
+            n = 0
+            if frame is not None:
+                new = frame if mark is None else frame[frame["timestamp"] > pd.Timestamp(mark)]
+                if len(new):
+                    n = self.store.ingest(new.reset_index(drop=True))
+                self._mark_lost(new, end)
+                self.state.watermark = end
+            st = self.state
+            st.runs += 1
+            st.samples += n
+            st.last_success, st.last_error = time.time(), None
+            return n
+
+    def _mark_lost(self, frame: pd.DataFrame, at: datetime) -> None:
+        """GPUs the store knows on a host in `frame` (the new steps) that the frame does not have: lost."""
+        hosts = set(frame["hostname"].astype(str).unique())
+        present = set(frame["gpu_uuid"].astype(str).unique())
+        gone = [
+            {"uuid": g["uuid"], "hostname": g["hostname"], "gpu_index": g["gpu_index"], "model_name": g["model_name"],
+             "state": "lost", "seen_at": at}
+            for g in all_gpus(self.store)
+            if g["hostname"] in hosts and g["uuid"] not in present and g["state"] != "lost"
+        ]  # fmt: skip
+        if gone:
+            self.store.upsert_gpus(gone)
+            self.state.lost += len(gone)
+            log.warning("%d GPU(s) no longer reported by their host: marked lost: %s",
+                        len(gone), ", ".join(g["uuid"] for g in gone))  # fmt: skip
+
+    def health(self) -> tuple[bool, str]:
+        """Healthy while pulls succeed (the first pull may still be running)."""
+        st = self.state
+        if st.last_success is None:
+            return (st.failures == 0, st.last_error or "first pull from Prometheus pending")
+        age = time.time() - st.last_success
+        if age > 3 * self.every_s + 60:
+            return False, f"no successful pull from Prometheus for {age:.0f}s: {st.last_error or 'still running'}"
+        return True, f"pulled from {self.url} {age:.0f}s ago"
+
+    def collect(self) -> Iterator[Metric]:
+        """The puller's own series (a prometheus_client collector)."""
+        st = self.state
+        yield CounterMetricFamily("gpuhealth_pull_runs", "Pulls from Prometheus that succeeded", value=st.runs)
+        yield CounterMetricFamily("gpuhealth_pull_failures", "Pulls from Prometheus that failed", value=st.failures)
+        yield CounterMetricFamily(
+            "gpuhealth_pull_samples", "Samples pulled from Prometheus and stored", value=st.samples
+        )
+        yield CounterMetricFamily(
+            "gpuhealth_pull_lost_gpus", "GPUs marked lost: missing while their host still reports", value=st.lost
+        )
+        if st.watermark is not None:
+            yield GaugeMetricFamily(
+                "gpuhealth_pull_watermark_timestamp_seconds",
+                "The newest step pulled and stored",
+                value=st.watermark.timestamp(),
+            )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                n = self.pull_once()
+                log.debug("pulled %d sample(s) from Prometheus", n)
+            except (StoreError, HistoryError) as err:
+                self.state.failures += 1
+                self.state.last_error = str(err)
+                log.warning("pull from Prometheus failed (retried in %gs): %s", self.every_s, err)
+            self._stop.wait(self.every_s)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpuhealth-pull", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
