@@ -31,6 +31,10 @@ from store import Store, StoreError
 log = logging.getLogger(__name__)
 
 
+SCRAPE_GRACE_S = 15.0
+"""How long after a step the puller waits before asking for it (at most one step)."""
+
+
 @dataclass
 class PullState:
     """What the puller did since start (exported as metrics)."""
@@ -71,7 +75,7 @@ class PrometheusPuller:
         url: str,
         *,
         every_s: float = 60.0,
-        step_s: float = 30.0,
+        step_s: float = 300.0,
         backfill: timedelta = timedelta(days=2),
         client: httpx.Client | None = None,
         now: Callable[[], datetime] | None = None,
@@ -99,7 +103,8 @@ class PrometheusPuller:
         (Prometheus unreachable or refusing); the watermark then stays where it was.
         """
         with self._lock:
-            end = self._aligned(self.now())
+            # A scrape is stamped when it starts: one in flight at a step lands after it.
+            end = self._aligned(self.now() - timedelta(seconds=min(self.step_s, SCRAPE_GRACE_S)))
             mark = self.state.watermark
             if mark is None:
                 newest = self.store.newest_sample_time()

@@ -63,7 +63,7 @@ PrometheusOpt = Annotated[
     str | None, typer.Option("--prometheus", help="Prometheus base URL for --source prometheus, e.g. http://prom:9090")
 ]
 PullEveryOpt = Annotated[str | None, typer.Option(help="--source prometheus: how often to pull, e.g. 1m")]
-PullStepOpt = Annotated[str | None, typer.Option(help="--source prometheus: the resolution stored, e.g. 30s")]
+PullStepOpt = Annotated[str | None, typer.Option(help="--source prometheus: the resolution stored, e.g. 5m")]
 BackfillOpt = Annotated[
     str | None, typer.Option(help="--source prometheus: how far the first pull (and a catch-up) reaches back, e.g. 2d")
 ]

@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     source: Literal["local", "prometheus"] = "local"
     prometheus_url: str | None = None  # e.g. http://prometheus:9090
     pull_every: str = "1m"
-    pull_step: str = "30s"  # the resolution stored; at least Prometheus's scrape interval
+    pull_step: str = "5m"  # the resolution stored and scored (the shipped model learned from hourly data)
     backfill: str = "2d"  # how far the first pull, and a catch-up after an outage, reaches back
 
     # Probes (CUDA stress kernels) run by the collector on idle GPUs.

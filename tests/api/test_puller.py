@@ -42,7 +42,7 @@ class Clock:
         self.step = step
 
     def __call__(self) -> datetime:
-        return at(self.step) + timedelta(seconds=7)  # between two steps: the end is aligned down
+        return at(self.step) + timedelta(seconds=20)  # past the 15 s scrape grace, before the next step
 
 
 @pytest.fixture
@@ -168,6 +168,14 @@ def test_a_gpu_gone_from_its_host_is_marked_lost(store: Store) -> None:
     reg.register(p)
     text = generate_latest(reg).decode()
     assert "gpuhealth_pull_lost_gpus_total 1.0" in text and "gpuhealth_pull_runs_total 2.0" in text
+
+
+def test_a_step_is_asked_for_only_after_the_scrape_grace(store: Store) -> None:
+    prom, clock = fleet(40), Clock(20)
+    p = puller(store, prom, clock)
+    p.now = lambda: at(21) + timedelta(seconds=10)  # step 21 is due, but a scrape may still land before it
+    p.pull_once()
+    assert temp_ranges(prom)[-1][1] == at(20)
 
 
 def test_settings_are_checked(store: Store) -> None:
