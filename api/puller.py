@@ -123,7 +123,7 @@ class PrometheusPuller:
                 new = frame if mark is None else frame[frame["timestamp"] > pd.Timestamp(mark)]
                 if len(new):
                     n = self.store.ingest(new.reset_index(drop=True))
-                self._mark_lost(new, end)
+                    self._mark_lost(new, end)
                 self.state.watermark = end
             st = self.state
             st.runs += 1
