@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from api.service import all_gpus
 from gpuhealth.history import HistoryError
 from gpuhealth.prom_import import NoSeries, import_history
+from gpuhealth.worker import Worker
 from store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def check_settings(every_s: float, step_s: float, backfill: timedelta) -> None:
         raise ValueError(f"backfill must be at least one step ({step_s:g}s), got {backfill}")
 
 
-class PrometheusPuller:
+class PrometheusPuller(Worker):
     """Pulls every `every_s` the steps since the watermark, at `step_s`, into the store.
 
     Steps are aligned to multiples of `step_s`, so a window pulled twice gives the same
@@ -68,6 +69,9 @@ class PrometheusPuller:
     A GPU missing from a whole window while its host still reports is marked lost, so the
     scoring loop drains it (a GPU that falls off the bus leaves the exporter's output).
     """
+
+    thread_name = "gpuhealth-pull"
+    stop_timeout_s = 10.0
 
     def __init__(
         self,
@@ -90,8 +94,7 @@ class PrometheusPuller:
         self.now = now or (lambda: datetime.now(UTC))
         self.state = PullState()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def _aligned(self, t: datetime) -> datetime:
         return datetime.fromtimestamp(math.floor(t.timestamp() / self.step_s) * self.step_s, UTC)
@@ -185,14 +188,3 @@ class PrometheusPuller:
                 self.state.last_error = str(err)
                 log.warning("pull from Prometheus failed (retried in %gs): %s", self.every_s, err)
             self._stop.wait(self.every_s)
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpuhealth-pull", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None

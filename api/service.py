@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from gpuhealth.history import HistoryError
+from gpuhealth.worker import Worker
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, Thresholds
 from predictor.probes import slow_gpus
@@ -49,7 +50,7 @@ class BufferStats:
     probes_dropped: int = 0
 
 
-class IngestBuffer:
+class IngestBuffer(Worker):
     """Samples on their way to the store: appended by the sampler, written in batches by one thread.
 
     `capacity` bounds the rows held while the database is unreachable; beyond it the
@@ -59,6 +60,9 @@ class IngestBuffer:
     Probe results wait the same way (`add_probes`, bounded by `probe_capacity`), and are
     written after the samples and GPU states of the same flush.
     """
+
+    thread_name = "gpuhealth-ingest"
+    stop_timeout_s = 10.0
 
     def __init__(
         self,
@@ -81,8 +85,7 @@ class IngestBuffer:
         self._gpus: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self.store_up = True
 
     def __len__(self) -> int:
@@ -206,17 +209,11 @@ class IngestBuffer:
             self.flush()
         self.flush()
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpuhealth-ingest", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after one last flush (of what the database takes), and log what was done."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        super().stop(timeout)
         st = self.stats
         log.info(
             "ingest stopped: received %d, written %d, duplicates %d, dropped %d, still held %d;"
@@ -240,8 +237,11 @@ class ScoreState:
     failures: int = 0
 
 
-class Scorer:
+class Scorer(Worker):
     """Scores every GPU from the store's recent history and records risks and decisions."""
+
+    thread_name = "gpuhealth-scorer"
+    stop_timeout_s = 30.0
 
     def __init__(
         self,
@@ -264,8 +264,7 @@ class Scorer:
         self._pruned_at: datetime | None = None
         self.state = ScoreState()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def run_once(self, at: datetime | None = None) -> list[dict[str, Any]]:
         """One scoring round; returns the records stored (empty when there is no history yet)."""
@@ -334,17 +333,6 @@ class Scorer:
                 self.state.last_error = str(err)
                 log.exception("scoring failed")
             self._stop.wait(self.interval_s)
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="gpuhealth-scorer", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
 
 def all_gpus(store: Store, page: int = 10_000) -> list[dict[str, Any]]:

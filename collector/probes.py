@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from collector.backends.base import Backend, GpuInfo
 from collector.exporter import gpu_labels
 from collector.sampler import Snapshot
+from gpuhealth.worker import Worker
 from kernels import expected as exp
 from kernels.runner import CUPY_MISSING, GRACE_S, ProbeResult, judge, run_probes
 
@@ -205,8 +206,11 @@ class _State:
     results: dict[str, ProbeResult] = field(default_factory=dict)
 
 
-class ProbeScheduler:
+class ProbeScheduler(Worker):
     """Probes each idle GPU every `every_s` seconds on a background thread."""
+
+    thread_name = "gpuhealth-probes"
+    stop_timeout_s = 5.0
 
     def __init__(
         self,
@@ -232,8 +236,7 @@ class ProbeScheduler:
         self._lock = threading.Lock()
         self._gpus: dict[str, _State] = {}
         self._runs: Counter[tuple[str, str, str]] = Counter()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # --- running ----------------------------------------------------------------------------
 
@@ -284,26 +287,13 @@ class ProbeScheduler:
                     log.exception("handing probe results of GPU %d on failed", info.index)
         return done
 
-    def _loop(self) -> None:
+    def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.run_due()
             except Exception:  # the backend's gpus() failing, say: try again next poll
                 log.exception("probe scheduling pass failed")
             self._stop.wait(self.poll_s)
-
-    def start(self) -> None:
-        """Probe on a daemon thread until stop()."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="gpuhealth-probes", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop polling (a probe in flight ends by its own timeout; the thread is a daemon)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
 
     # --- reading ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from collector.backends.base import Backend, GpuReading
+from gpuhealth.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,11 @@ class Snapshot:
         return self.taken_at if self.data_time is None else self.data_time
 
 
-class Sampler:
+class Sampler(Worker):
     """Reads a backend every `interval_s` seconds on a background thread."""
+
+    thread_name = "gpuhealth-sampler"
+    stop_timeout_s = 5.0
 
     def __init__(
         self,
@@ -68,9 +72,8 @@ class Sampler:
         self._seq = 0
         self._xid_counts: dict[str, dict[int, int]] = {}
         self._last_xid: dict[str, int] = {}
-        self._stop = threading.Event()
+        super().__init__()
         self._first = threading.Event()
-        self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[Snapshot], None]] = []
 
     def subscribe(self, listener: Callable[[Snapshot], None]) -> None:
@@ -150,20 +153,6 @@ class Sampler:
             self.sample_once()
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
-    def start(self) -> None:
-        """Sample now and then every interval on a daemon thread (a hung driver blocks only it)."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="gpuhealth-sampler", daemon=True)
-        self._thread.start()
-
     def wait_first(self, timeout: float) -> bool:
         """Wait until the first snapshot is published; False on timeout."""
         return self._first.wait(timeout)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loop (a read hanging in the driver is left behind: the thread is a daemon)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
