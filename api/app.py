@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from api import schemas
 from api.metrics import ApiMetrics
@@ -62,7 +63,12 @@ Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 
 
 class BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413, declared or streamed."""
+    """Refuse request bodies over `limit` bytes with 413, declared or streamed.
+
+    Not FastAPI's own `max_body_size`: it answers a declared oversize in plain text
+    ("Content Too Large"), without the limit, and lets a malformed Content-Length through;
+    every other error of ours is one line of JSON that says what to change.
+    """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -77,24 +83,32 @@ class BodyLimit:
             await _too_large(send, self.limit)
             return
         seen = 0
+        refused = False
 
         async def counted() -> Message:
-            nonlocal seen
+            # Past the limit, answer 413 at once and tell the app the client went away: an
+            # exception here would reach FastAPI's body parsing, which turns it into a 400.
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    refused = True
+                    await _too_large(send, self.limit)
+                    return {"type": "http.disconnect"}
             return msg
 
+        async def unless_refused(msg: Message) -> None:
+            if not refused:  # after the 413, whatever the app answers is dropped
+                await send(msg)
+
         try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await _too_large(send, self.limit)
-
-
-class _TooLarge(Exception):
-    pass
+            await self.app(scope, counted, unless_refused)
+        except ClientDisconnect:
+            if not refused:
+                raise
 
 
 async def _too_large(send: Send, limit: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -188,6 +189,19 @@ def test_oversized_request_is_413(fleet: Fleet) -> None:
     big = json.dumps({"by": "x" * 2_000_000})
     r = fleet.client.post("/v1/decisions/1/ack", content=big, headers={**auth(), "Content-Type": "application/json"})
     assert r.status_code == 413 and "too large" in r.json()["detail"]
+    assert "the limit is 1048576 bytes" in r.json()["detail"]
+
+
+def test_oversized_streamed_or_malformed_length_is_413(fleet: Fleet) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        for _ in range(30):
+            yield b" " * 50_000
+
+    headers = {**auth(), "Content-Type": "application/json"}
+    r = fleet.client.post("/v1/decisions/1/ack", content=chunks(), headers=headers)
+    assert r.status_code == 413 and "the limit is" in r.json()["detail"]
+    r = fleet.client.post("/v1/decisions/1/ack", content=b"{}", headers={**headers, "Content-Length": "2x"})
+    assert r.status_code == 413 and r.headers["content-type"] == "application/json"
 
 
 def test_writes_refused_without_configured_token_and_closed_reads(fleet: Fleet) -> None:
