@@ -78,7 +78,7 @@ DEMO_SPARE_NODES = 1
 """The last node is a spare pool: idle, so the collector probes it (GEMM, memtest, bandwidth, PCIe)."""
 DEMO_PROBE_EVERY = "20s"
 """Probe each idle simulated GPU every 20 s, so the probe series and a slow GPU show within the minute."""
-DEMO_FAULTS = ("3:ecc:50", "28:offbus:50.5", "17:pcie:56", "10:thermal:57", "21:ecc:55", "26:thermal:70")
+DEMO_FAULTS = ("3:ecc:50", "28:offbus:50.5", "17:pcie:62", "10:thermal:57", "21:ecc:55", "26:thermal:70")
 """Fault times in simulated hours from the start of the (warm-up) history: they ripen within the first minute."""
 
 
