@@ -30,7 +30,7 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
             return {g["decision"] for g in items}
 
         seen = poll(
-            "demo decisions", decisions, lambda d: {"rma", "drain"} <= d and bool({"watch", "demote"} & d),
+            "demo decisions", decisions, lambda d: {"watch", "demote", "drain", "rma"} <= d,
             deadline_s=DEMO_DEADLINE_S,
         )  # fmt: skip
         assert "ok" in seen  # most of the fleet is healthy
