@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_score.py
 	$(BIN)/python benchmarks/bench_ingest.py
 	$(BIN)/python benchmarks/bench_api.py
+	$(BIN)/python benchmarks/bench_pull.py
 
 # The shipped model: trained on simulated fleets whose seeds (101, 102) are never used
 # for evaluation (docs/model.md evaluates on seed 7).
