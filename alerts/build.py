@@ -249,9 +249,16 @@ ACTION_STEPS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _about_a_gpu(alert: Alert) -> bool:
+    """Whether the alert names a GPU (a UUID label), not a collector, a node or the service."""
+    return any("UUID" in labels for labels in alert.case.labels)
+
+
 def _check_lines(alert: Alert) -> list[str]:
-    """The alert's own checks, then gpuhealth's view and the field diagnostic unless already named."""
+    """The alert's own checks, then (for a GPU) gpuhealth's view and the field diagnostic unless already named."""
     lines = list(alert.check)
+    if not _about_a_gpu(alert):
+        return lines
     text = " ".join(lines)
     if "/v1/gpus/<UUID>" not in text:
         lines.append(
@@ -261,6 +268,13 @@ def _check_lines(alert: Alert) -> list[str]:
     if "dcgmi diag" not in text:
         lines.append("A full field diagnostic when the GPU is free: `dcgmi diag -r 3 -i <gpu>`.")
     return lines
+
+
+def _action_steps(alert: Alert) -> tuple[str, ...]:
+    """What the action means for the fleet; "watch" is about a GPU, so a service alert has its own steps only."""
+    if alert.action == "watch" and not _about_a_gpu(alert):
+        return ()
+    return ACTION_STEPS[alert.action]
 
 
 def runbook_markdown(alert: Alert) -> str:
@@ -293,7 +307,7 @@ def runbook_markdown(alert: Alert) -> str:
         "## What to do",
         "",
         *(f"- {line}" for line in alert.act),
-        *(f"- {line.replace('<alert>', alert.name)}" for line in ACTION_STEPS[alert.action]),
+        *(f"- {line.replace('<alert>', alert.name)}" for line in _action_steps(alert)),
         "",
         PLACEHOLDERS,
         "",

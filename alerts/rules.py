@@ -855,6 +855,35 @@ HEALTH_ALERTS: tuple[Alert, ...] = (
         check=("The service log (search for `score`); `curl -s http://127.0.0.1:8080/v1/gpus | head`.",),
         act=("Fix the cause in the log and restart the service.",),
     ),
+    Alert(
+        name="GpuHealthPullFailing",
+        group="gpuhealth.collector",
+        expr="increase(gpuhealth_pull_failures_total[15m]) > 0 and increase(gpuhealth_pull_runs_total[15m]) == 0",
+        for_="0m",
+        severity="warning",
+        action="watch",
+        summary="gpuhealth cannot pull the fleet from Prometheus ({{ $labels.instance }})",
+        description="The gpuhealth service at {{ $labels.instance }} (`serve --source prometheus`) has failed "
+        '{{ $value | printf "%.0f" }} pulls in 15m and none succeeded: no new samples are stored or scored.',
+        case=Case(
+            series=(
+                (series("gpuhealth_pull_failures_total", _service), "0x10 1+1x20"),
+                (series("gpuhealth_pull_runs_total", _service), "0+1x10 10x20"),
+            ),
+            quiet_at="20m",
+            fire_at="28m",
+            value=15,
+            labels=(_service,),
+        ),
+        meaning="Fleet mode is blind: Prometheus is unreachable or refuses the queries, or the database is down. "
+        "Nothing is lost yet: the next successful pull catches up, as far back as `--backfill`.",
+        check=(
+            "The service log (search for `pull from Prometheus failed`); "
+            "`curl -s http://127.0.0.1:8080/healthz`; `curl -s <prometheus>/-/ready`.",
+            "GpuHealthStoreDown, if the database is the cause.",
+        ),
+        act=("Restore Prometheus or the database; the service pulls again by itself.",),
+    ),
 )
 
 # --- prediction and probes ---

@@ -9,6 +9,9 @@ The processes, all real and started once for the module:
   history of an older node (REPLAY_GPUS): a V100 (pre-Ampere, so it reports retired pages, which
   no simulated model does) and an A100 (so the per-model temperature branches all see data), with
   XIDs the simulator never raises on demand (64, and 13 three times).
+- `gpuhealth serve --source prometheus` (fleet mode, also job `gpuhealth-service`): no collector
+  of its own; it pulls both of the above back out of Prometheus every 2 s, so the rules about
+  pulling from Prometheus see real series.
 - Prometheus (Debian package) with `alerts/generated/gpuhealth-rules.yml` as it is, scraping and
   evaluating every second and sending to:
 - Alertmanager (Debian package) with `alerts/alertmanager.example.yml`'s routes, receivers and
@@ -188,9 +191,11 @@ class Stack:
     prometheus: Service
     prom: PromClient
     token_file: Path
+    fleet: Service
+    """`gpuhealth serve --source prometheus`, pulling the other two back out of Prometheus."""
 
     def services(self) -> list[Service]:
-        return [self.serve, self.collector, self.alertmanager, self.prometheus]
+        return [self.serve, self.collector, self.alertmanager, self.prometheus, self.fleet]
 
 
 @pytest.fixture(scope="module")
@@ -226,14 +231,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         started.append(collector)
         am = start_alertmanager(tmp / "alertmanager", alertmanager_config(f"{serve.url}/v1/alertmanager", token_file))
         started.append(am)
+        fleet_port = free_port()  # the fleet-mode service needs Prometheus's address, Prometheus needs its
         prometheus = start_prometheus(
             tmp / "prometheus",
-            {SERVICE_JOB: [serve.url.removeprefix("http://")], COLLECTOR_JOB: [collector.url.removeprefix("http://")]},
+            {SERVICE_JOB: [serve.url.removeprefix("http://"), f"127.0.0.1:{fleet_port}"],
+             COLLECTOR_JOB: [collector.url.removeprefix("http://")]},
             rule_files=[RULES],
             alertmanagers=[am.url.removeprefix("http://")],
-        )
+        )  # fmt: skip
         started.append(prometheus)
-        yield Stack(serve, collector, am, prometheus, PromClient(prometheus.url), token_file)
+        fleet_cmd = [
+            sys.executable, "-m", "gpuhealth.cli", "serve", "--source", "prometheus", "--prometheus", prometheus.url,
+            "--pull-every", "2s", "--pull-step", "2s", "--backfill", "10m", "--score-interval", "30s",
+            "--db", f"sqlite:///{tmp / 'fleet.db'}", "--listen", f"127.0.0.1:{fleet_port}",
+        ]  # fmt: skip
+        fleet = start_service(
+            "gpuhealth serve --source prometheus", fleet_cmd, f"http://127.0.0.1:{fleet_port}", "/readyz",
+            tmp / "fleet.log",
+        )  # fmt: skip
+        started.append(fleet)
+        yield Stack(serve, collector, am, prometheus, PromClient(prometheus.url), token_file, fleet)
         for svc in started:
             svc.assert_alive()
     finally:
@@ -510,6 +527,23 @@ def test_alerts_fire_reach_alertmanager_and_come_back_through_the_webhook(
     held = [a for a in in_alertmanager() if (a["labels"]["alertname"], a["labels"].get("UUID", "")) == key]
     assert held and held[0]["status"]["state"] == "suppressed" and held[0]["status"]["inhibitedBy"], held
     assert key not in delivered(), f"{key} reached the webhook although an rma alert of its GPU inhibits it"
+
+
+def test_fleet_mode_sees_every_gpu_and_every_lost_one(ripe: Stack) -> None:
+    def states(svc: Service) -> dict[str, str]:
+        return {g["uuid"]: g["state"] for g in json.loads(svc.get("/v1/gpus?limit=1000"))["items"]}
+
+    # Every GPU Prometheus has had series of (a GPU lost before the first scrape never reached it).
+    seen = {r["metric"]["UUID"] for r in ripe.prom.query("last_over_time(DCGM_FI_DEV_GPU_TEMP[1h])")}
+    local = states(ripe.serve)
+    lost = {u for u, st in local.items() if st == "lost"} & seen
+    assert lost, "the scenario's thermal and PCIe faults leave GPUs lost after Prometheus saw them"
+    fleet = poll(
+        "the fleet-mode service listing every GPU Prometheus saw, the lost ones as lost",
+        lambda: states(ripe.fleet), lambda f: f.keys() == seen and all(f[u] == "lost" for u in lost), deadline_s=30,
+    )  # fmt: skip
+    wrongly = {u for u, st in fleet.items() if st == "lost" and local.get(u) == "active"}
+    assert not wrongly, f"lost in fleet mode only: {wrongly}"
 
 
 def test_every_rule_expression_returns_data(ripe: Stack) -> None:
