@@ -74,7 +74,7 @@ class _Api:
         except httpx.HTTPError as err:
             raise HistoryError(f"{where}: {type(err).__name__}: {_one_line(err)}") from err
         try:
-            answer = resp.json()
+            answer = json.loads(resp.content)  # bytes: no decoding to text first (answers run to megabytes)
         except (json.JSONDecodeError, UnicodeDecodeError):
             answer = None
         if not isinstance(answer, dict) or "status" not in answer:
@@ -160,7 +160,7 @@ def import_history(
     finally:
         if own:
             http.close()
-    frame = _join(found, labels, names, start_ms, step_ms, steps)
+    frame = _join(found, labels, names, start_ms, step_ms)
     if frame is None:
         raise NoSeries(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
     out = validate(frame, source=f"Prometheus at {url.rstrip('/')}")
@@ -206,23 +206,22 @@ def _join(
     columns: list[str],
     start_ms: int,
     step_ms: int,
-    steps: int,
 ) -> pd.DataFrame | None:
     """One row per (UUID, step) over all columns; None when no column has a point."""
     if not labels:
         return None
     ident = list(labels)  # position = series id
     uuid_codes, uuids = pd.factorize(pd.Series([k[0] for k in ident]))
-    stride = steps + 1  # keys gpu * stride + step stay exact int64 for any real fleet
+    stride = len(uuids)  # keys step * stride + gpu: time order, as a history frame wants; exact int64
     per_col: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, acc in found.items():
         if not acc.sid:
             continue
         sid = np.concatenate(acc.sid)
-        # Row key: the GPU (by UUID, not by label set) and the step on the query grid.
+        # Row key: the step on the query grid and the GPU (by UUID, not by label set).
         # Where two label sets of one GPU answer at one step, the first series wins.
         step = np.rint((np.concatenate(acc.t_ms) - start_ms) / step_ms).astype(np.int64)
-        key = uuid_codes[sid] * stride + step
+        key = step * stride + uuid_codes[sid]
         key_u, first = np.unique(key, return_index=True)
         per_col[name] = (key_u, sid[first], np.concatenate(acc.value)[first])
     if not per_col:
@@ -242,9 +241,9 @@ def _join(
     ident_arr = np.array(ident, dtype=object)[sid_of_row]
     return pd.DataFrame(
         {
-            "timestamp": pd.to_datetime(start_ms + (keys % stride) * step_ms, unit="ms", utc=True),
+            "timestamp": pd.to_datetime(start_ms + (keys // stride) * step_ms, unit="ms", utc=True),
             "hostname": ident_arr[:, 3],
-            "gpu_uuid": uuids.to_numpy()[keys // stride],
+            "gpu_uuid": uuids.to_numpy()[keys % stride],
             "gpu_index": ident_arr[:, 1].astype(np.int64),
             "model_name": ident_arr[:, 2],
             **out,

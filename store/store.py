@@ -453,7 +453,7 @@ class Store:
                 "first_seen": r.first_seen.to_pydatetime(),
                 "last_seen": r.last_seen.to_pydatetime(),
             }
-            for uuid, r in per_gpu.iterrows()
+            for uuid, r in zip(per_gpu.index, per_gpu.itertuples(index=False), strict=True)  # not iterrows: 10x
         ]
         with self._tx(write=True) as conn:
             self._upsert_gpu_rows(conn, gpus, explicit_state=False)

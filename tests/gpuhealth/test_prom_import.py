@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -142,6 +143,13 @@ def test_chunks_queries_and_joins_per_gpu() -> None:
     assert (g1["gpu_index"] == 1).all() and (g1["hostname"] == "node-a").all()
     assert (g1["model_name"] == H100).all()
     assert history.validate(frame).equals(frame)
+
+
+def test_rows_come_in_time_order(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="gpuhealth.history"):
+        frame = import_history(URL, START, START + timedelta(hours=5), 3600, client=fleet(6).client())
+    assert frame["timestamp"].is_monotonic_increasing
+    assert "out of time order" not in caplog.text  # a fleet-mode pull every minute would log it each time
 
 
 def test_dcgm_exporter_labels_and_duplicate_series() -> None:
