@@ -32,8 +32,14 @@ PROBES = {
     "gpuhealth_probe_last_run_timestamp_seconds", "gpuhealth_probe_errors", "gpuhealth_probe_slow",
     "gpuhealth_probe_runs_total",
 }  # fmt: skip
+PULLER = {  # serve --source prometheus
+    "gpuhealth_pull_runs_total", "gpuhealth_pull_failures_total", "gpuhealth_pull_samples_total",
+    "gpuhealth_pull_lost_gpus_total", "gpuhealth_pull_watermark_timestamp_seconds",
+}  # fmt: skip
 PROMETHEUS = {"up", "ALERTS"}
-KNOWN = {f.metric_name for f in FIELDS} | COLLECTOR | SERVICE | PROBES | PROMETHEUS | {r.record for r in RECORDS}
+KNOWN = (
+    {f.metric_name for f in FIELDS} | COLLECTOR | SERVICE | PROBES | PULLER | PROMETHEUS | {r.record for r in RECORDS}
+)
 
 _KEYWORDS = {"and", "or", "unless", "bool", "inf", "nan", "offset"}
 
