@@ -187,4 +187,8 @@ class PrometheusPuller(Worker):
                 self.state.failures += 1
                 self.state.last_error = str(err)
                 log.warning("pull from Prometheus failed (retried in %gs): %s", self.every_s, err)
+            except Exception as err:  # one bad pull must not end the loop (the watermark stays)
+                self.state.failures += 1
+                self.state.last_error = f"{type(err).__name__}: {err}"
+                log.exception("pull from Prometheus failed")
             self._stop.wait(self.every_s)

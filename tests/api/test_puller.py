@@ -178,6 +178,24 @@ def test_a_step_is_asked_for_only_after_the_scrape_grace(store: Store) -> None:
     assert temp_ranges(prom)[-1][1] == at(20)
 
 
+def test_the_loop_survives_a_failing_pull(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    prom, clock = fleet(40), Clock(20)
+    p = puller(store, prom, clock)
+    calls: list[int] = []
+
+    def boom() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("a bug, not a Prometheus or database error")
+        p._stop.set()
+        return 0
+
+    monkeypatch.setattr(p, "pull_once", boom)
+    monkeypatch.setattr(p, "every_s", 0.01)
+    p._run()
+    assert len(calls) == 2 and p.state.failures == 1 and "KeyError" in (p.state.last_error or "")
+
+
 def test_settings_are_checked(store: Store) -> None:
     with pytest.raises(ValueError, match="positive"):
         PrometheusPuller(store, URL, every_s=0)
