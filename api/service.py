@@ -206,8 +206,16 @@ class IngestBuffer(Worker):
         while not self._stop.is_set():
             self._wake.wait(self.flush_s)
             self._wake.clear()
+            self._flush_logged()
+        self._flush_logged()
+
+    def _flush_logged(self) -> None:
+        try:
             self.flush()
-        self.flush()
+        except Exception as err:  # a bug must not end the writer: the rows stay queued, bounded and counted
+            self.stats.failed_flushes += 1
+            self.stats.last_error = f"{type(err).__name__}: {err}"
+            log.exception("ingest flush failed")
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop after one last flush (of what the database takes), and log what was done."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,29 @@ def test_probe_results_the_store_rejects_are_dropped_without_taking_samples(flak
     buf.add_probes([probe(2)])
     buf.flush()
     assert [r["value"] for r in flaky.store.probe_results("GPU-a")] == [302.0]
+
+
+def test_an_unexpected_error_does_not_end_the_writer(flaky: FlakyStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = IngestBuffer(flaky, capacity=100, flush_s=0.01)  # type: ignore[arg-type]
+    real = flaky.ingest
+    calls: list[int] = []
+
+    def once_broken(frame: pd.DataFrame) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("a bug, not a database error")
+        return real(frame)
+
+    monkeypatch.setattr(flaky, "ingest", once_broken)
+    buf.add(rows(5))
+    buf.start()
+    try:
+        deadline = time.monotonic() + 10
+        while stored(flaky) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        buf.stop()
+    assert stored(flaky) == 5 and buf.stats.failed_flushes == 1 and buf.stats.dropped == 0
 
 
 def test_capacity_must_be_positive(flaky: FlakyStore) -> None:
