@@ -50,6 +50,14 @@ class BufferStats:
     probes_dropped: int = 0
 
 
+def _drop_oldest(queue: deque[dict[str, Any]], bound: int) -> int:
+    """Pop from the left until `queue` holds at most `bound` items; returns how many went."""
+    over = max(0, len(queue) - bound)
+    for _ in range(over):
+        queue.popleft()
+    return over
+
+
 class IngestBuffer(Worker):
     """Samples on their way to the store: appended by the sampler, written in batches by one thread.
 
@@ -96,11 +104,7 @@ class IngestBuffer(Worker):
         with self._lock:
             self._rows.extend(rows)
             self.stats.received += len(rows)
-            over = len(self._rows) - self.capacity
-            if over > 0:
-                for _ in range(over):
-                    self._rows.popleft()
-                self.stats.dropped += over
+            self.stats.dropped += _drop_oldest(self._rows, self.capacity)
             for g in gpus:
                 self._gpus[str(g["uuid"])] = dict(g)
         if len(self._rows) >= self.batch:
@@ -111,17 +115,11 @@ class IngestBuffer(Worker):
         with self._lock:
             self._probes.extend(dict(r) for r in results)
             self.stats.probes_received += len(results)
-            self._bound_probes()
+            self.stats.probes_dropped += _drop_oldest(self._probes, self.probe_capacity)
         self._wake.set()
 
     def probes_held(self) -> int:
         return len(self._probes)
-
-    def _bound_probes(self) -> None:
-        over = len(self._probes) - self.probe_capacity
-        for _ in range(max(0, over)):
-            self._probes.popleft()
-        self.stats.probes_dropped += max(0, over)
 
     def _flush_probes(self) -> None:
         """Write the queued probe results; kept on StoreUnavailable (re-raised), dropped if rejected."""
@@ -135,7 +133,7 @@ class IngestBuffer(Worker):
         except StoreUnavailable:
             with self._lock:
                 self._probes.extendleft(reversed(results))  # older than anything queued meanwhile
-                self._bound_probes()
+                self.stats.probes_dropped += _drop_oldest(self._probes, self.probe_capacity)
             raise
         except StoreError as err:
             with self._lock:
