@@ -1,13 +1,14 @@
 """The risk model: one calibrated head per failure mode (ECC, thermal, PCIe) and an overall risk.
 
 Each head is a scikit-learn `Pipeline` (feature selection, then gradient-boosted trees
-that take NaN natively), calibrated with Platt scaling on a later slice of time than it
-was fitted on, so that a 0.7 means about 7 in 10 such GPUs fail within the window. The
-overall risk is the chance that at least one mode fails: 1 - prod(1 - p_mode).
+that take NaN natively), calibrated with isotonic regression on out-of-fold scores (folds
+by GPU, see `train`), so that a 0.7 means about 7 in 10 such GPUs fail within the window.
+The overall risk is the chance that at least one mode fails: 1 - prod(1 - p_mode).
 
 Saved with skops (pickle and joblib run code on load) together with metadata:
 scikit-learn version, features, training window, data hash and validation scores.
-Loading refuses untrusted types and a different scikit-learn version, with a clear message.
+Loading refuses, with a clear message, a file holding any type beyond skops' safe
+defaults and `predictor.trusted_types.TRUSTED_TYPES`, and a different scikit-learn version.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
 from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label, iter_specs
+from predictor.trusted_types import TRUSTED_TYPES, needed_types
 
 MODES = ("ecc", "thermal", "pcie")
 DAY = pd.Timedelta(days=1)
 HOUR = pd.Timedelta(hours=1)
 Progress = Callable[[str], None]
+REFUSED_SHOWN = 8
+"""At most this many refused type names in a load error (a crafted file may hold hundreds)."""
 
 
 class ModelError(RuntimeError):
@@ -210,23 +214,23 @@ class RiskModel:
 
     @classmethod
     def load(cls, path: str | Path) -> RiskModel:
-        """Read a model saved by `save`, trusting only scikit-learn/numpy types and our selector."""
+        """Read a model saved by `save`, trusting only skops' defaults and `TRUSTED_TYPES`."""
         import skops.io as sio
 
         p = Path(path)
         if not p.exists():
             raise ModelError(f"{p}: no such model file (train one with `gpuhealth train`)")
         try:
-            untrusted = sio.get_untrusted_types(file=p)
+            untrusted = needed_types(p)
         except Exception as err:  # skops raises several kinds for a file that is not a model
             raise ModelError(f"{p}: not a gpuhealth model file ({type(err).__name__}: {err})") from err
-        allowed = [
-            t for t in untrusted if t.startswith(("sklearn.", "numpy.")) or t == "predictor.model.ColumnSelector"
-        ]
-        refused = sorted(set(untrusted) - set(allowed))
+        # By exact name: a prefix such as "numpy." also trusts numpy functions, which
+        # FunctionTransformers can chain into running any code when the model scores.
+        refused = sorted(set(untrusted) - set(TRUSTED_TYPES))
         if refused:
-            raise ModelError(f"{p}: refusing to load types that are not ours or scikit-learn's: {', '.join(refused)}")
-        obj = sio.load(p, trusted=allowed)
+            raise ModelError(_refusal(p, refused))
+        # The allow-list, not what the check saw: a file swapped in since is still refused.
+        obj = sio.load(p, trusted=list(TRUSTED_TYPES))
         try:
             meta = json.loads(obj["meta_json"])
             heads = {m: obj["heads"][m] for m in MODES}
@@ -239,6 +243,18 @@ class RiskModel:
                 f"retrain it (`gpuhealth train` / `make model`) or install scikit-learn=={trained}"
             )
         return cls(heads=heads, meta=meta)
+
+
+def _refusal(path: Path, refused: list[str]) -> str:
+    """The one-line error for a model file holding types outside the allow-list."""
+    names = ", ".join(refused[:REFUSED_SHOWN])
+    if len(refused) > REFUSED_SHOWN:
+        names += f" and {len(refused) - REFUSED_SHOWN} more"
+    return (
+        f"{path}: refusing to load: it contains types gpuhealth does not trust: {names} "
+        "(a model file may contain only skops' safe defaults and the types in predictor/trusted_types.py; "
+        "use a model made by `gpuhealth train`)"
+    )
 
 
 def _fmt(v: float, unit: str) -> str:

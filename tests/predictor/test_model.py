@@ -30,7 +30,7 @@ SMALL_FLEET = SimConfig(nodes=8, gpus_per_node=8, seed=7, random_failures=True, 
 
 
 class Untrusted(collections.OrderedDict[str, int]):
-    """A type that is neither ours nor scikit-learn's/numpy's: a model file must not load it."""
+    """A type outside predictor/trusted_types.py: a model file must not load it."""
 
 
 @dataclass
@@ -132,7 +132,7 @@ def test_load_refuses_another_sklearn_version(trained: Trained, tmp_path: Path) 
 def test_load_refuses_untrusted_types(tmp_path: Path) -> None:
     path = tmp_path / "evil.skops"
     sio.dump({"heads": {"ecc": Untrusted(a=1)}, "meta_json": "{}"}, path)
-    with pytest.raises(ModelError, match=r"refusing to load .*test_model\.Untrusted"):
+    with pytest.raises(ModelError, match=r"refusing to load: .* does not trust: .*test_model\.Untrusted"):
         RiskModel.load(path)
 
 
