@@ -145,24 +145,27 @@ class IngestBuffer(Worker):
             self.stats.probes_written += len(results)
 
     def flush(self) -> int:
-        """Write what is queued; on a database error keep it for the next try. Returns rows written."""
-        written = n = dropped_before = 0
+        """Write what is queued; on a database error keep it for the next try. Returns rows written.
+
+        A chunk being written leaves the queue first: rows that arrive meanwhile are bounded
+        by `capacity` on their own, and a chunk the store took is never counted as dropped.
+        """
+        written = 0
+        chunk: list[dict[str, Any]] = []
         with self._lock:
             gpus = list(self._gpus.values())
             self._gpus.clear()
         try:
             while True:
                 with self._lock:
-                    n = min(len(self._rows), self.batch)
-                    chunk = [self._rows[i] for i in range(n)]
-                    dropped_before = self.stats.dropped
+                    chunk = [self._rows.popleft() for _ in range(min(len(self._rows), self.batch))]
                 if not chunk:
                     break
                 inserted = self.store.ingest(pd.DataFrame(chunk))
-                self._pop_chunk(n, dropped_before)
                 self.stats.written += inserted
-                self.stats.duplicates += n - inserted
+                self.stats.duplicates += len(chunk) - inserted
                 written += inserted
+                chunk = []
             if gpus:  # after the samples: ingesting a GPU's samples marks it active again
                 self.store.upsert_gpus(gpus)
                 gpus = []  # written: not requeued if the probe results fail below
@@ -170,6 +173,7 @@ class IngestBuffer(Worker):
             self.stats.last_error = None
             self._flush_probes()
         except StoreUnavailable as err:
+            self._requeue(chunk)
             self._requeue_gpus(gpus)
             self.store_up = False
             self.stats.failed_flushes += 1
@@ -177,23 +181,21 @@ class IngestBuffer(Worker):
             log.warning("database unavailable, %d sample(s) held in memory: %s", len(self._rows), err)
         except (StoreError, HistoryError, ValueError) as err:
             # Rows the store rejects would block the queue forever: drop that chunk (only it), loudly.
-            bad = self._pop_chunk(n, dropped_before)
             with self._lock:
-                self.stats.dropped += bad
+                self.stats.dropped += len(chunk)
             self.stats.last_error = str(err)
-            log.error("dropped %d sample(s) the store rejected: %s", bad, err)
+            log.error("dropped %d sample(s) the store rejected: %s", len(chunk), err)
+        except BaseException:
+            self._requeue(chunk)  # an unexpected error: the rows stay queued (bounded) for the next try
+            self._requeue_gpus(gpus)
+            raise
         return written
 
-    def _pop_chunk(self, n: int, dropped_before: int) -> int:
-        """Remove the chunk of `n` rows taken from the left; returns how many were still queued.
-
-        Rows added meanwhile went to the right end; if the bound pushed some of the chunk out
-        meanwhile (from the left), only the rest is still there."""
+    def _requeue(self, chunk: list[dict[str, Any]]) -> None:
+        """Put a chunk that was not written back in front (it is older than anything queued meanwhile)."""
         with self._lock:
-            still = max(0, n - (self.stats.dropped - dropped_before))
-            for _ in range(still):
-                self._rows.popleft()
-        return still
+            self._rows.extendleft(reversed(chunk))
+            self.stats.dropped += _drop_oldest(self._rows, self.capacity)
 
     def _requeue_gpus(self, gpus: list[dict[str, Any]]) -> None:
         with self._lock:

@@ -278,3 +278,40 @@ def test_a_rejected_chunk_takes_no_good_rows_queued_after_it(flaky: FlakyStore) 
     buf.flush()
     assert buf.stats.dropped == 3
     assert len(buf) == 5 and buf.flush() == 5
+
+
+def test_samples_arriving_during_a_write_are_not_counted_as_dropped(flaky: FlakyStore) -> None:
+    """The chunk being written no longer counts against the bound (issue 12: 15 in, 15 written, 5 'dropped')."""
+    buf = IngestBuffer(flaky, capacity=10)  # type: ignore[arg-type]
+    buf.add(rows(10))
+    original = flaky.ingest
+
+    def ingest_while_more_arrive(frame: pd.DataFrame) -> int:
+        flaky.ingest = original  # type: ignore[method-assign]
+        buf.add(rows(5, start=100))  # the sampler goes on while the store works
+        return original(frame)
+
+    flaky.ingest = ingest_while_more_arrive  # type: ignore[method-assign]
+    assert buf.flush() == 15
+    st = buf.stats
+    assert (st.received, st.written, st.dropped) == (15, 15, 0)
+    assert stored(flaky) == 15 and len(buf) == 0
+
+
+def test_a_chunk_that_could_not_be_written_goes_back_in_front_within_the_bound(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, capacity=10, batch=8)  # type: ignore[arg-type]
+    buf.add(rows(8))
+    original = flaky.ingest
+
+    def down_while_more_arrive(frame: pd.DataFrame) -> int:
+        buf.add(rows(6, start=100))
+        flaky.ingest = original  # type: ignore[method-assign]
+        raise StoreUnavailable("cannot reach the database: connection refused")
+
+    flaky.ingest = down_while_more_arrive  # type: ignore[method-assign]
+    assert buf.flush() == 0
+    # 8 in flight went back in front of the 6 that came meanwhile: 14 > 10, the 4 oldest really go
+    assert len(buf) == 10 and buf.stats.dropped == 4
+    assert buf.flush() == 10
+    kept = flaky.store.history()["timestamp"]
+    assert kept.min() == pd.Timestamp(T0 + timedelta(seconds=40)) and stored(flaky) == 10
