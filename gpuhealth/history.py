@@ -2,9 +2,10 @@
 
 Columns are the identity columns plus catalogue short names (docs/history-format.md).
 Files are Parquet (pyarrow) or CSV. Reading validates: a missing identity column,
-a non-numeric metric, an unparseable timestamp each raise HistoryError naming the
-file, the column and the first bad value; out-of-order rows are sorted; rows that
-repeat a (gpu_uuid, timestamp) are dropped with a warning. NaN is allowed in metrics.
+a non-numeric or infinite metric, a gpu_index that is not a whole int32, an unparseable
+timestamp or one outside datetime64[ns] each raise HistoryError naming the file, the
+column and the first bad value; out-of-order rows are sorted; rows that repeat a
+(gpu_uuid, timestamp) are dropped with a warning. NaN is allowed in metrics.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ FAILURE_COLUMNS = ("gpu_uuid", "failed_at", "mode")
 STRING_COLUMNS = ("hostname", "gpu_uuid", "model_name")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 CSV_SUFFIXES = (".csv", ".csv.gz")
+# The frame holds times as datetime64[ns]; a file may carry any time in another unit
+# (Parquet us/ms, CSV year 1 or 9999), which pandas cannot convert.
+TIME_MIN = pd.Timestamp.min.tz_localize("UTC")  # 1677-09-21
+TIME_MAX = pd.Timestamp.max.tz_localize("UTC")  # 2262-04-11
 
 
 class HistoryError(ValueError):
@@ -103,9 +108,9 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
             row = int(np.flatnonzero(s.isna().to_numpy())[0])
             raise HistoryError(f"{source}: column {col!r} is empty in row {row}")
         out[col] = _categorical(s)
-    out["gpu_index"] = _numeric(frame["gpu_index"], "gpu_index", source, allow_nan=False).astype(np.int32)
+    out["gpu_index"] = _numeric(frame["gpu_index"], "gpu_index", source, np.dtype(np.int32), allow_nan=False)
     for col in metric_columns(frame):
-        out[col] = _numeric(frame[col], col, source).astype(metric_dtype(col))
+        out[col] = _numeric(frame[col], col, source, metric_dtype(col))
     ordered = {c: out[c] for c in IDENTITY_COLUMNS} | out
     # copy=False: columns already converted are new arrays, unchanged ones are shared
     # copy-on-write (pandas >= 3), so validating a 7 M-row frame does not double it.
@@ -113,7 +118,7 @@ def validate(frame: pd.DataFrame, source: str = "history") -> pd.DataFrame:
     return _order(result, source)
 
 
-def _timestamps(s: pd.Series, source: str) -> pd.Series:
+def _timestamps(s: pd.Series, source: str, col: str = "timestamp") -> pd.Series:
     if pd.api.types.is_datetime64_any_dtype(s):
         ts = s if getattr(s.dt, "tz", None) is not None else s.dt.tz_localize("UTC")
         ts = ts.dt.tz_convert("UTC")
@@ -125,9 +130,14 @@ def _timestamps(s: pd.Series, source: str) -> pd.Series:
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise HistoryError(
-            f"{source}: unparseable timestamp {s.iloc[row]!r} in row {row} "
+            f"{source}: unparseable timestamp {_shown(s.iloc[row])} in row {row} "
             f"({int(bad.sum())} bad in all); use ISO 8601 (2026-01-31T12:00:00Z) or Unix seconds"
         )
+    if getattr(ts.dtype, "unit", "ns") != "ns":
+        outside = ((ts < TIME_MIN) | (ts > TIME_MAX)).to_numpy()
+        if outside.any():
+            rule = f"must lie between {TIME_MIN:%Y-%m-%d} and {TIME_MAX:%Y-%m-%d}, the range of a nanosecond time"
+            raise _reject(source, col, s, outside, rule, "out of range")
     return ts.astype("datetime64[ns, UTC]")
 
 
@@ -139,24 +149,66 @@ def _categorical(s: pd.Series) -> pd.Series:
     return s.astype(str).astype("category")
 
 
-def _numeric(s: pd.Series, col: str, source: str, allow_nan: bool = True) -> pd.Series:
+def _numeric(
+    s: pd.Series, col: str, source: str, dtype: np.dtype | str = "float64", allow_nan: bool = True
+) -> pd.Series:
+    """`s` as `dtype`; HistoryError at the first value that is not a number, infinite, or does not fit."""
     if pd.api.types.is_bool_dtype(s):
-        return s.astype(np.float64)
-    if pd.api.types.is_numeric_dtype(s):
+        v = s.astype(np.float64)
+    elif pd.api.types.is_numeric_dtype(s):
         v = s
     else:
         v = pd.to_numeric(s, errors="coerce")
         bad = v.isna().to_numpy() & s.notna().to_numpy() & (s.astype(str).str.strip() != "").to_numpy()
         if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise HistoryError(
-                f"{source}: column {col!r} must be numeric; {s.iloc[row]!r} in row {row} "
-                f"({int(bad.sum())} non-numeric in all)"
-            )
+            raise _reject(source, col, s, bad, "must be numeric", "non-numeric")
     if not allow_nan and v.isna().any():
         row = int(np.flatnonzero(v.isna().to_numpy())[0])
         raise HistoryError(f"{source}: column {col!r} is empty in row {row}")
-    return v
+    given = pd.api.types.pandas_dtype(dtype)
+    target = np.dtype(getattr(given, "numpy_dtype", given))  # "Int64" holds int64
+    x = v.to_numpy()
+    if x.dtype.kind not in "iuf":  # a nullable extension array: pd.NA becomes NaN
+        x = v.to_numpy(dtype=np.float64, na_value=np.nan)
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        # float(max + 1) is exact where float(max) rounds up to it (int64).
+        bad = (x < info.min) | (x >= float(info.max) + 1)
+        if x.dtype.kind == "f":
+            bad |= (x != np.trunc(x)) & ~np.isnan(x)
+        if bad.any():
+            raise _reject(source, col, s, bad, f"must be a whole number from {info.min} to {info.max}", "bad")
+    elif x.dtype.kind == "f":
+        # NaN is "no data"; an infinity is a broken writer and would poison every mean.
+        bad = np.isinf(x)
+        if bad.any():
+            raise _reject(source, col, s, bad, "must be finite (NaN for no data)", "infinite")
+        if x.dtype.itemsize > target.itemsize:
+            big = np.abs(x) > np.finfo(target).max
+            if big.any():
+                raise _reject(
+                    source, col, s, big, f"must fit {target} (|x| <= {np.finfo(target).max:.3g})", "too large"
+                )
+    return v.astype(dtype)
+
+
+def _reject(source: str, col: str, s: pd.Series, bad: np.ndarray, rule: str, what: str) -> HistoryError:
+    """The error for the first row flagged in `bad`: file, column, rule, value, row and how many in all."""
+    row = int(np.flatnonzero(bad)[0])
+    return HistoryError(
+        f"{source}: column {col!r} {rule}; {_shown(s.iloc[row])} in row {row} ({int(bad.sum())} {what} in all)"
+    )
+
+
+def _shown(value: object) -> str:
+    """A bad value as a message quotes it: text quoted, numbers and times as written."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, float | np.floating):
+        return repr(float(value))  # 1.5, inf, 1000000000000.0: not np.float64(1.5)
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    return str(value)
 
 
 def _order(frame: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -284,7 +336,7 @@ def validate_failures(frame: pd.DataFrame, source: str = "failures") -> pd.DataF
     if missing:
         raise HistoryError(f"{source}: missing column(s) {', '.join(missing)}; need {', '.join(FAILURE_COLUMNS)}")
     out = frame.copy()
-    out["failed_at"] = _timestamps(frame["failed_at"], source)
+    out["failed_at"] = _timestamps(frame["failed_at"], source, "failed_at")
     out["gpu_uuid"] = frame["gpu_uuid"].astype(str)
     mode = frame["mode"].astype(str).str.strip().str.lower()
     bad = ~mode.isin(FAILURE_MODES)
@@ -295,7 +347,7 @@ def validate_failures(frame: pd.DataFrame, source: str = "failures") -> pd.DataF
         )
     out["mode"] = mode
     if "xid" in out.columns:
-        out["xid"] = _numeric(frame["xid"], "xid", source).astype("Int64")
+        out["xid"] = _numeric(frame["xid"], "xid", source, "Int64")
     return out.sort_values("failed_at", kind="stable", ignore_index=True)
 
 

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+from datetime import datetime
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from gpuhealth import history
+from gpuhealth.cli import app
 from gpuhealth.history import HistoryError, HistoryWarning
 
 
@@ -104,6 +111,153 @@ def test_file_errors(tmp_path) -> None:
         history.read(tmp_path / "h.xlsx")
     with pytest.raises(HistoryError, match="unknown format"):
         history.write(_frame(), tmp_path / "h.json")
+
+
+_HEADER = "timestamp,hostname,gpu_uuid,gpu_index,model_name,gpu_temp_c,ecc_sbe_volatile\n"
+
+
+def _csv(tmp_path, second_row: str) -> Path:
+    """A two-row history CSV: a good first row, then `second_row` (the bad one is row 1)."""
+    p = tmp_path / "bad.csv"
+    p.write_text(_HEADER + "2026-01-01T00:00:00Z,n1,GPU-a,0,m,40,0\n" + second_row + "\n")
+    return p
+
+
+def _parquet_with_time(tmp_path, when: datetime, unit: str, tz: str | None) -> Path:
+    p = tmp_path / "bad.parquet"
+    n = 2
+    table = pa.table(
+        {
+            "timestamp": pa.array([datetime(2026, 1, 1), when], pa.timestamp(unit, tz=tz)),
+            "hostname": ["n1"] * n,
+            "gpu_uuid": ["GPU-a"] * n,
+            "gpu_index": [0] * n,
+            "model_name": ["m"] * n,
+            "gpu_temp_c": [40.0] * n,
+        }
+    )
+    pq.write_table(table, p)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("second_row", "message"),
+    [
+        (
+            "0001-01-01T00:00:00Z,n1,GPU-a,0,m,41,0",
+            r"bad\.csv: column 'timestamp' must lie between 1677-09-21 and 2262-04-11.*"
+            r"'0001-01-01T00:00:00Z' in row 1",
+        ),
+        (
+            "9999-12-31T23:59:59Z,n1,GPU-a,0,m,41,0",
+            r"bad\.csv: column 'timestamp' must lie .*'9999-12-31T23:59:59Z' in row 1",
+        ),
+        (
+            "2026-01-01T01:00:00Z,n1,GPU-a,1.5,m,41,0",
+            r"bad\.csv: column 'gpu_index' must be a whole number .*; 1\.5 in row 1",
+        ),
+        (
+            "2026-01-01T01:00:00Z,n1,GPU-a,1e12,m,41,0",
+            r"bad\.csv: column 'gpu_index' must be a whole number from -2147483648 to 2147483647; "
+            r"1000000000000\.0 in row 1",
+        ),
+        ("2026-01-01T01:00:00Z,n1,GPU-a,0,m,inf,0", r"bad\.csv: column 'gpu_temp_c' must be finite .*; inf in row 1"),
+        (
+            "2026-01-01T01:00:00Z,n1,GPU-a,0,m,41,-inf",
+            r"bad\.csv: column 'ecc_sbe_volatile' must be finite .*; -inf in row 1",
+        ),
+        (
+            "2026-01-01T01:00:00Z,n1,GPU-a,0,m,1e39,0",
+            r"bad\.csv: column 'gpu_temp_c' must fit float32 .*; 1e\+39 in row 1",
+        ),
+    ],
+    ids=["year-1", "year-9999", "index-1.5", "index-1e12", "gauge-inf", "counter-minus-inf", "gauge-1e39"],
+)
+def test_bad_values_in_a_csv_are_one_line_errors(tmp_path, second_row: str, message: str) -> None:
+    """Out-of-range times, a fractional or huge gpu_index, infinite metrics: file, column, row, value."""
+    with pytest.raises(HistoryError, match=message) as caught:
+        history.read(_csv(tmp_path, second_row))
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("when", "unit", "tz"),
+    [(datetime(1, 1, 1), "us", "UTC"), (datetime(9999, 1, 1), "ms", None), (datetime(1500, 6, 1), "s", "UTC")],
+)
+def test_parquet_times_outside_nanoseconds_are_one_line_errors(
+    tmp_path, when: datetime, unit: str, tz: str | None
+) -> None:
+    with pytest.raises(HistoryError, match=rf"bad\.parquet: column 'timestamp' must lie .*{when.year:04d}-.* in row 1"):
+        history.read(_parquet_with_time(tmp_path, when, unit, tz))
+
+
+def test_unix_seconds_outside_nanoseconds_are_an_error() -> None:
+    with pytest.raises(HistoryError, match=r"x\.csv: column 'timestamp' must lie .*; 1000000000000\.0 in row 2"):
+        history.validate(_frame(timestamp=[1767225600, 1767225600, 1e12]), source="x.csv")
+
+
+def test_in_range_parquet_times_of_any_unit_are_kept(tmp_path) -> None:
+    f = history.read(_parquet_with_time(tmp_path, datetime(2262, 1, 1), "ms", "UTC"))
+    assert str(f["timestamp"].dtype) == "datetime64[ns, UTC]" and f["timestamp"].iloc[1].year == 2262
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_infinite_metric_in_a_frame_is_an_error_but_nan_is_not(value: float) -> None:
+    with pytest.raises(HistoryError, match=rf"x\.parquet: column 'gpu_temp_c' must be finite .*; {value!r} in row 2"):
+        history.validate(_frame(gpu_temp_c=[40.0, np.nan, value]), source="x.parquet")
+    f = history.validate(_frame(gpu_temp_c=[np.nan, np.nan, np.nan]))
+    assert f["gpu_temp_c"].isna().all()
+
+
+@pytest.mark.parametrize(
+    "index",
+    [[0, 1, 2**31], [0, 1.0, 2.5], pd.array([0, 1, 3_000_000_000], dtype="Int64")],
+    ids=["int64-2**31", "float-2.5", "Int64-3e9"],
+)
+def test_gpu_index_must_fit_int32_and_be_whole(index: object) -> None:
+    with pytest.raises(
+        HistoryError, match=r"x\.csv: column 'gpu_index' must be a whole number .* in row 2 \(1 bad in all\)"
+    ):
+        history.validate(_frame(gpu_index=index), source="x.csv")
+
+
+def test_whole_float_and_unknown_gpu_index_are_kept() -> None:
+    """1.0 from a CSV with a NaN elsewhere is a fine index; -1 is prom_import's "unknown"."""
+    f = history.validate(_frame(gpu_index=[0.0, 1.0, -1.0]))
+    assert f["gpu_index"].dtype == np.int32 and list(f["gpu_index"]) == [0, 1, -1]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("GPU-a,0001-01-02T00:00:00Z,ecc,48", r"f\.csv: column 'failed_at' must lie .*'0001-01-02T00:00:00Z' in row 0"),
+        ("GPU-a,2026-01-02T00:00:00Z,ecc,48.5", r"f\.csv: column 'xid' must be a whole number .*; 48\.5 in row 0"),
+    ],
+    ids=["failed-at-year-1", "xid-48.5"],
+)
+def test_bad_failure_labels_are_one_line_errors(tmp_path, rows: str, message: str) -> None:
+    p = tmp_path / "f.csv"
+    p.write_text("gpu_uuid,failed_at,mode,xid\n" + rows + "\n")
+    with pytest.raises(HistoryError, match=message):
+        history.read_failures(p)
+
+
+@pytest.mark.parametrize(
+    ("second_row", "needle"),
+    [
+        ("0001-01-01T00:00:00Z,n1,GPU-a,0,m,41,0", "column 'timestamp' must lie between 1677-09-21 and 2262-04-11"),
+        ("2026-01-01T01:00:00Z,n1,GPU-a,1e12,m,41,0", "column 'gpu_index' must be a whole number"),
+        ("2026-01-01T01:00:00Z,n1,GPU-a,0,m,inf,0", "column 'gpu_temp_c' must be finite"),
+    ],
+    ids=["year-1", "index-1e12", "gauge-inf"],
+)
+def test_cli_score_prints_one_line_for_a_bad_history(tmp_path, second_row: str, needle: str) -> None:
+    """The reader's error reaches the user as the CLI's one error line, not a traceback."""
+    bad = _csv(tmp_path, second_row)
+    result = CliRunner().invoke(app, ["score", "--history", str(bad)])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0] and "in row 1" in lines[0]
 
 
 def test_empty_frame_validates() -> None:

@@ -18,7 +18,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def small_frame() -> pd.DataFrame:
-    """Two GPUs, rows out of order, a NaN, an infinity, a non-catalogue column, a sub-second time."""
+    """Two GPUs, rows out of order, a NaN, a huge counter, a non-catalogue column, a sub-second time."""
     return history.validate(
         pd.DataFrame(
             {
@@ -28,7 +28,7 @@ def small_frame() -> pd.DataFrame:
                 "gpu_index": [1, 1, 0, 0],
                 "model_name": H100,
                 "gpu_temp_c": [45.3, 44.0, np.nan, 51.0],
-                "ecc_sbe_volatile": [3.0, 2.0, 12345678901.0, np.inf],
+                "ecc_sbe_volatile": [3.0, 2.0, 12345678901.0, 1e300],  # validate refuses infinities
                 "not_a_field": [1.0, 2.0, 3.0, 4.0],
                 "pcie_replay_count": np.nan,
             }
@@ -47,7 +47,7 @@ DCGM_FI_DEV_GPU_TEMP{{{B}}} 45.3 1767229200
 # HELP DCGM_FI_DEV_ECC_SBE_VOL_TOTAL Single-bit (corrected) ECC errors since the driver was loaded.
 # TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL gauge
 DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{A}}} 1.2345678901e+10 1767225600
-DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{A}}} +Inf 1767229200.250
+DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{A}}} 1e+300 1767229200.250
 DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{B}}} 2 1767225600
 DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{B}}} 3 1767229200
 # EOF
