@@ -2,21 +2,25 @@
 
 The child (`python -m kernels.probe_child`) prints one line per finished test,
 ``GPUHEALTH-PROBE {json}``, as soon as that test ends, so the tests finished before a hang
-or a crash keep their results. The parent kills the child's whole process group when the
-budget plus a grace period has passed, and fills in what is missing: the test that was
-running becomes `error` (with the reason), the tests after it `skipped`.
+or a crash keep their results. The child runs in its own process group; the parent kills
+that whole group when the child exits, when the budget plus a grace period has passed, or
+when the parent itself is interrupted, so nothing the child started outlives it. It then
+fills in what is missing: the test that was running becomes `error` (with the reason), the
+tests after it `skipped`. A result line of the wrong shape (not a JSON object, a field of
+the wrong type) becomes an `error` too, never an exception.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import numbers
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -95,6 +99,32 @@ class ProbeResult:
         }
 
 
+_STRINGS = ("test", "status", "gpu_uuid", "model_name", "unit")
+_NUMBERS = ("value", "expected", "ratio", "duration_s", "ran_at")
+_INTEGERS = ("gpu_index", "errors")
+_OPTIONAL = ("value", "expected", "ratio", "errors")
+
+
+def invalid(result: ProbeResult) -> str | None:
+    """What in `result` has the wrong type (a confused child's JSON), or None when all is well."""
+    for name in (*_STRINGS, *_NUMBERS, *_INTEGERS):
+        v = getattr(result, name)
+        if v is None and name in _OPTIONAL:
+            continue
+        if name in _STRINGS:
+            ok, want = isinstance(v, str), "a string"
+        elif name in _NUMBERS:  # the child's contract: finite (it writes JSON with allow_nan=False)
+            ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            want = "a finite number"
+        else:
+            ok, want = isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer"
+        if not ok:
+            return f"{name} must be {want}{' or null' if name in _OPTIONAL else ''}, not {v!r:.80}"
+    if not isinstance(result.details, dict):
+        return f"details must be an object, not {result.details!r:.80}"
+    return None
+
+
 def child_command(python: str | None = None) -> list[str]:
     """The real probe child: this interpreter running kernels.probe_child."""
     return [python or sys.executable, "-m", "kernels.probe_child"]
@@ -156,14 +186,15 @@ def run_probes(
         child_env["CUDA_VISIBLE_DEVICES"] = gpu_uuid  # the child sees only this GPU, as device 0
     timeout_s = budget_s + grace_s
     started = time.monotonic()
-    lines: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gpuhealth-probe-") as tmp:
-        err_path = Path(tmp) / "stderr"
-        with err_path.open("wb") as err_file:
+        # Files, not pipes: a grandchild that escaped the kill and holds the child's stdout
+        # cannot keep the parent waiting for an end-of-file, and nothing needs a reader thread.
+        out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with out_path.open("wb") as out_file, err_path.open("wb") as err_file:
             try:
                 proc = subprocess.Popen(
                     args,
-                    stdout=subprocess.PIPE,
+                    stdout=out_file,
                     stderr=err_file,
                     stdin=subprocess.DEVNULL,
                     env=child_env,
@@ -172,20 +203,12 @@ def run_probes(
             except OSError as err:
                 reason = f"cannot start the probe process {args[0]}: {err.strerror or err}"
                 return _fill(tests, {}, reason, gpu_index, gpu_uuid, model_name)
-            reader = threading.Thread(target=_read_lines, args=(proc, lines), daemon=True)
-            reader.start()
-            timed_out = False
             try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
+                timed_out = not _exited(proc, timeout_s)
+            finally:  # every way out, KeyboardInterrupt too: never leave a kernel running behind us
                 _kill_group(proc)
-            except BaseException:  # KeyboardInterrupt: never leave a kernel running behind us
-                _kill_group(proc)
-                raise
-            reader.join(5.0)
         elapsed = time.monotonic() - started
-        got = _parse(lines, tests)
+        got, malformed = _parse(out_path.read_text(errors="replace").split("\n"), tests)
         if timed_out:
             reason = (
                 f"timed out after {elapsed:.0f}s (budget {budget_s:g}s + {grace_s:g}s grace): "
@@ -197,36 +220,86 @@ def run_probes(
         else:
             tail = _tail(err_path)
             reason = "probe process exited without a result" + (f": {tail}" if tail else "")
+    if malformed:
+        reason += f" ({len(malformed)} malformed result line(s) ignored; the first: {malformed[0]})"
     return _fill(tests, got, reason, gpu_index, gpu_uuid, model_name)
 
 
-def _read_lines(proc: subprocess.Popen[bytes], out: list[str]) -> None:
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        out.append(raw.decode(errors="replace"))
+def _exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for the child to exit (True) without reaping it.
+
+    Unreaped, its pid stays taken, and with it the id of its process group: the kill that
+    follows cannot hit a stranger's group that got the id after the child was gone.
+    """
+    if not hasattr(os, "waitid"):  # macOS before Python 3.13: reap, as Popen.wait does
+        try:
+            proc.wait(timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    deadline = time.monotonic() + timeout_s
+    pause = 0.001
+    while True:
+        try:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped behind our back (SIGCHLD ignored): it is gone
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, 0.05)  # Popen.wait's own polling pace
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's process group (the child and all it started), then reap the child."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:  # the child was reaped and left nothing behind
+        pass
+    except PermissionError:
         proc.kill()
     proc.wait()
 
 
-def _parse(lines: Sequence[str], tests: Sequence[str]) -> dict[str, ProbeResult]:
+def _parse(lines: Sequence[str], tests: Sequence[str]) -> tuple[dict[str, ProbeResult], list[str]]:
+    """The child's result per test asked for, and what was wrong with lines that name no test.
+
+    A line for a test with a field of the wrong type becomes that test's `error` result.
+    """
     got: dict[str, ProbeResult] = {}
+    malformed: list[str] = []
     for line in lines:
         if not line.startswith(PREFIX):
             continue
+        text = line[len(PREFIX) :].strip()
         try:
-            result = ProbeResult.from_dict(json.loads(line[len(PREFIX) :]))
-        except (ValueError, TypeError) as err:
-            log.warning("ignoring a malformed probe result line (%s): %.200s", err, line)
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            malformed.append(f"not JSON: {text:.80}")
             continue
-        if result.test in tests:
-            got[result.test] = result
-    return got
+        if not isinstance(data, dict):
+            malformed.append(f"not a JSON object: {text:.80}")
+            continue
+        test = data.get("test")
+        if not isinstance(test, str):
+            malformed.append(f"no test name: {text:.80}")
+            continue
+        if test not in tests:
+            continue
+        try:
+            result = ProbeResult.from_dict(data)
+            problem = invalid(result)
+        except (ValueError, TypeError) as err:  # a status not in STATUSES, a missing status
+            problem = str(err)
+        if problem is not None:
+            log.warning("malformed result line for %s from the probe process (%s): %.200s", test, problem, text)
+            result = ProbeResult(
+                test, "error", details={"reason": f"malformed result from the probe process: {problem}"}
+            )
+        got[test] = result
+    return got, malformed
 
 
 def _fill(
@@ -254,7 +327,19 @@ def _fill(
 
 
 def judge(result: ProbeResult, model_name: str) -> ProbeResult:
-    """Fill in unit, expected and ratio; decide pass/fail from errors and the ratio."""
+    """Fill in unit, expected and ratio; decide pass/fail from errors and the ratio.
+
+    A result with a field of the wrong type, or for an unknown test, comes back as `error`.
+    """
+    problem = invalid(result)
+    if problem is None and result.test not in exp.UNITS:
+        problem = f"unknown test {result.test!r}"
+    if problem is not None:
+        test = str(result.test)
+        reason = f"invalid probe result: {problem}"
+        return ProbeResult(
+            test, "error", unit=exp.UNITS.get(test, ""), model_name=model_name, details={"reason": reason}
+        )
     result.unit = exp.UNITS[result.test]
     result.model_name = model_name
     if result.test == "memtest":

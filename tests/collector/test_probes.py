@@ -180,6 +180,36 @@ def test_a_failing_store_callback_or_runner_does_not_stop_probing() -> None:
     assert "runner bug" in results[0].details["reason"]
 
 
+def test_a_child_with_malformed_results_gives_error_series_not_a_broken_scrape(tmp_path: Path) -> None:
+    """Wrong-typed fields and non-object lines become `error` results the scrape and the store take."""
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json
+            print({PREFIX!r} + "[1, 2]")
+            print({PREFIX!r} + json.dumps({{"test": "gemm", "status": "pass", "value": "fast", "errors": "0"}}))
+            """
+        )
+    )
+    backend = IdleBackend(1)
+    stored: list[list[dict[str, Any]]] = []
+    runner = SubprocessProbeRunner(command=[sys.executable, str(script)])
+    sched = ProbeScheduler(backend, runner, ProbeConfig(60, 5, ("gemm", "pcie")), on_results=stored.append)
+    results = sched.run_due()
+    assert [(r.test, r.status) for r in results] == [("gemm", "error"), ("pcie", "error")]
+    assert "value must be a finite number or null, not 'fast'" in results[0].details["reason"]
+    assert "not a JSON object: [1, 2]" in results[1].details["reason"]
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(ProbeCollector(sched))
+    text = render(reg.collect()).decode()  # the scrape works
+    gemm = {**LABELS, "test": "gemm"}
+    assert reg.get_sample_value("gpuhealth_probe_passed", gemm) == 0.0
+    assert reg.get_sample_value("gpuhealth_probe_value", {**gemm, "unit": ""}) is None
+    assert "gpuhealth_probe_runs_total{" in text
+    assert [(r["test"], r["status"]) for r in stored[0]] == [("gemm", "error"), ("pcie", "error")]
+
+
 IDLE, TRAINING = 2, 0
 """simulator.fleet's workload codes: 2 is an idle gap between jobs, 0 training."""
 
