@@ -27,7 +27,7 @@ from api.service import all_gpus
 from gpuhealth.history import HistoryError
 from gpuhealth.prom_import import NoSeries, import_history
 from gpuhealth.worker import Worker
-from store import Store, StoreError
+from store import CLOCK_SKEW, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ class PullState:
     """The newest step stored: the next pull starts here (one step of overlap)."""
     last_success: float | None = None
     last_error: str | None = None
+    future: datetime | None = None
+    """The newest sample in the store when it lies past our clock (a wrong clock somewhere), else None."""
 
 
 def check_settings(every_s: float, step_s: float, backfill: timedelta) -> None:
@@ -109,8 +111,13 @@ class PrometheusPuller(Worker):
             # A scrape is stamped when it starts: one in flight at a step lands after it.
             end = self._aligned(self.now() - timedelta(seconds=min(self.step_s, SCRAPE_GRACE_S)))
             mark = self.state.watermark
+            if mark is not None and mark > end:  # our clock went back (an NTP step): re-read the store
+                log.warning("the watermark %s is ahead of the clock; resuming from the store", mark.isoformat())
+                mark = None
+            self._check_future(end)
             if mark is None:
-                newest = self.store.newest_sample_time()
+                # Never from a sample dated in the future: no pull would run again until then.
+                newest = self.store.newest_sample_time(until=end)
                 mark = None if newest is None else self._aligned(newest)
             oldest = end - self.backfill
             if mark is not None and mark < oldest:
@@ -125,7 +132,7 @@ class PrometheusPuller(Worker):
             if frame is not None:
                 new = frame if mark is None else frame[frame["timestamp"] > pd.Timestamp(mark)]
                 if len(new):
-                    n = self.store.ingest(new.reset_index(drop=True))
+                    n = self.store.ingest(new.reset_index(drop=True), not_after=end + CLOCK_SKEW)
                     self._mark_lost(new, end)
                 self.state.watermark = end
             st = self.state
@@ -133,6 +140,18 @@ class PrometheusPuller(Worker):
             st.samples += n
             st.last_success, st.last_error = time.time(), None
             return n
+
+    def _check_future(self, end: datetime) -> None:
+        """Note (log, /healthz, a metric) samples in the store dated past our clock."""
+        newest = self.store.newest_sample_time()
+        future = newest if newest is not None and newest > end + CLOCK_SKEW else None
+        if future is not None and future != self.state.future:
+            log.error(
+                "the store holds samples dated up to %s, %s ahead of this clock: a clock is wrong (ours or a node's);"
+                " pulls go on from the newest sample before now",
+                future.isoformat(), future - end,
+            )  # fmt: skip
+        self.state.future = future
 
     def _mark_lost(self, frame: pd.DataFrame, at: datetime) -> None:
         """GPUs the store knows on a host in `frame` (the new steps) that the frame does not have: lost."""
@@ -151,14 +170,19 @@ class PrometheusPuller(Worker):
                         len(gone), ", ".join(g["uuid"] for g in gone))  # fmt: skip
 
     def health(self) -> tuple[bool, str]:
-        """Healthy while pulls succeed (the first pull may still be running)."""
+        """Healthy while pulls succeed (the first pull may still be running); says so when the store is ahead."""
         st = self.state
+        ahead = (
+            f"; warning: the store holds samples dated up to {st.future.isoformat()}, past this clock"
+            if st.future is not None
+            else ""
+        )
         if st.last_success is None:
-            return (st.failures == 0, st.last_error or "first pull from Prometheus pending")
+            return (st.failures == 0, (st.last_error or "first pull from Prometheus pending") + ahead)
         age = time.time() - st.last_success
         if age > 3 * self.every_s + 60:
             return False, f"no successful pull from Prometheus for {age:.0f}s: {st.last_error or 'still running'}"
-        return True, f"pulled from {self.url} {age:.0f}s ago"
+        return True, f"pulled from {self.url} {age:.0f}s ago{ahead}"
 
     def collect(self) -> Iterator[Metric]:
         """The puller's own series (a prometheus_client collector)."""
@@ -170,6 +194,11 @@ class PrometheusPuller(Worker):
         )
         yield CounterMetricFamily(
             "gpuhealth_pull_lost_gpus", "GPUs marked lost: missing while their host still reports", value=st.lost
+        )
+        yield GaugeMetricFamily(
+            "gpuhealth_pull_store_ahead_seconds",
+            "How far the newest stored sample lies past this clock (0 unless a clock is wrong)",
+            value=0.0 if st.future is None else (st.future - self.now()).total_seconds(),
         )
         if st.watermark is not None:
             yield GaugeMetricFamily(

@@ -172,8 +172,8 @@ class AmAlert(BaseModel):
     status: Literal["firing", "resolved"]
     labels: dict[str, str]
     annotations: dict[str, str] = Field(default_factory=dict)
-    startsAt: datetime
-    endsAt: datetime | None = None
+    startsAt: UtcTime
+    endsAt: EndTime = None
     generatorURL: str | None = None
     fingerprint: str | None = None
 
@@ -190,11 +190,19 @@ class AmWebhook(BaseModel):
     commonLabels: dict[str, str] = Field(default_factory=dict)
     commonAnnotations: dict[str, str] = Field(default_factory=dict)
     externalURL: str | None = None
-    alerts: list[AmAlert] = Field(max_length=10_000)
+    alerts: list[dict[str, Any]] = Field(
+        max_length=10_000,
+        description="Each an AmAlert. One that is not valid is skipped and reported, the others are stored: "
+        "Alertmanager does not retry a 4xx, so refusing the batch would lose every alert in it.",
+    )
 
 
 class Stored(BaseModel):
     stored: int
+    skipped: int = 0
+    """Alerts of the batch that were not valid (see `errors`)."""
+    errors: list[str] = Field(default_factory=list)
+    """Why, for the first few skipped alerts."""
 
 
 class AlertOut(BaseModel):

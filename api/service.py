@@ -24,7 +24,7 @@ from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, Thresholds
 from predictor.probes import slow_gpus
 from predictor.score import score, to_records
-from store import Store, StoreError, StoreUnavailable
+from store import CLOCK_SKEW, Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,14 @@ class IngestBuffer(Worker):
         flush_s: float = 1.0,
         batch: int = 20_000,
         probe_capacity: int = 10_000,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         if capacity < 1 or probe_capacity < 1:
             raise ValueError(f"buffer capacity must be at least 1, got {min(capacity, probe_capacity)}")
         self.store = store
+        self.clock = clock
+        """The wall clock, when samples are stamped with it: the store refuses samples dated past it
+        (plus `CLOCK_SKEW`). None for simulated or replayed time, which runs ahead by design."""
         self.capacity = capacity
         self.probe_capacity = probe_capacity
         self._probes: deque[dict[str, Any]] = deque()
@@ -161,7 +165,8 @@ class IngestBuffer(Worker):
                     chunk = [self._rows.popleft() for _ in range(min(len(self._rows), self.batch))]
                 if not chunk:
                     break
-                inserted = self.store.ingest(pd.DataFrame(chunk))
+                not_after = None if self.clock is None else self.clock() + CLOCK_SKEW
+                inserted = self.store.ingest(pd.DataFrame(chunk), not_after=not_after)
                 self.stats.written += inserted
                 self.stats.duplicates += len(chunk) - inserted
                 written += inserted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -126,10 +127,31 @@ def check_port(host: str, port: int) -> None:
             raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-def _run(svc: Service, host: str, port: int, log_level: str) -> None:
+@dataclass(frozen=True)
+class ServerLimits:
+    """What slow or many clients may hold (uvicorn's settings; the body timeout is the API's own)."""
+
+    keep_alive_s: float = 5.0
+    max_connections: int = 1000
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> ServerLimits:
+        try:
+            return cls(parse_duration(s.keep_alive_timeout), s.max_connections)
+        except ValueError as e:
+            raise fail(f"invalid GPUHEALTH_KEEP_ALIVE_TIMEOUT: {e}") from None
+
+
+def _run(svc: Service, host: str, port: int, log_level: str, limits: ServerLimits | None = None) -> None:
     import uvicorn
 
-    config = uvicorn.Config(svc.app, host=host, port=port, log_level=log_level.lower(), access_log=False)
+    lim = limits or ServerLimits()
+    config = uvicorn.Config(
+        svc.app, host=host, port=port, log_level=log_level.lower(), access_log=False,
+        timeout_keep_alive=max(1, round(lim.keep_alive_s)),
+        limit_concurrency=lim.max_connections,  # past it: 503 at once, not a queue of sockets
+        h11_max_incomplete_event_size=16 * 1024,  # request line and headers: 16 KiB (uvicorn's default, pinned)
+    )  # fmt: skip
     server = uvicorn.Server(config)
     try:
         server.run()
@@ -178,6 +200,7 @@ def serve(
     try:
         host, port = parse_listen(listen or s.api_listen)
         score_s = parse_duration(score_interval or s.score_interval)
+        body_timeout_s = parse_duration(s.body_timeout)
         retention = timedelta(seconds=parse_duration(s.retention))
         thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
     except ValueError as e:
@@ -234,7 +257,9 @@ def serve(
         thresholds=thresholds,
         token=token,
         read_open=s.read_open,
+        metrics_open=s.metrics_open,
         max_request_bytes=s.max_request_bytes,
+        body_timeout_s=body_timeout_s,
         buffer_samples=s.buffer_samples,
         hostname_label=opened.hostname_label if opened else s.hostname_label,
         probes=probe_config(s),
@@ -258,7 +283,7 @@ def serve(
         out.print(
             "  writes are disabled: set GPUHEALTH_TOKEN or --token-file to enable them", highlight=False, soft_wrap=True
         )
-    _run(svc, host, port, level)
+    _run(svc, host, port, level, ServerLimits.from_settings(s))
 
 
 def demo(

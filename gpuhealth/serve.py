@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from api.app import ApiConfig, create_app
+from api.app import BODY_TIMEOUT_S, ApiConfig, create_app
 from api.puller import PrometheusPuller
 from api.service import IngestBuffer, Scorer
 from collector.backends.base import Backend
@@ -87,7 +87,9 @@ def build_service(
     thresholds: Thresholds | None = None,
     token: str | None = None,
     read_open: bool = True,
+    metrics_open: bool | None = None,
     max_request_bytes: int = 1_048_576,
+    body_timeout_s: float = BODY_TIMEOUT_S,
     buffer_samples: int = 200_000,
     hostname_label: str = "Hostname",
     probes: ProbeConfig | None = None,
@@ -102,7 +104,8 @@ def build_service(
     health: Callable[[], tuple[bool, str]] | None = None
     probe_scheduler = None
     if backend is not None:
-        buffer = IngestBuffer(store, capacity=buffer_samples)
+        simulated = callable(getattr(backend, "data_time", None))  # its own clock, ahead of ours by design
+        buffer = IngestBuffer(store, capacity=buffer_samples, clock=None if simulated else lambda: datetime.now(UTC))
         buf = buffer
         sampling = build_sampling(
             backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,
@@ -129,7 +132,9 @@ def build_service(
     cfg = ApiConfig(
         token=token,
         read_open=read_open,
+        metrics_open=metrics_open,
         max_request_bytes=max_request_bytes,
+        body_timeout_s=body_timeout_s,
         host_label=hostname_label,
         scorer=scorer,
         buffer=buffer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,12 +27,18 @@ class Settings(BaseSettings):
     # The service (`gpuhealth serve`): store, scoring loop and API.
     db: str = "sqlite:///gpuhealth.db"  # SQLAlchemy URL; PostgreSQL: postgresql+psycopg://user:pw@host/db
     api_listen: str = "0.0.0.0:8080"
-    token: str | None = None  # bearer token for write endpoints; without one, writes are refused (403)
-    read_open: bool = True  # reads without a token; False: reads need the token too
+    token: str | None = None  # bearer token for write endpoints; without one (or empty), writes are refused (403)
+    read_open: bool = True  # reads without a token; False: reads, /docs and /openapi.json need the token too
+    metrics_open: bool | None = None  # /metrics without a token; unset: as read_open (Prometheus can send it)
     score_interval: str = "5m"
     retention: str = "35d"  # raw samples kept this long, hourly roll-ups beyond
     model: str | None = None  # risk model file (.skops); default: the shipped model
     max_request_bytes: int = 1_048_576
+    # Slow or many clients (uvicorn): a body must arrive within body_timeout; an idle keep-alive
+    # connection closes after keep_alive_timeout; past max_connections, new requests get 503.
+    body_timeout: str = "10s"
+    keep_alive_timeout: str = "5s"  # uvicorn's default
+    max_connections: int = 1000  # uvicorn's limit_concurrency: connections and tasks at once
     buffer_samples: int = 200_000  # samples held in memory while the database is down
     # Fleet mode (`serve --source prometheus`): samples pulled from Prometheus, not collected here.
     source: Literal["local", "prometheus"] = "local"
@@ -45,6 +52,12 @@ class Settings(BaseSettings):
     probe_budget: str = "60s"  # per GPU per run
     probe_tests: str = "gemm,memtest,bandwidth,pcie"
     probe_idle_util_pct: float = 5.0  # a GPU busier than this is never probed
+
+    @field_validator("token")
+    @classmethod
+    def _empty_token_is_none(cls, v: str | None) -> str | None:
+        """GPUHEALTH_TOKEN= (empty) means no token: writes disabled, said at start-up, not 403 on every write."""
+        return v.strip() or None if v is not None else None
 
 
 @lru_cache

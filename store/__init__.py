@@ -1,6 +1,6 @@
 """Store: SQLAlchemy models, sessions, migrations and queries (SQLite or PostgreSQL)."""
 
 from store.errors import NotFound, StoreError, StoreUnavailable
-from store.store import Store
+from store.store import CLOCK_SKEW, Store
 
-__all__ = ["NotFound", "Store", "StoreError", "StoreUnavailable"]
+__all__ = ["CLOCK_SKEW", "NotFound", "Store", "StoreError", "StoreUnavailable"]

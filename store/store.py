@@ -57,14 +57,21 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
 PG_CONNECT_TIMEOUT_S = 3
 """A database that is down must fail a request fast (the API answers 503), not hang it."""
-SQLITE_BUSY_TIMEOUT_MS = 10_000
-"""Writers queue behind each other this long before SQLite says "database is locked"."""
+SQLITE_BUSY_TIMEOUT_MS = 5_000
+"""Writers queue behind each other this long before SQLite says "database is locked" (the API then
+answers 503; the ingest buffer keeps its rows and the scorer tries again next round)."""
+SQLITE_PING_WAIT_MS = 3_000
+"""How long a readiness check waits for SQLite's write lock: longer than any of our own write
+transactions holds it, far shorter than a file another process keeps locked."""
 INGEST_BATCH = 20_000
 """Rows converted to Python objects at a time: bounds ingest memory, big enough to amortise calls."""
 FETCH_BATCH = 50_000
 PRUNE_GPUS_PER_TX = 64
 """Prune rolls up this many GPUs per transaction, so a first prune of a big database stays bounded."""
 MAX_LIMIT = 10_000
+CLOCK_SKEW = timedelta(minutes=5)
+"""How far a sample may be dated past the caller's clock before `ingest(not_after=now + CLOCK_SKEW)`
+refuses it as from the future."""
 UNSET_ALERT_TIME = "0001-01-01T00:00:00Z"
 """Alertmanager's endsAt for an alert without an end."""
 _WRITE = "gpuhealth_write"
@@ -83,6 +90,10 @@ T_DECISIONS = metadata.tables["decisions"]
 T_FAILURES = metadata.tables["failures"]
 T_ALERTS = metadata.tables["alerts"]
 T_PROBES = metadata.tables["probe_results"]
+ALERT_COLUMN_CHARS = {
+    c.name: c.type.length for c in T_ALERTS.columns if isinstance(c.type, sa.String) and c.type.length
+}
+"""The alert columns of limited length: a longer label value is cut to fit (it stays whole in `labels`)."""
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -101,7 +112,10 @@ def _utc(value: Any, what: str) -> datetime:
         value = value.to_pydatetime()
     if not isinstance(value, datetime):
         raise StoreError(f"{what} must be a datetime, got {value!r}")
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 with an offset
+        raise StoreError(f"{what}: time {value.isoformat()} is out of range") from None
 
 
 def _parse_time(value: Any, what: str) -> datetime:
@@ -142,6 +156,24 @@ def _text(value: Any, what: str, *, required: bool = True, max_len: int = 255) -
     if len(value) > max_len:
         raise StoreError(f"{what} is longer than {max_len} characters")
     return value
+
+
+def _clean(text: str) -> str:
+    """Text without NUL characters: PostgreSQL refuses them in text, SQLite keeps them; both store this."""
+    return text.replace("\x00", "") if "\x00" in text else text
+
+
+def _clean_or_none(value: Any) -> str | None:
+    return _clean(value) if isinstance(value, str) else None
+
+
+def _string_map(value: Any, what: str) -> dict[str, str]:
+    """Labels or annotations as a dict of NUL-free strings; kept whole (the JSON column has no limit)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StoreError(f"{what} must be an object of strings")
+    return {_clean(str(k)): _clean(str(v)) for k, v in value.items()}
 
 
 def _choice(value: Any, allowed: Sequence[str], what: str) -> str:
@@ -221,10 +253,9 @@ def _float32_values(values: Sequence[float | None]) -> list[float | None]:
     return out
 
 
-def _reason_of(err: BaseException) -> str:
-    """A short, one-line reason for a database error (the driver's first line)."""
-    text = " ".join(str(getattr(err, "orig", None) or err).split())
-    low = text.lower()
+def _known_reason(err: BaseException) -> str | None:
+    """The short, address-free cause of a connection-level error we recognise, else None."""
+    low = " ".join(str(getattr(err, "orig", None) or err).split()).lower()
     for needle, short in (
         ("connection refused", "connection refused"),
         ("timeout expired", "connection timed out"),
@@ -235,10 +266,16 @@ def _reason_of(err: BaseException) -> str:
         ("the database system is", "the server is starting up or shutting down"),
         ("database is locked", "database is locked"),
         ("unable to open database file", "unable to open the database file"),
+        ("password authentication failed", "authentication failed"),
     ):
         if needle in low:
             return short
-    return text[:300]
+    return None
+
+
+def _reason_of(err: BaseException) -> str:
+    """A short, one-line reason for a database error (the driver's first line)."""
+    return _known_reason(err) or " ".join(str(getattr(err, "orig", None) or err).split())[:300]
 
 
 class Store:
@@ -345,7 +382,10 @@ class Store:
             low = str(orig).lower()
             unavailable |= any(w in low for w in ("locked", "unable to open", "disk i/o", "readonly", "busy"))
         if unavailable:
-            return StoreUnavailable(f"cannot reach the database at {self.url}: {_reason_of(err)}")
+            # The message (logs, the CLI) says where; `reason` (API answers) only what, since
+            # a driver's text names the host, port and user.
+            public = _known_reason(err) or "unreachable (the server log says why)"
+            return StoreUnavailable(f"cannot reach the database at {self.url}: {_reason_of(err)}", public)
         return StoreError(f"database error: {_reason_of(err)}")
 
     @contextmanager
@@ -384,9 +424,27 @@ class Store:
         self._engine.dispose()
 
     def ping(self) -> None:
-        """SELECT 1; raises StoreUnavailable when the database cannot be reached."""
-        with self._tx() as conn:
-            conn.exec_driver_sql("SELECT 1")
+        """Raises StoreUnavailable when the database cannot be reached or cannot take a write now.
+
+        PostgreSQL: SELECT 1 (its row locks never keep a new transaction out). SQLite: the
+        write lock is taken and given back, waiting at most `SQLITE_PING_WAIT_MS`, so a file
+        that another process keeps locked is reported instead of answering SELECT 1 happily.
+        """
+        if self.dialect != "sqlite":
+            with self._tx() as conn:
+                conn.exec_driver_sql("SELECT 1")
+            return
+        try:
+            with self._engine.connect() as conn:
+                raw: Any = conn.connection.driver_connection
+                raw.execute(f"PRAGMA busy_timeout={SQLITE_PING_WAIT_MS}")
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                    raw.execute("ROLLBACK")
+                finally:
+                    raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        except (sa_exc.StatementError, sqlite3.Error) as err:
+            raise self._translate(err) from err
 
     # -- dialect helpers --------------------------------------------------------------------
 
@@ -421,14 +479,28 @@ class Store:
 
     # -- telemetry --------------------------------------------------------------------------
 
-    def ingest(self, frame: pd.DataFrame) -> int:
-        """Store a history frame; returns the rows newly inserted (repeated samples are skipped)."""
+    def ingest(self, frame: pd.DataFrame, *, not_after: datetime | None = None) -> int:
+        """Store a history frame; returns the rows newly inserted (repeated samples are skipped).
+
+        Rows dated after `not_after` (the caller's clock plus its skew; None for simulated and
+        replayed time) are refused and logged: one sample from the future would otherwise
+        become every later reader's idea of "newest" (the fleet-mode watermark).
+        """
         if not isinstance(frame, pd.DataFrame):
             raise StoreError(f"ingest needs a history frame (pandas DataFrame), got {type(frame).__name__}")
         try:
             f = history.validate(frame, source="ingest")
         except HistoryError as err:
             raise StoreError(str(err)) from None
+        if not_after is not None and len(f):
+            ahead = (f["timestamp"] > pd.Timestamp(_utc(not_after, "not_after"))).to_numpy()
+            if ahead.any():
+                log.warning(
+                    "ingest: refused %d sample(s) dated after %s (up to %s, GPU %s): a clock is wrong",
+                    int(ahead.sum()), _utc(not_after, "not_after").isoformat(),
+                    f["timestamp"][ahead].max().isoformat(), f["gpu_uuid"][ahead].iloc[0],
+                )  # fmt: skip
+                f = f[~ahead].reset_index(drop=True)
         if len(f) == 0:
             return 0
         unknown = [c for c in history.metric_columns(f) if c not in _METRIC_SET]
@@ -755,10 +827,13 @@ class Store:
                 data[name] = col.astype(history.metric_dtype(name))
         return pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
 
-    def newest_sample_time(self) -> datetime | None:
-        """The timestamp of the newest raw sample of any GPU (None when there is none)."""
+    def newest_sample_time(self, until: datetime | None = None) -> datetime | None:
+        """The timestamp of the newest raw sample of any GPU, at or before `until` if given (None when none)."""
+        q = sa.select(sa.func.max(samples.c.timestamp))
+        if until is not None:
+            q = q.where(samples.c.timestamp <= _utc(until, "until"))
         with self._tx() as conn:
-            t = conn.execute(sa.select(sa.func.max(samples.c.timestamp))).scalar_one()
+            t = conn.execute(q).scalar_one()
         return None if t is None else _utc(t, "newest sample")
 
     def latest_samples(self, uuids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -1115,13 +1190,14 @@ class Store:
         return _Compiled(q, self._engine.dialect)
 
     @contextmanager
-    def _driver(self) -> Iterator[Any]:
+    def _driver(self, wait: bool = True) -> Iterator[Any]:
         """The driver's own connection, for the hottest reads; errors become StoreErrors.
 
         A SQLite file gives each reading thread a connection of its own, outside the pool:
         checking one out and back in cost as much as the lookup. It is in autocommit mode, so
         between reads it holds no snapshot and never holds back a WAL checkpoint. PostgreSQL
-        (and SQLite in memory, one shared connection) use the pool.
+        (and SQLite in memory, one shared connection) use the pool. Without `wait`, a SQLite
+        file that is locked raises StoreUnavailable at once instead of waiting for the lock.
         """
         mine = self._reader
         try:
@@ -1129,14 +1205,17 @@ class Store:
                 with self._engine.connect() as conn:
                     yield conn.connection.driver_connection
                 return
-            raw = getattr(mine, "conn", None)
+            raw: Any = getattr(mine, "conn", None)
             if raw is None:
                 fairy = self._engine.raw_connection()  # with the connect-time PRAGMAs
                 raw = fairy.dbapi_connection
                 fairy.detach()  # ours now: the pool neither counts nor closes it
                 with self._readers_lock:
                     self._readers.append(raw)
-                mine.conn = raw
+                mine.conn, mine.wait = raw, True
+            if mine.wait != wait:
+                raw.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS if wait else 0}")
+                mine.wait = wait
             yield raw
         except (sa_exc.StatementError, psycopg.Error, sqlite3.Error) as err:
             if mine is not None and getattr(mine, "conn", None) is not None:
@@ -1153,13 +1232,14 @@ class Store:
         except sqlite3.Error:
             log.debug("closing a broken read connection failed", exc_info=True)
 
-    def get_gpu(self, uuid: str) -> dict[str, Any]:
+    def get_gpu(self, uuid: str, *, wait: bool = True) -> dict[str, Any]:
         """One GPU as list_gpus shows it, plus its latest raw sample (or None); NotFound if unknown.
 
         The API's hottest read: one statement, compiled once and run on the driver's cursor
         with SQLAlchemy's own type conversions (a quarter of the time of a Core execute).
+        Without `wait`, a locked SQLite file raises StoreUnavailable at once (see `_driver`).
         """
-        with self._driver() as raw:
+        with self._driver(wait) as raw:
             cur = raw.cursor()
             try:
                 row = self._get_gpu_compiled.fetchone(cur, uuid=uuid)
@@ -1367,8 +1447,8 @@ class Store:
         for i, a in enumerate(alerts):
             if not isinstance(a, Mapping):
                 raise StoreError(f"alert {i}: expected an object, got {type(a).__name__}")
-            labels = self._string_map(a.get("labels"), f"alert {i}: labels")
-            annotations = self._string_map(a.get("annotations"), f"alert {i}: annotations")
+            labels = _string_map(a.get("labels"), f"alert {i}: labels")
+            annotations = _string_map(a.get("annotations"), f"alert {i}: annotations")
             status = _choice(a.get("status"), ALERT_STATUSES, f"alert {i}: status")
             if a.get("startsAt") is None:
                 raise StoreError(f"alert {i}: startsAt is required")
@@ -1377,16 +1457,19 @@ class Store:
             ends = None if ends_raw in (None, "", UNSET_ALERT_TIME) else _parse_time(ends_raw, f"alert {i}: endsAt")
             if ends is not None and ends.year <= 1:
                 ends = None
-            fingerprint = (
-                a.get("fingerprint") or hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
-            )  # Alertmanager always sends one; other senders may not
+            fingerprint = _clean(str(a.get("fingerprint") or ""))
+            if not fingerprint or len(fingerprint) > ALERT_COLUMN_CHARS["fingerprint"]:
+                # Alertmanager always sends one of 16 hex digits; other senders may send none, or a long one
+                fingerprint = hashlib.sha256((fingerprint or json.dumps(labels, sort_keys=True)).encode()).hexdigest()[
+                    :16
+                ]
             instance = labels.get("instance")
             host = (
                 labels.get("Hostname") or labels.get("hostname") or (instance.rsplit(":", 1)[0] if instance else None)
             )
-            rows[(str(fingerprint), starts)] = {
+            row: dict[str, Any] = {
                 "received_at": at,
-                "fingerprint": _text(str(fingerprint), f"alert {i}: fingerprint", max_len=64),
+                "fingerprint": fingerprint,
                 "status": status,
                 "alertname": labels.get("alertname"),
                 "severity": labels.get("severity"),
@@ -1397,10 +1480,14 @@ class Store:
                 "annotations": annotations,
                 "starts_at": starts,
                 "ends_at": ends,
-                "generator_url": a.get("generatorURL") if isinstance(a.get("generatorURL"), str) else None,
-                "group_key": group_key if isinstance(group_key, str) else None,
-                "receiver": receiver if isinstance(receiver, str) else None,
+                "generator_url": _clean_or_none(a.get("generatorURL")),
+                "group_key": _clean_or_none(group_key),
+                "receiver": _clean_or_none(receiver),
             }
+            for col, n in ALERT_COLUMN_CHARS.items():  # the same on SQLite, which does not enforce lengths
+                if isinstance(row[col], str) and len(row[col]) > n:
+                    row[col] = row[col][:n]
+            rows[(fingerprint, starts)] = row
         if not rows:
             return 0
         ins = self._insert(T_ALERTS)
@@ -1414,14 +1501,6 @@ class Store:
                 list(rows.values()),
             )
         return len(rows)
-
-    @staticmethod
-    def _string_map(value: Any, what: str) -> dict[str, str]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise StoreError(f"{what} must be an object of strings")
-        return {str(k): str(v) for k, v in value.items()}
 
     def alerts(
         self, *, status: str | None = None, gpu_uuid: str | None = None, limit: int = 100, offset: int = 0

@@ -156,7 +156,7 @@ def test_alertmanager_webhook_links_alerts_to_gpus(fleet: Fleet) -> None:
     assert c.post("/v1/alertmanager", json=_am_payload(uuid)).status_code == 401
     r = c.post("/v1/alertmanager", json=_am_payload(uuid), headers=auth())
     assert r.status_code == 200, r.text
-    assert r.json() == {"stored": 1}
+    assert r.json() == {"stored": 1, "skipped": 0, "errors": []}
     listed = c.get("/v1/alerts", params={"gpu_uuid": uuid}).json()["items"]
     assert listed and listed[0]["alertname"] == "GPUFellOffBus" and listed[0]["gpu_uuid"] == uuid
     assert listed[0]["action"] == "drain" and listed[0]["status"] == "firing"

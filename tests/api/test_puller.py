@@ -201,3 +201,33 @@ def test_settings_are_checked(store: Store) -> None:
         PrometheusPuller(store, URL, every_s=0)
     with pytest.raises(ValueError, match="at least one step"):
         PrometheusPuller(store, URL, step_s=60, backfill=timedelta(seconds=30))
+
+
+def _sample_at(t: datetime, uuid: str = "GPU-0") -> pd.DataFrame:
+    return pd.DataFrame([{"timestamp": t, "hostname": "node-a", "gpu_uuid": uuid, "gpu_index": 0,
+                          "model_name": "NVIDIA H100 80GB HBM3", "gpu_temp_c": 50.0}])  # fmt: skip
+
+
+def test_a_sample_from_the_future_does_not_stop_the_pulls(store: Store) -> None:
+    """Issue 12.5: one future sample in the store put the watermark past now and no pull ran again."""
+    prom, clock = fleet(40), Clock(20)
+    future = at(20) + timedelta(days=365)
+    assert store.ingest(_sample_at(future)) == 1  # an older store, or a tool with a wrong clock, let it in
+    p = puller(store, prom, clock)
+    assert p.pull_once() == 2 * 11  # steps 10..20, as for an empty store: not "nothing until next year"
+    clock.step = 23
+    assert p.pull_once() == 2 * 3
+    ok, detail = p.health()
+    assert ok and f"samples dated up to {future.isoformat()}" in detail
+    reg = CollectorRegistry()
+    reg.register(p)
+    ahead = reg.get_sample_value("gpuhealth_pull_store_ahead_seconds")
+    assert ahead is not None and ahead > 364 * 86400
+
+
+def test_future_samples_are_refused_at_ingest(store: Store) -> None:
+    now = at(20)
+    frame = pd.concat([_sample_at(now), _sample_at(now + timedelta(hours=2), uuid="GPU-1")], ignore_index=True)
+    assert store.ingest(frame, not_after=now + timedelta(minutes=5)) == 1
+    assert store.newest_sample_time() == now
+    assert store.newest_sample_time(until=now - timedelta(seconds=1)) is None

@@ -27,9 +27,9 @@ class FlakyStore:
         if self.down:
             raise StoreUnavailable("cannot reach the database: connection refused")
 
-    def ingest(self, frame: pd.DataFrame) -> int:
+    def ingest(self, frame: pd.DataFrame, not_after: datetime | None = None) -> int:
         self._check()
-        return self.store.ingest(frame)
+        return self.store.ingest(frame, not_after=not_after)
 
     def upsert_gpus(self, gpus: Any) -> None:
         self._check()
@@ -174,7 +174,7 @@ def test_an_unexpected_error_does_not_end_the_writer(flaky: FlakyStore, monkeypa
     real = flaky.ingest
     calls: list[int] = []
 
-    def once_broken(frame: pd.DataFrame) -> int:
+    def once_broken(frame: pd.DataFrame, not_after: datetime | None = None) -> int:
         calls.append(1)
         if len(calls) == 1:
             raise KeyError("a bug, not a database error")
@@ -269,7 +269,7 @@ def test_a_rejected_chunk_takes_no_good_rows_queued_after_it(flaky: FlakyStore) 
     buf.add(bad)
     original = flaky.ingest
 
-    def ingest_then_more_arrive(frame: pd.DataFrame) -> int:
+    def ingest_then_more_arrive(frame: pd.DataFrame, not_after: datetime | None = None) -> int:
         buf.add(rows(5, start=200))  # the sampler goes on while the store works
         flaky.ingest = original  # type: ignore[method-assign]
         return original(frame)
@@ -286,7 +286,7 @@ def test_samples_arriving_during_a_write_are_not_counted_as_dropped(flaky: Flaky
     buf.add(rows(10))
     original = flaky.ingest
 
-    def ingest_while_more_arrive(frame: pd.DataFrame) -> int:
+    def ingest_while_more_arrive(frame: pd.DataFrame, not_after: datetime | None = None) -> int:
         flaky.ingest = original  # type: ignore[method-assign]
         buf.add(rows(5, start=100))  # the sampler goes on while the store works
         return original(frame)
@@ -303,7 +303,7 @@ def test_a_chunk_that_could_not_be_written_goes_back_in_front_within_the_bound(f
     buf.add(rows(8))
     original = flaky.ingest
 
-    def down_while_more_arrive(frame: pd.DataFrame) -> int:
+    def down_while_more_arrive(frame: pd.DataFrame, not_after: datetime | None = None) -> int:
         buf.add(rows(6, start=100))
         flaky.ingest = original  # type: ignore[method-assign]
         raise StoreUnavailable("cannot reach the database: connection refused")
@@ -315,3 +315,10 @@ def test_a_chunk_that_could_not_be_written_goes_back_in_front_within_the_bound(f
     assert buf.flush() == 10
     kept = flaky.store.history()["timestamp"]
     assert kept.min() == pd.Timestamp(T0 + timedelta(seconds=40)) and stored(flaky) == 10
+
+
+def test_with_a_wall_clock_samples_from_the_future_are_refused(flaky: FlakyStore) -> None:
+    buf = IngestBuffer(flaky, clock=lambda: T0 + timedelta(seconds=50))  # type: ignore[arg-type]
+    buf.add(rows(5) + rows(3, start=60))  # 0..40 s, then 600..620 s: past the clock and its 5 min skew
+    assert buf.flush() == 5
+    assert flaky.store.newest_sample_time() == T0 + timedelta(seconds=40)

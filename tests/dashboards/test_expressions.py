@@ -35,6 +35,7 @@ PROBES = {
 PULLER = {  # serve --source prometheus
     "gpuhealth_pull_runs_total", "gpuhealth_pull_failures_total", "gpuhealth_pull_samples_total",
     "gpuhealth_pull_lost_gpus_total", "gpuhealth_pull_watermark_timestamp_seconds",
+    "gpuhealth_pull_store_ahead_seconds",
 }  # fmt: skip
 PROMETHEUS = {"up", "ALERTS"}
 KNOWN = (
