@@ -11,15 +11,19 @@ typed `counter`); keeping the exact names is the point of being compatible.
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from collector.sampler import Sampler, Snapshot
+from collector.webconfig import WebConfigError, WebConfigFile, WebState, peer_allowed
 from gpuhealth.catalog import Field
 
 log = logging.getLogger(__name__)
@@ -27,6 +31,9 @@ log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id")
 """dcgm-exporter's per-GPU labels; the host label ("Hostname" or "hostname") is added."""
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A TLS client gets this long to finish its handshake (Prometheus's default scrape timeout), so a
+silent connection ties up its own thread only, and only for a while."""
 
 
 def gpu_labels(info_index: int, uuid: str, model: str, pci: str, host: str, host_label: str) -> dict[str, str]:
@@ -180,7 +187,11 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 class ExporterServer:
-    """HTTP endpoint: /metrics, /healthz and a small index page."""
+    """HTTP endpoint: /metrics, /healthz and a small index page; TLS and basic auth from `web`.
+
+    With a web config, every path needs the credentials, /healthz included, as
+    exporter-toolkit protects every path of node_exporter: a liveness probe sends them too.
+    """
 
     def __init__(
         self,
@@ -188,17 +199,23 @@ class ExporterServer:
         health: Callable[[], tuple[bool, str]],
         host: str,
         port: int,
+        web: WebConfigFile | None = None,
     ) -> None:
         self.registry = registry
         self.health = health
-        handler = _make_handler(self)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.web = web
+        self.httpd = _HttpServer((host, port), _make_handler(self), web)
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         return int(self.httpd.server_address[1])
+
+    @property
+    def scheme(self) -> str:
+        """ "https" when the web config turns TLS on, else "http"."""
+        return "https" if self.web is not None and self.web.tls else "http"
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="gpuhealth-http", daemon=True)
@@ -213,9 +230,117 @@ class ExporterServer:
         self.httpd.server_close()
 
 
-def _make_handler(server: ExporterServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+class _HttpServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that serves each connection under the web config's current version.
+
+    The TLS handshake runs in the connection's own thread (not in `accept`, as wrapping the
+    listening socket would do), so a client that never finishes it cannot stall the others.
+    """
+
+    def __init__(self, address: tuple[str, int], handler: type[_SecuredHandler], web: WebConfigFile | None) -> None:
+        self.web = web
+        self.handler = handler
+        super().__init__(address, handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.web is None:
+            self.handler(request, client_address, self)
+            return
+        try:
+            state: WebState | None = self.web.current()
+        except WebConfigError:  # current() logged why; plain HTTP answers 500, TLS cannot answer
+            state = None
+        if not self.web.tls:
+            self.handler(request, client_address, self, state, broken=state is None)
+            return
+        conn = _handshake(state, request, client_address) if state is not None else None
+        if conn is None:
+            return
+        try:
+            self.handler(conn, client_address, self, state)
+        finally:
+            self.shutdown_request(conn)
+
+
+def _handshake(state: WebState, sock: socket.socket, peer: Any) -> ssl.SSLSocket | None:
+    """The TLS connection over `sock`, or None (logged) when the handshake or the client's SANs fail."""
+    assert state.context is not None
+    sock.settimeout(HANDSHAKE_TIMEOUT_S)
+    try:
+        conn = state.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    except OSError as err:
+        log.debug("TLS from %s: %s", peer, err)
+        return None
+    try:
+        conn.do_handshake()
+    except (ssl.SSLEOFError, ConnectionError, TimeoutError) as err:
+        # TCP health checks and port scans connect and leave: not worth a warning.
+        log.debug("TLS handshake with %s ended early: %s", peer, err)
+        conn.close()
+        return None
+    except OSError as err:  # SSLError: bad certificate, unknown CA, plain HTTP on the TLS port
+        log.warning("TLS handshake with %s failed: %s", peer[0] if peer else peer, err)
+        conn.close()
+        return None
+    tls = state.config.tls
+    if tls is not None and not peer_allowed(conn.getpeercert(), tls.client_allowed_sans):
+        log.warning("TLS client %s: no subject alternative name in client_allowed_sans", peer[0] if peer else peer)
+        conn.close()
+        return None
+    conn.settimeout(None)  # the request itself is read as without TLS
+    return conn
+
+
+class _SecuredHandler(BaseHTTPRequestHandler):
+    """A request handler that knows the web config version its connection is served under."""
+
+    def __init__(
+        self, request: Any, client_address: Any, server: Any, web: WebState | None = None, broken: bool = False
+    ) -> None:
+        self.web = web
+        self.web_broken = broken
+        super().__init__(request, client_address, server)
+
+    def allowed(self) -> bool:
+        """Whether to serve the request; if not, the refusal has been sent."""
+        if self.web_broken:
+            self._send(500, b"the collector's web config does not load; see its log\n")
+            return False
+        if self.web is None or self.web.authorized(self.headers.get("Authorization")):
+            return True
+        self._send(401, b"Unauthorized\n", extra=(("WWW-Authenticate", 'Basic realm="gpuhealth collector"'),))
+        return False
+
+    def end_headers(self) -> None:
+        # http_server_config.headers go on every answer, refusals included, as in exporter-toolkit.
+        for name, value in self.web.config.headers if self.web is not None else ():
+            self.send_header(name, value)
+        super().end_headers()
+
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        ctype: str = "text/plain; charset=utf-8",
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in extra:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("http: " + format, *args)
+
+
+def _make_handler(server: ExporterServer) -> type[_SecuredHandler]:
+    class Handler(_SecuredHandler):
         def do_GET(self) -> None:
+            if not self.allowed():
+                return
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 try:
@@ -237,15 +362,5 @@ def _make_handler(server: ExporterServer) -> type[BaseHTTPRequestHandler]:
                 )
             else:
                 self._send(404, b"not found: try /metrics or /healthz\n")
-
-        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("http: " + format, *args)
 
     return Handler

@@ -17,6 +17,7 @@ from gpuhealth.catalog import Field
 
 if TYPE_CHECKING:
     from collector.probes import ProbeConfig, ProbeRunner, ProbeScheduler
+    from collector.webconfig import WebConfigFile
 
 
 @dataclass
@@ -98,13 +99,17 @@ def build_collector(
     probe_runner: ProbeRunner | None = None,
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
     sim_seed: int = 0,
+    web: WebConfigFile | None = None,
 ) -> RunningCollector:
-    """Assemble (but do not start) a collector serving `backend` on host:port (see `build_sampling`)."""
+    """Assemble (but do not start) a collector serving `backend` on host:port (see `build_sampling`).
+
+    With `web` (a loaded `--web-config-file`), the endpoint serves TLS and/or basic auth as it says.
+    """
     s = build_sampling(
         backend, fields, interval_s, hostname_label, probes=probes, probe_runner=probe_runner,
         on_probe_results=on_probe_results, sim_seed=sim_seed,
     )  # fmt: skip
-    server = ExporterServer(s.registry, s.sampler.health, host, port)
+    server = ExporterServer(s.registry, s.sampler.health, host, port, web)
     return RunningCollector(backend, s.sampler, s.registry, server, s.probes)
 
 

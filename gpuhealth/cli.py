@@ -86,15 +86,28 @@ def collect(
     speed: SpeedOpt = 1.0,
     loop: LoopOpt = True,
     log_level: LogLevelOpt = None,
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="exporter-toolkit web config (TLS, client certificates, basic auth), as dcgm-exporter's"
+            " (GPUHEALTH_WEB_CONFIG_FILE)"
+        ),
+    ] = None,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
     from collector.run import build_collector, run_until_signalled
+    from collector.webconfig import WebConfigError, WebConfigFile
 
     s = load_settings()
     setup_logging(log_level or s.log_level)
     try:
         host, port = parse_listen(listen or s.listen)
     except ValueError as e:
+        raise fail(str(e)) from None
+    try:
+        web_file = web_config_file or (Path(s.web_config_file) if s.web_config_file else None)
+        web = WebConfigFile(web_file) if web_file is not None else None
+    except WebConfigError as e:
         raise fail(str(e)) from None
     flags = BackendFlags(
         backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
@@ -104,17 +117,20 @@ def collect(
     b, interval_s = opened.backend, opened.interval_s
     try:
         running = build_collector(
-            b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed
-        )
+            b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed,
+            web=web,
+        )  # fmt: skip
     except OSError as e:
         b.close()
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    base = f"{running.server.scheme}://{shown}:{running.server.port}"
+    guard = f" ({web.summary})" if web is not None else ""
     n = len(b.gpus())
     err.print(
         f"gpuhealth collect: {b.name} backend, {n} GPU(s), sampling every {interval_s:g}s\n"
-        f"  metrics: http://{shown}:{running.server.port}/metrics\n"
-        f"  health:  http://{shown}:{running.server.port}/healthz",
+        f"  metrics: {base}/metrics{guard}\n"
+        f"  health:  {base}/healthz{guard}",
         highlight=False,
     )
     run_until_signalled(running)

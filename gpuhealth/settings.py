@@ -16,6 +16,7 @@ class Settings(BaseSettings):
 
     backend: Literal["auto", "nvml", "dcgm", "sim", "replay"] = "auto"
     listen: str = "0.0.0.0:9400"  # dcgm-exporter's default port, so scrape configs carry over
+    web_config_file: str | None = None  # exporter-toolkit web config for the collector: TLS, basic auth
     interval: str = "10s"  # sampling interval
     hostname: str | None = None  # host label value; default: this machine's hostname
     hostname_label: Literal["Hostname", "hostname"] = "Hostname"  # dcgm-exporter <2026 / newer

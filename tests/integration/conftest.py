@@ -12,13 +12,14 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of a GET; HTTP errors are returned, connection errors raised."""
+def http_get(
+    url: str,
+    timeout: float = 5.0,
+    *,
+    context: ssl.SSLContext | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """(status, body) of a GET (over TLS with `context`); HTTP errors are returned, connection errors raised."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        req = urllib.request.Request(url, headers=dict(headers or {}))
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             return int(resp.status), resp.read()
     except urllib.error.HTTPError as err:
         return int(err.code), err.read()
@@ -124,11 +132,15 @@ def start_service(
     ready_path: str,
     log_path: Path,
     env: dict[str, str] | None = None,
+    *,
+    context: ssl.SSLContext | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Service:
     """Start `cmd` and wait until GET url+ready_path answers 200; fail with its log otherwise.
 
     The child gets this process's environment without any GPUHEALTH_* variable (a developer's
     settings must not leak into tests), plus `env` (e.g. {"GPUHEALTH_PROBE_EVERY": "10s"}).
+    `context` and `headers` go with the readiness GET (TLS, credentials).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEALTH_")} | (env or {})
     env["PYTHONUNBUFFERED"] = "1"
@@ -147,7 +159,7 @@ def start_service(
                 pytrace=False,
             )
         try:
-            status, body = http_get(url + ready_path, timeout=1.0)
+            status, body = http_get(url + ready_path, timeout=1.0, context=context, headers=headers)
             if status == 200:
                 return svc
             last = f"HTTP {status}: {body[:200]!r}"
@@ -175,19 +187,32 @@ def exporter_command(port: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def start_exporter(workdir: Path, *extra: str) -> Service:
-    """Start `gpuhealth collect --backend sim` on a free port and wait for /healthz 200."""
+def start_exporter(
+    workdir: Path, *extra: str, context: ssl.SSLContext | None = None, headers: Mapping[str, str] | None = None
+) -> Service:
+    """Start `gpuhealth collect --backend sim` on a free port and wait for /healthz 200.
+
+    With `context` (its `extra` give it a --web-config-file with TLS) it is reached over https.
+    """
     port = free_port()
     log_path = workdir / "gpuhealth-collect.log"
+    url = f"{'https' if context else 'http'}://127.0.0.1:{port}"
     return start_service(
-        "gpuhealth collect", exporter_command(port, *extra), f"http://127.0.0.1:{port}", "/healthz", log_path
-    )
+        "gpuhealth collect", exporter_command(port, *extra), url, "/healthz", log_path,
+        context=context, headers=headers,
+    )  # fmt: skip
 
 
 def prometheus_config(
-    targets: dict[str, Sequence[str]], rule_files: Sequence[Path] = (), alertmanagers: Sequence[str] = ()
+    targets: dict[str, Sequence[str]],
+    rule_files: Sequence[Path] = (),
+    alertmanagers: Sequence[str] = (),
+    scrape: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """prometheus.yml scraping each job's targets every second, sending alerts to `alertmanagers` (host:port)."""
+    """prometheus.yml scraping each job's targets every second, sending alerts to `alertmanagers` (host:port).
+
+    `scrape` adds settings to a job's scrape config, e.g. {"gpu": {"scheme": "https", "basic_auth": {...}}}.
+    """
     lines = [
         "global:",
         "  scrape_interval: 1s",
@@ -211,6 +236,8 @@ def prometheus_config(
             "    static_configs:",
             f"      - targets: {json.dumps(list(addrs))}",
         ]
+        # JSON is YAML: each value is written as one flow-style line.
+        lines += [f"    {key}: {json.dumps(value)}" for key, value in (scrape or {}).get(job, {}).items()]
     return "\n".join(lines) + "\n"
 
 
@@ -219,12 +246,13 @@ def start_prometheus(
     targets: dict[str, Sequence[str]],
     rule_files: Sequence[Path] = (),
     alertmanagers: Sequence[str] = (),
+    scrape: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Service:
-    """Start the system's Prometheus on a free loopback port and wait for /-/ready."""
+    """Start the system's Prometheus on a free loopback port and wait for /-/ready (see `prometheus_config`)."""
     binary = require_tool("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(prometheus_config(targets, rule_files, alertmanagers))
+    config.write_text(prometheus_config(targets, rule_files, alertmanagers, scrape))
     port = free_port()
     cmd = [
         binary,
