@@ -346,7 +346,7 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
         until: schemas.UtcTime | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> dict[str, Any]:
-        """Risk over time (oldest first)."""
+        """Risk over time (oldest first); beyond the score retention (7 d), one point per hour: its highest risks."""
         points = store.risk_history(uuid, since=since, until=until, limit=limit)
         return {"uuid": uuid, "points": points}
 

@@ -24,7 +24,7 @@ from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, Thresholds
 from predictor.probes import slow_gpus
 from predictor.score import score, to_records
-from store import CLOCK_SKEW, Store, StoreError, StoreUnavailable
+from store import CLOCK_SKEW, Retention, Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class Scorer(Worker):
         thresholds: Thresholds,
         interval_s: float,
         now: Callable[[], datetime] | None = None,
-        retention: timedelta | None = None,
+        retention: Retention | None = None,
         on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.store = store
@@ -306,13 +306,13 @@ class Scorer(Worker):
         return records
 
     def prune_if_due(self, now: datetime) -> None:
-        """Roll samples older than the retention into hourly rows, at most once an hour (of data time)."""
+        """Apply the retention to every table, at most once an hour (of data time)."""
         if self.retention is None or (self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY):
             return
-        rolled, deleted = self.store.prune(now, self.retention)
+        done = self.store.apply_retention(now, self.retention)
         self._pruned_at = now
-        if deleted:
-            log.info("retention: %d sample(s) rolled into %d hourly row(s)", deleted, rolled)
+        if any(done.values()):
+            log.info("retention: %s", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in done.items() if v))
 
     def load_latest(self) -> None:
         """Fill the in-memory state from the store (after a restart, before the first round)."""

@@ -15,7 +15,8 @@ from gpuhealth.settings import get_settings
 from gpuhealth.units import parse_duration
 
 if TYPE_CHECKING:
-    from store import Store
+    from gpuhealth.settings import Settings
+    from store import Retention, Store
 
 db_app = typer.Typer(
     help="The service's database: migrations, retention, imports.",
@@ -51,6 +52,30 @@ def upgrade_cmd(db: DbOption = None) -> None:
     typer.echo(f"{store.url}: schema at revision {revision}")
 
 
+def retention_from_settings(s: Settings, samples: str | None = None) -> Retention:
+    """The retention of every table from settings (`samples` overrides GPUHEALTH_RETENTION), or one error line."""
+    from store import Retention, StoreError
+
+    spans = {
+        "samples": ("GPUHEALTH_RETENTION", samples or s.retention),
+        "scores": ("GPUHEALTH_SCORE_RETENTION", s.score_retention),
+        "hourly": ("GPUHEALTH_HOURLY_RETENTION", s.hourly_retention),
+        "decisions": ("GPUHEALTH_DECISION_RETENTION", s.decision_retention),
+        "alerts": ("GPUHEALTH_ALERT_RETENTION", s.alert_retention),
+        "probes": ("GPUHEALTH_PROBE_RETENTION", s.probe_retention),
+    }
+    parsed = {}
+    for kind, (name, text) in spans.items():
+        try:
+            parsed[kind] = timedelta(seconds=parse_duration(text))
+        except ValueError as e:
+            raise fail(f"invalid {name}: {e}") from None
+    try:
+        return Retention(**parsed)
+    except StoreError as e:
+        raise fail(str(e)) from None
+
+
 @db_app.command("prune")
 def prune_cmd(
     db: DbOption = None,
@@ -58,14 +83,17 @@ def prune_cmd(
         str | None, typer.Option(help="keep raw samples this long, e.g. 35d (default: GPUHEALTH_RETENTION)")
     ] = None,
 ) -> None:
-    """Roll raw samples older than the retention into hourly rows and delete them."""
-    try:
-        keep = timedelta(seconds=parse_duration(retention or get_settings().retention))
-    except ValueError as e:
-        raise fail(str(e)) from None
+    """Apply the retention: roll old samples and scores into hourly rows, delete what is kept no longer."""
+    keep = retention_from_settings(get_settings(), samples=retention)
     with _opened(db) as store:
-        hours, deleted = store.prune(datetime.now(UTC), keep)
-    typer.echo(f"{store.url}: rolled {deleted} samples into {hours} hourly rows")
+        done = store.apply_retention(datetime.now(UTC), keep)
+    typer.echo(
+        f"{store.url}: rolled {done['samples_rolled_up']} samples into {done['sample_hours_written']} hourly rows"
+        f" and {done['scores_rolled_up']} risk scores into {done['score_hours_written']};"
+        f" deleted {done['sample_hours_deleted'] + done['score_hours_deleted']} hourly rows,"
+        f" {done['decisions_deleted']} closed decisions, {done['alerts_deleted']} alerts"
+        f" and {done['probes_deleted']} probe results"
+    )
 
 
 @db_app.command("import")

@@ -35,6 +35,7 @@ from gpuhealth.cli_backend import (
     open_from_flags,
     setup_logging,
 )
+from gpuhealth.cli_db import retention_from_settings
 from gpuhealth.settings import Settings
 from gpuhealth.units import parse_duration, parse_listen
 
@@ -201,7 +202,6 @@ def serve(
         host, port = parse_listen(listen or s.api_listen)
         score_s = parse_duration(score_interval or s.score_interval)
         body_timeout_s = parse_duration(s.body_timeout)
-        retention = timedelta(seconds=parse_duration(s.retention))
         thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
     except ValueError as e:
         raise fail(str(e)) from None
@@ -227,6 +227,7 @@ def serve(
             check_settings(*pull)
     except ValueError as e:
         raise fail(str(e)) from None
+    retention = retention_from_settings(s)
     check_port(host, port)
     token = _token(s, token_file)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI
@@ -27,7 +27,7 @@ from collector.sampler import Sampler
 from gpuhealth.catalog import Field
 from predictor.model import RiskModel
 from predictor.policy import Thresholds
-from store import Store
+from store import Retention, Store
 
 
 @dataclass
@@ -94,7 +94,7 @@ def build_service(
     hostname_label: str = "Hostname",
     probes: ProbeConfig | None = None,
     sim_seed: int = 0,
-    retention: timedelta | None = None,
+    retention: Retention | None = None,
     puller: PrometheusPuller | None = None,
 ) -> Service:
     """Assemble (not start) the service; without a backend or a puller it is API and scoring only."""

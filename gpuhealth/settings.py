@@ -32,7 +32,15 @@ class Settings(BaseSettings):
     read_open: bool = True  # reads without a token; False: reads, /docs and /openapi.json need the token too
     metrics_open: bool | None = None  # /metrics without a token; unset: as read_open (Prometheus can send it)
     score_interval: str = "5m"
-    retention: str = "35d"  # raw samples kept this long, hourly roll-ups beyond
+    # Retention (store.retention.Retention says why each default): raw samples, then hourly roll-ups;
+    # raw risk scores, then hourly; hourly roll-ups of both; closed decisions; alerts; probe results.
+    # Failure and RMA records are kept for good (they are training labels).
+    retention: str = "35d"
+    score_retention: str = "7d"
+    hourly_retention: str = "400d"
+    decision_retention: str = "365d"
+    alert_retention: str = "90d"
+    probe_retention: str = "90d"
     model: str | None = None  # risk model file (.skops); default: the shipped model
     max_request_bytes: int = 1_048_576
     # Slow or many clients (uvicorn): a body must arrive within body_timeout; an idle keep-alive

@@ -131,7 +131,29 @@ class RiskScore(Base):
     decision: Mapped[str] = mapped_column(sa.String(16))
     reasons: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
 
-    __table_args__ = (sa.Index("ix_risk_scores_gpu_scored", "gpu_uuid", "scored_at"),)
+    __table_args__ = (
+        sa.Index("ix_risk_scores_gpu_scored", "gpu_uuid", "scored_at"),
+        sa.Index("ix_risk_scores_scored", "scored_at"),  # retention deletes by time across GPUs
+    )
+
+
+class RiskScoreHourly(Base):
+    """Scores older than the score retention, one row per GPU and hour: the highest risks, the
+    worst decision and its reasons (a risk history that outlives the raw scores, as samples do)."""
+
+    __tablename__ = "risk_scores_hourly"
+
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64), sa.ForeignKey("gpus.uuid"), primary_key=True)
+    hour: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    n: Mapped[int] = mapped_column(sa.Integer)
+    risk: Mapped[float | None] = mapped_column(sa.Double)
+    risk_ecc: Mapped[float | None] = mapped_column(sa.Double)
+    risk_thermal: Mapped[float | None] = mapped_column(sa.Double)
+    risk_pcie: Mapped[float | None] = mapped_column(sa.Double)
+    decision: Mapped[str] = mapped_column(sa.String(16))
+    reasons: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
+
+    __table_args__ = (sa.Index("ix_risk_scores_hourly_hour", "hour"),)
 
 
 class Decision(Base):
@@ -159,6 +181,7 @@ class Decision(Base):
             postgresql_where=sa.text("state != 'closed'"),
         ),
         sa.Index("ix_decisions_state_decision", "state", "decision"),
+        sa.Index("ix_decisions_closed_at", "closed_at"),  # retention of closed decisions
     )
 
 
@@ -228,6 +251,7 @@ class ProbeResult(Base):
     __table_args__ = (
         sa.CheckConstraint("status IN ('pass', 'fail', 'error', 'skipped')", name="ck_probe_results_status"),
         sa.Index("ix_probe_results_gpu_ran", "gpu_uuid", "ran_at"),
+        sa.Index("ix_probe_results_ran", "ran_at"),  # retention deletes by time across GPUs
     )
 
 

@@ -39,6 +39,7 @@ from sqlalchemy.pool import StaticPool
 from gpuhealth import catalog, history
 from gpuhealth.history import FAILURE_MODES, HistoryError
 from store.errors import NotFound, StoreError, StoreUnavailable
+from store.retention import RISKS, Retention, merge_score_hours, rollup_scores
 from store.schema import (
     ALERT_STATUSES,
     DECISION_STATES,
@@ -90,6 +91,7 @@ T_DECISIONS = metadata.tables["decisions"]
 T_FAILURES = metadata.tables["failures"]
 T_ALERTS = metadata.tables["alerts"]
 T_PROBES = metadata.tables["probe_results"]
+T_SCORES_HOURLY = metadata.tables["risk_scores_hourly"]
 ALERT_COLUMN_CHARS = {
     c.name: c.type.length for c in T_ALERTS.columns if isinstance(c.type, sa.String) and c.type.length
 }
@@ -890,6 +892,79 @@ class Store:
                 deleted += len(u)
         return rolled, deleted
 
+    def apply_retention(self, now: datetime, retention: Retention) -> dict[str, int]:
+        """Roll up and delete what each table keeps no longer (see `store.retention`); rows per kind.
+
+        Idempotent: a second run at the same `now` changes nothing. Failures and open
+        decisions are never deleted.
+        """
+        now = _utc(now, "now")
+        out: dict[str, int] = {}
+        out["sample_hours_written"], out["samples_rolled_up"] = self.prune(now, retention.samples)
+        out["score_hours_written"], out["scores_rolled_up"] = self._prune_scores(now - retention.scores)
+        d, a, p = T_DECISIONS.c, T_ALERTS.c, T_PROBES.c
+        deletes = {
+            "sample_hours_deleted": sa.delete(samples_hourly).where(samples_hourly.c.hour < now - retention.hourly),
+            "score_hours_deleted": sa.delete(T_SCORES_HOURLY).where(T_SCORES_HOURLY.c.hour < now - retention.hourly),
+            "decisions_deleted": sa.delete(T_DECISIONS).where(
+                d.state == "closed", d.closed_at < now - retention.decisions
+            ),
+            "alerts_deleted": sa.delete(T_ALERTS).where(a.received_at < now - retention.alerts),
+            "probes_deleted": sa.delete(T_PROBES).where(p.ran_at < now - retention.probes),
+        }
+        with self._tx(write=True) as conn:
+            for kind, stmt in deletes.items():
+                out[kind] = int(conn.execute(stmt).rowcount or 0)
+        return out
+
+    def _prune_scores(self, before: datetime) -> tuple[int, int]:
+        """Roll raw scores older than `before` (whole hours) into risk_scores_hourly and delete them.
+
+        Returns (hour rows written, scores deleted); as for samples, the rows rolled up are
+        exactly those deleted, and an hour already rolled up is merged with, not replaced.
+        """
+        cutoff = before.replace(minute=0, second=0, microsecond=0)
+        s, h = T_SCORES.c, T_SCORES_HOURLY.c
+        with self._tx() as conn:
+            gpus = [r[0] for r in conn.execute(sa.select(s.gpu_uuid).where(s.scored_at < cutoff).distinct())]
+        written = deleted = 0
+        kept = ("n", *RISKS, "decision", "reasons")
+        for start in range(0, len(gpus), PRUNE_GPUS_PER_TX):
+            part = gpus[start : start + PRUNE_GPUS_PER_TX]
+            with self._tx(write=True) as conn:
+                gone = conn.execute(
+                    sa.delete(T_SCORES)
+                    .where(s.scored_at < cutoff, s.gpu_uuid.in_(part))
+                    .returning(s.gpu_uuid, s.scored_at, *(s[c] for c in RISKS), s.decision, s.reasons)
+                ).mappings().all()  # fmt: skip
+                if not gone:
+                    continue
+                hours = rollup_scores([dict(r) for r in gone])
+                stored = conn.execute(
+                    sa.select(T_SCORES_HOURLY).where(
+                        h.gpu_uuid.in_(part), h.hour >= hours["hour"].min(), h.hour <= hours["hour"].max()
+                    )
+                ).mappings().all()  # fmt: skip
+                old = pd.DataFrame([dict(r) for r in stored], columns=["gpu_uuid", "hour", *kept])
+                old["hour"] = pd.to_datetime(old["hour"], utc=True)
+                merged = merge_score_hours(hours, old)
+                rows = [
+                    {"gpu_uuid": r["gpu_uuid"], "hour": r["hour"].to_pydatetime(), "n": int(r["n"]),
+                     "decision": r["decision"], "reasons": list(r["reasons"] or []),
+                     **{c: None if pd.isna(r[c]) else float(r[c]) for c in RISKS}}
+                    for r in merged.to_dict("records")
+                ]  # fmt: skip
+                ins = self._insert(T_SCORES_HOURLY)
+                conn.execute(
+                    ins.on_conflict_do_update(
+                        index_elements=["gpu_uuid", "hour"], set_={c: ins.excluded[c] for c in kept}
+                    ),
+                    rows,
+                )
+                written += len(rows)
+                deleted += len(gone)
+        return written, deleted
+
     @staticmethod
     def _rollup(u: np.ndarray, ts: np.ndarray, v: np.ndarray) -> pd.DataFrame:
         """Hour rows: gauges averaged, counters the last value seen, xid the largest code."""
@@ -1258,20 +1333,32 @@ class Store:
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
     ) -> list[dict[str, Any]]:
-        """The GPU's newest `limit` scores in the window, oldest first; NotFound if unknown."""
+        """The GPU's newest `limit` scores in the window, oldest first; NotFound if unknown.
+
+        Beyond the score retention a point stands for an hour (see `store.retention`)."""
         _paging(limit, 0)
-        s = T_SCORES.c
-        q = sa.select(s.scored_at, s.risk, s.risk_ecc, s.risk_thermal, s.risk_pcie, s.decision, s.reasons).where(
-            s.gpu_uuid == uuid
-        )
+        s, h = T_SCORES.c, T_SCORES_HOURLY.c
+        raw = sa.select(s.scored_at, *(s[c] for c in RISKS), s.decision, s.reasons, s.id).where(s.gpu_uuid == uuid)
+        # Beyond the score retention: one point per hour (its highest risks and worst decision).
+        hourly = sa.select(
+            h.hour.label("scored_at"), *(h[c] for c in RISKS), h.decision, h.reasons, sa.literal(0).label("id")
+        ).where(h.gpu_uuid == uuid)
         if since is not None:
-            q = q.where(s.scored_at >= _utc(since, "since"))
+            raw = raw.where(s.scored_at >= _utc(since, "since"))
+            hourly = hourly.where(h.hour >= _utc(since, "since"))
         if until is not None:
-            q = q.where(s.scored_at <= _utc(until, "until"))
+            raw = raw.where(s.scored_at <= _utc(until, "until"))
+            hourly = hourly.where(h.hour <= _utc(until, "until"))
+        both = sa.union_all(raw, hourly).subquery()
+        q = sa.select(both).order_by(both.c.scored_at.desc(), both.c.id.desc()).limit(limit)
         with self._tx() as conn:
             self._require_gpu(conn, uuid)
-            rows = conn.execute(q.order_by(s.scored_at.desc(), s.id.desc()).limit(limit)).mappings().all()
-        return [dict(r) | {"reasons": list(r["reasons"] or [])} for r in reversed(rows)]
+            rows = conn.execute(q).mappings().all()
+        return [
+            {k: v for k, v in r.items() if k != "id"} | {"scored_at": _utc(r["scored_at"], "scored_at"),
+                                                         "reasons": list(r["reasons"] or [])}
+            for r in reversed(rows)
+        ]  # fmt: skip
 
     def get_node(self, hostname: str) -> dict[str, Any]:
         """A node, its GPUs (as list_gpus items) and how many GPUs carry each decision; NotFound if unknown."""

@@ -245,13 +245,14 @@ def test_lost_gpus_are_drained_even_without_a_score() -> None:
 
 def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
     from api.service import Scorer
+    from store import Retention
     from predictor.policy import Thresholds
     from predictor.score import load_model
 
     store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
     frame = pd.DataFrame(rows(6 * 360 * 18))  # 18 h at 10 s
     store.ingest(frame)
-    scorer = Scorer(store, load_model(), Thresholds(), 300, retention=timedelta(hours=6))
+    scorer = Scorer(store, load_model(), Thresholds(), 300, retention=Retention(samples=timedelta(hours=6)))
     end = T0 + timedelta(hours=18)
     scorer.run_once(at=end)
     kept = store.history()

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from store import Store, StoreError
+from store import Retention, Store, StoreError
 from tests.store.conftest import T0, frame
 
 RETENTION = timedelta(days=1)
@@ -72,3 +72,84 @@ def test_late_samples_merge_into_their_hour(store: Store) -> None:
 def test_prune_refuses_bad_retention(store: Store) -> None:
     with pytest.raises(StoreError, match="retention must be a positive timedelta"):
         store.prune(T0, timedelta(0))
+
+
+# -- every table has a retention (issue 12.6) ------------------------------------------------------
+
+
+def _scores_for(store: Store, times_decisions: list[tuple[pd.Timestamp, str, float]]) -> None:
+    from tests.store.test_scores import score
+
+    store.ingest(_hour(pd.Timestamp(T0), "GPU-a", [40], [0], [0]))  # the GPU must exist
+    for t, decision, risk in times_decisions:
+        store.write_scores([score("GPU-a", decision, risk, reasons=[f"{decision} at {t:%H:%M}"])], t.to_pydatetime())
+
+
+def test_old_scores_roll_up_into_hours_and_the_risk_history_keeps_them(store: Store) -> None:
+    h0 = pd.Timestamp(T0)
+    m = pd.Timedelta(minutes=1)
+    _scores_for(store, [(h0 + 5 * m, "ok", 0.1), (h0 + 20 * m, "demote", 0.8), (h0 + 40 * m, "watch", 0.5),
+                        (h0 + 65 * m, "ok", 0.2), (h0 + pd.Timedelta(days=3), "ok", 0.05)])  # fmt: skip
+    keep = Retention(samples=timedelta(days=30), scores=timedelta(days=1))
+    now = (h0 + pd.Timedelta(days=3, minutes=30)).to_pydatetime()
+    done = store.apply_retention(now, keep)
+    assert (done["scores_rolled_up"], done["score_hours_written"]) == (4, 2)
+    assert store.counts()["risk_scores"] == 1
+    assert store.apply_retention(now, keep)["scores_rolled_up"] == 0  # idempotent
+    points = store.risk_history("GPU-a")
+    assert [p["scored_at"] for p in points] == [h0.to_pydatetime(), (h0 + 60 * m).to_pydatetime(),
+                                                (h0 + pd.Timedelta(days=3)).to_pydatetime()]  # fmt: skip
+    first = points[0]
+    assert first["risk"] == 0.8 and first["decision"] == "demote"  # the hour's highest risk and worst decision
+    assert first["reasons"] == ["demote at 00:20"]
+    assert points[1]["decision"] == "ok" and points[2]["risk"] == 0.05
+    assert [p["scored_at"] for p in store.risk_history("GPU-a", limit=1)] == [points[-1]["scored_at"]]
+
+
+def test_a_late_score_merges_into_its_rolled_up_hour(store: Store) -> None:
+    h0 = pd.Timestamp(T0)
+    _scores_for(store, [(h0 + pd.Timedelta(minutes=10), "watch", 0.4)])
+    keep = Retention(scores=timedelta(days=1))
+    now = (h0 + pd.Timedelta(days=2)).to_pydatetime()
+    store.apply_retention(now, keep)
+    _scores_for(store, [(h0 + pd.Timedelta(minutes=50), "ok", 0.6)])
+    store.apply_retention(now, keep)
+    (p,) = store.risk_history("GPU-a")
+    assert (p["risk"], p["decision"]) == (0.6, "watch")
+
+
+def test_closed_decisions_alerts_probes_and_hourly_rows_go_when_old(store: Store) -> None:
+    from tests.store.test_scores import score
+
+    h0 = pd.Timestamp(T0)
+    store.ingest(_hour(h0, "GPU-a", [40], [0], [0]))
+    store.ingest(_hour(h0, "GPU-b", [40], [0], [0]))
+    t0 = h0.to_pydatetime()
+    store.write_scores([score("GPU-a", "watch", 0.4), score("GPU-b", "drain", 0.9)], t0)
+    store.write_scores([score("GPU-a", "ok", 0.1), score("GPU-b", "drain", 0.9)], t0 + timedelta(hours=1))
+    store.add_failure(gpu_uuid="GPU-a", failed_at=t0, mode="ecc")
+    store.add_probe_results([{"gpu_uuid": "GPU-a", "ran_at": t0, "test": "gemm", "status": "pass"}])
+    store.add_alertmanager(
+        {"version": "4", "status": "firing", "alerts": [
+            {"status": "firing", "labels": {"alertname": "X"}, "startsAt": "2026-01-05T00:00:00Z"}]},
+        received_at=t0,
+    )  # fmt: skip
+    keep = Retention(samples=timedelta(days=1), scores=timedelta(days=1), hourly=timedelta(days=5),
+                     decisions=timedelta(days=3), alerts=timedelta(days=3), probes=timedelta(days=3))  # fmt: skip
+    early = store.apply_retention(t0 + timedelta(days=2), keep)
+    assert (early["decisions_deleted"], early["alerts_deleted"], early["probes_deleted"]) == (0, 0, 0)
+    late = store.apply_retention(t0 + timedelta(days=6), keep)
+    assert (late["decisions_deleted"], late["alerts_deleted"], late["probes_deleted"]) == (1, 1, 1)
+    assert late["sample_hours_deleted"] == 2 and late["score_hours_deleted"] == 4  # 2 GPUs x 2 hours
+    c = store.counts()
+    assert (c["alerts"], c["probe_results"], c["samples_hourly"], c["risk_scores"]) == (0, 0, 0, 0)
+    (active,), _ = store.decisions(state="active")
+    assert active["gpu_uuid"] == "GPU-b" and active["decision"] == "drain"  # open decisions are never deleted
+    assert len(store.failures()) == 1  # failures are training labels: kept for good
+
+
+def test_retention_settings_are_checked() -> None:
+    with pytest.raises(StoreError, match="scores retention must be a positive timedelta"):
+        Retention(scores=timedelta(0))
+    with pytest.raises(StoreError, match=r"hourly retention \(1 day, 0:00:00\) must be at least the sample"):
+        Retention(hourly=timedelta(days=1))
