@@ -245,9 +245,9 @@ def test_lost_gpus_are_drained_even_without_a_score() -> None:
 
 def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
     from api.service import Scorer
-    from store import Retention
     from predictor.policy import Thresholds
     from predictor.score import load_model
+    from store import Retention
 
     store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
     frame = pd.DataFrame(rows(6 * 360 * 18))  # 18 h at 10 s
