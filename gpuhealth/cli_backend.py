@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpuhealth import catalog
 from gpuhealth.settings import Settings
@@ -44,7 +45,8 @@ LogLevelOpt = Annotated[str | None, typer.Option(help="DEBUG, INFO, WARNING")]
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one line to stderr and return the exit to raise."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escaped: a message quotes user input, and "[/x]" in it would be read as rich markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

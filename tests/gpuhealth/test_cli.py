@@ -3,6 +3,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -124,3 +125,12 @@ def test_fields_lists_catalogue() -> None:
     assert result.exit_code == 0
     for f in catalog.FIELDS[:5]:
         assert f.name in result.output
+
+
+def test_an_error_quoting_markup_is_printed_as_is(tmp_path: Path) -> None:
+    """A message quotes user input: rich markup in it ("[/x]") raised MarkupError, "[ns]" vanished."""
+    bad = tmp_path / "h[ns][bold].csv"
+    bad.write_text("timestamp,hostname\n")
+    proc = _gpuhealth("score", "--history", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert str(bad) in " ".join(proc.stderr.split())
