@@ -16,7 +16,7 @@ import yaml
 from alerts import config
 from alerts.model import ACTIONS, Alert
 from alerts.rules import ALERTS, GROUPS, RECORDS
-from gpuhealth import generated
+from core import generated
 
 RULES_PATH = Path("alerts/generated/gpuhealth-rules.yml")
 TESTS_PATH = Path("alerts/generated/gpuhealth-rules.test.yml")

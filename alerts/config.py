@@ -6,7 +6,7 @@ brief, or "policy" where it is our choice. Change a value here and run `gpuhealt
 
 from __future__ import annotations
 
-from gpuhealth.settings import Settings
+from core.settings import Settings
 
 HOST_LABEL = "Hostname"
 """dcgm-exporter's host label (`hostname` from 2026; `gpuhealth collect --hostname-label`)."""
@@ -73,7 +73,7 @@ XID_APPLICATION_REPEATS = 3  # policy: 3 in an hour on one GPU is no longer one 
 SAMPLE_STALE_S = 120  # policy: 12 samples at the default 10 s interval; a hung NVML call shows here
 SCORE_STALE_S = 1800  # policy: 6 scoring runs at the default 5 m score interval
 
-# --- prediction (gpuhealth/settings.py defaults, the same numbers the policy uses) ---
+# --- prediction (core/settings.py defaults, the same numbers the policy uses) ---
 RISK_WATCH = float(Settings.model_fields["watch_threshold"].default)
 RISK_DEMOTE = float(Settings.model_fields["demote_threshold"].default)
 RISK_FOR = "15m"  # policy: three scoring runs at the default 5 m interval

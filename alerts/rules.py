@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alerts import config as c
 from alerts.model import Alert, Case, Record, gpu_labels, series, service_labels
-from gpuhealth.catalog import BY_NAME
+from core.catalog import BY_NAME
 
 
 def m(short: str) -> str:

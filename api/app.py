@@ -34,8 +34,9 @@ from starlette.requests import ClientDisconnect
 
 from api import schemas
 from api.metrics import ApiMetrics
-from api.service import IngestBuffer, Scorer
-from gpuhealth import __version__
+from core import __version__
+from service.ingest import IngestBuffer
+from service.scorer import Scorer
 from store import NotFound, Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)

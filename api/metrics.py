@@ -14,9 +14,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from api.service import IngestBuffer, Scorer, decision_counts
-from gpuhealth.history import FAILURE_MODES
+from core.history import FAILURE_MODES
 from predictor.policy import DECISIONS
+from service.ingest import IngestBuffer
+from service.scorer import Scorer, decision_counts
 from store import Store, StoreError
 
 MODES = ("overall", "ecc", "thermal", "pcie")

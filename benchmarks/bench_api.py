@@ -40,7 +40,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from api.app import ApiConfig, create_app
-from gpuhealth.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
+from core.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
 from store import Store
 
 TARGET_THROUGHPUT = 0.5

@@ -41,7 +41,7 @@ from prometheus_client.core import Metric
 from collector.backends.sim import SimBackend
 from collector.exporter import render
 from collector.run import RunningCollector, build_collector
-from gpuhealth import catalog
+from core import catalog
 
 TARGET_RATIO = 1.5
 """Our scrape may cost at most 1.5x prometheus_client's for the same series (project target)."""

@@ -36,7 +36,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from gpuhealth import catalog, history
+from core import catalog, history
 from store import Store
 from store.schema import METRIC_COLUMNS, samples
 

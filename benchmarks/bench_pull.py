@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import httpx
 
-from api.puller import PrometheusPuller
-from gpuhealth import catalog
+from core import catalog
+from service.puller import PrometheusPuller
 from store import Store
 
 STEP_S = 300

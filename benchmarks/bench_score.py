@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import pyarrow.parquet as pq
 
 import predictor.score as score_mod
-from gpuhealth import history
+from core import history
 from predictor.model import RiskModel
 from predictor.score import SCORE_COLUMNS, load_model, read_history, score
 from simulator.fleet import SimConfig
@@ -68,8 +68,8 @@ SEED = 11
 DAYS = 30
 GPUS_PER_NODE = 8
 CACHE_DIR = ROOT / "build" / "bench"
-SOURCES = ("simulator/fleet.py", "simulator/run.py", "simulator/models.py", "gpuhealth/catalog.py",
-           "gpuhealth/history.py")  # fmt: skip
+SOURCES = ("simulator/fleet.py", "simulator/run.py", "simulator/models.py", "core/catalog.py",
+           "core/history.py")  # fmt: skip
 """What the cached file depends on besides the parameters."""
 
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import pyarrow.parquet as pq
 
-from gpuhealth import history
+from core import history
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 

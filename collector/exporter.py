@@ -24,7 +24,7 @@ from prometheus_client.utils import floatToGoString
 
 from collector.sampler import Sampler, Snapshot
 from collector.webconfig import WebConfigError, WebConfigFile, WebState, peer_allowed
-from gpuhealth.catalog import Field
+from core.catalog import Field
 
 log = logging.getLogger(__name__)
 

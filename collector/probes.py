@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from collector.backends.base import Backend, GpuInfo
 from collector.exporter import gpu_labels
 from collector.sampler import Snapshot
-from gpuhealth.worker import Worker
+from core.worker import Worker
 from kernels import expected as exp
 from kernels.runner import CUPY_MISSING, GRACE_S, ProbeResult, judge, run_probes
 
@@ -181,7 +181,7 @@ class ProbeConfig:
     @classmethod
     def from_settings(cls, s: Any) -> ProbeConfig:
         """From a gpuhealth Settings (probe_every "0" turns probing off); ValueError on bad values."""
-        from gpuhealth.units import parse_duration
+        from core.units import parse_duration
 
         every = 0.0 if str(s.probe_every).strip() in ("0", "") else parse_duration(s.probe_every)
         budget = parse_duration(s.probe_budget)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from collector.sampler import Snapshot
-from gpuhealth.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
+from core.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
 
 METRIC_COLUMNS = frozenset(HISTORY_COLUMNS) - frozenset(IDENTITY_COLUMNS)
 

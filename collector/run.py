@@ -6,6 +6,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
@@ -13,7 +14,7 @@ from prometheus_client.registry import CollectorRegistry
 from collector.backends.base import Backend
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.sampler import Sampler
-from gpuhealth.catalog import Field
+from core.catalog import Field
 
 if TYPE_CHECKING:
     from collector.probes import ProbeConfig, ProbeRunner, ProbeScheduler
@@ -71,6 +72,18 @@ def build_sampling(
     series are exported; its results also go to `on_probe_results` (Store rows).
     """
     sampler = Sampler(backend, interval_s)
+    report = on_probe_results
+
+    if on_probe_results is not None:
+
+        def report(rows: list[dict[str, Any]]) -> None:
+            # A simulated or replayed fleet files its probe results under its own clock, as its samples.
+            snap = sampler.latest
+            if snap is not None and snap.data_time is not None:
+                at = datetime.fromtimestamp(snap.sample_time, UTC)
+                rows = [{**r, "ran_at": at} for r in rows]
+            on_probe_results(rows)
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(lambda: sampler.latest, fields, hostname_label))
     registry.register(SelfCollector(sampler))
@@ -79,7 +92,7 @@ def build_sampling(
         from collector.probes import ProbeCollector, build_scheduler
 
         scheduler = build_scheduler(
-            backend, probes, runner=probe_runner, on_results=on_probe_results,
+            backend, probes, runner=probe_runner, on_results=report,
             latest=lambda: sampler.latest, interval_s=interval_s, seed=sim_seed,
         )  # fmt: skip
         if scheduler is not None:

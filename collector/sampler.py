@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from collector.backends.base import Backend, GpuReading
-from gpuhealth.worker import Worker
+from core.worker import Worker
 
 log = logging.getLogger(__name__)
 

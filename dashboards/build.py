@@ -11,8 +11,8 @@ from typing import Any
 from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
+from core import generated
 from dashboards import fleet, gpu, node
-from gpuhealth import generated
 
 GENERATED_DIR = Path("dashboards/generated")
 DOC_PATH = Path("docs/dashboards.md")

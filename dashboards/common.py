@@ -20,7 +20,7 @@ from grafanalib.core import (
     TimeSeries,
 )
 
-from gpuhealth.catalog import BY_NAME
+from core.catalog import BY_NAME
 
 SCHEMA_VERSION = 39
 """Grafana 10.3+ (older Grafanas migrate newer JSON poorly; newer ones migrate this forward)."""

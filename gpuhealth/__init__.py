@@ -1,3 +1,6 @@
-"""gpuhealth: GPU fleet telemetry, failure prediction and decisions."""
+"""gpuhealth: GPU fleet telemetry, failure prediction and decisions. This package is the
+command line (`gpuhealth …`), the top layer: it assembles the service from settings."""
 
-__version__ = "0.1.0"
+from core import __version__
+
+__all__ = ["__version__"]

@@ -10,7 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpuhealth import __version__, catalog
+from core import catalog
+from core.settings import Settings
+from core.units import parse_duration, parse_listen
+from gpuhealth import __version__
 from gpuhealth.cli_alerts import alerts_app, dashboards_app
 from gpuhealth.cli_backend import (
     BackendFlags,
@@ -39,8 +42,6 @@ from gpuhealth.cli_db import db_app
 from gpuhealth.cli_history import history_app
 from gpuhealth.cli_probe import register_probe
 from gpuhealth.cli_serve import probe_config, register_serve
-from gpuhealth.settings import Settings
-from gpuhealth.units import parse_duration, parse_listen
 
 app = typer.Typer(
     help="gpuhealth: GPU fleet health, failure prediction and decisions.",
@@ -154,7 +155,7 @@ def simulate(
     """Simulate a fleet's telemetry and failures (the history frame and its labels)."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 
-    from gpuhealth import history
+    from core import history
     from simulator.fleet import SimConfig
     from simulator.models import parse_mix
     from simulator.run import simulate as run_simulation
@@ -199,7 +200,7 @@ def _read_inputs(history_path: Path, failures_path: Path | None = None, columns:
     """Read a history (only `columns` if given) and failure labels, or exit with the reader's one-line error."""
     import warnings
 
-    from gpuhealth import history as hist
+    from core import history as hist
 
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -246,7 +247,7 @@ def train(
     if len(history) != len(failures):
         raise fail(f"give one --failures per --history ({len(history)} histories, {len(failures)} failure files)")
     frames, label_sets = zip(*(_read_inputs(h, f) for h, f in zip(history, failures, strict=True)), strict=True)
-    from gpuhealth.history import validate
+    from core.history import validate
 
     # Each file is validated on reading; only several together need re-ordering and a duplicate check.
     frame = (
@@ -279,7 +280,7 @@ def score(
 
     import pandas as pd
 
-    from gpuhealth.history import HistoryError
+    from core.history import HistoryError
     from predictor.model import ModelError
     from predictor.policy import Thresholds
     from predictor.score import SCORE_COLUMNS, load_model, to_records
@@ -323,7 +324,7 @@ def evaluate(
 ) -> None:
     """Evaluate per incident beside the NVIDIA/DCGM rule baseline; write a report with plots."""
 
-    from gpuhealth.history import HistoryError
+    from core.history import HistoryError
     from predictor.evaluate import evaluate as run_eval
     from predictor.evaluate import write_report
     from predictor.model import ModelError

@@ -12,9 +12,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpuhealth import catalog
-from gpuhealth.settings import Settings
-from gpuhealth.units import parse_duration
+from core import catalog
+from core.settings import Settings
+from core.units import parse_duration
 
 if TYPE_CHECKING:
     from collector.backends.base import Backend

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from core.settings import get_settings
+from core.units import parse_duration
 from gpuhealth.cli_backend import fail
-from gpuhealth.settings import get_settings
-from gpuhealth.units import parse_duration
 
 if TYPE_CHECKING:
-    from gpuhealth.settings import Settings
+    from core.settings import Settings
     from store import Retention, Store
 
 db_app = typer.Typer(
@@ -105,7 +105,7 @@ def import_cmd(
     """Load a history file (and failure labels) into the database; samples already there are skipped."""
     import pandas as pd
 
-    from gpuhealth import history
+    from core import history
 
     try:
         frame = history.read(history_file)

@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from core.units import parse_duration
 from gpuhealth.cli_backend import fail
-from gpuhealth.units import parse_duration
 
 history_app = typer.Typer(
     help="Import GPU history from Prometheus into history files.",
@@ -54,8 +54,8 @@ def import_cmd(
     """Pull GPU history out of Prometheus (dcgm-exporter or gpuhealth series) into a history file."""
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TimeRemainingColumn
 
-    from gpuhealth import history
-    from gpuhealth.prom_import import import_history
+    from core import history
+    from core.prom_import import import_history
 
     try:
         now = datetime.now(UTC)

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from core.units import parse_duration
 from gpuhealth.cli_backend import fail, load_settings
-from gpuhealth.units import parse_duration
 
 NO_GPU = "no GPU to probe: {why} (try `gpuhealth probe --backend sim` for a simulated node)"
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from core.settings import Settings
+from core.units import parse_duration, parse_listen
 from gpuhealth.cli_backend import (
     BackendFlags,
     BackendOpt,
@@ -36,8 +38,6 @@ from gpuhealth.cli_backend import (
     setup_logging,
 )
 from gpuhealth.cli_db import retention_from_settings
-from gpuhealth.settings import Settings
-from gpuhealth.units import parse_duration, parse_listen
 
 if TYPE_CHECKING:
     from collector.probes import ProbeConfig
@@ -222,7 +222,7 @@ def serve(
             if src == "prometheus" else None
         )  # fmt: skip
         if pull is not None:
-            from api.puller import check_settings
+            from service.puller import check_settings
 
             check_settings(*pull)
     except ValueError as e:
@@ -237,7 +237,7 @@ def serve(
     store = _open_store(db or s.db)
     opened = puller = None
     if pull is not None:
-        from api.puller import PrometheusPuller
+        from service.puller import PrometheusPuller
 
         assert prom_url is not None
         puller = PrometheusPuller(store, prom_url, every_s=pull[0], step_s=pull[1], backfill=pull[2])

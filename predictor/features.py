@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpuhealth.history import HistoryError
+from core.history import HistoryError
 
 HOUR = 3600
 DAY = 86400

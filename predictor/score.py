@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuhealth import history
-from gpuhealth.catalog import IDENTITY_COLUMNS
-from gpuhealth.history import HistoryError
+from core import history
+from core.catalog import IDENTITY_COLUMNS
+from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.policy import Thresholds, decide

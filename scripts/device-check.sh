@@ -96,7 +96,7 @@ if [[ "$BACKEND" == nvml ]]; then
 fi
 python_ok() { # PY: can it import the dependencies and this checkout's packages?
     [[ -x "$(command -v "$1" 2>/dev/null)" ]] &&
-        "$1" -c "$NEEDED; import gpuhealth.catalog, collector.sampler" >/dev/null 2>&1
+        "$1" -c "$NEEDED; import core.catalog, collector.sampler" >/dev/null 2>&1
 }
 
 find_python() {

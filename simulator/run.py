@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from gpuhealth import catalog
-from gpuhealth.history import metric_dtype
+from core import catalog
+from core.history import metric_dtype
 from simulator.fleet import DAY, FleetSim, SimConfig
 
 HISTORY_COLUMNS: tuple[str, ...] = (

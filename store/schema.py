@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from gpuhealth import catalog
+from core import catalog
 
 METRIC_COLUMNS: tuple[str, ...] = (
     *catalog.HISTORY_COLUMNS,

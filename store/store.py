@@ -36,8 +36,8 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Dialect, Engine, make_url
 from sqlalchemy.pool import StaticPool
 
-from gpuhealth import catalog, history
-from gpuhealth.history import FAILURE_MODES, HistoryError
+from core import catalog, history
+from core.history import FAILURE_MODES, HistoryError
 from store.errors import NotFound, StoreError, StoreUnavailable
 from store.retention import RISKS, Retention, merge_score_hours, rollup_scores
 from store.schema import (

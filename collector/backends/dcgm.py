@@ -25,7 +25,7 @@ from collector.backends.base import (
     GpuReading,
     XidEvent,
 )
-from gpuhealth.catalog import Field
+from core.catalog import Field
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from collector.backends.base import Backend, BackendError, BackendUnavailable
-from gpuhealth.catalog import Field
+from core.catalog import Field
 from simulator.fleet import FaultSpec
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def open_backend(
         )
     if name == "replay":
         from collector.backends.replay import ReplayBackend
-        from gpuhealth.history import HistoryError
+        from core.history import HistoryError
 
         if history is None:
             raise BackendError("the replay backend needs a history file (--history)")

@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from collector.backends.base import BackendError, GpuInfo, GpuReading, XidEvent
-from gpuhealth import catalog
-from gpuhealth.history import HistoryError, metric_columns, validate
-from gpuhealth.history import read as read_history
+from core import catalog
+from core.history import HistoryError, metric_columns, validate
+from core.history import read as read_history
 
 LOST_AFTER_INTERVALS = 2
 """A GPU whose rows end early is lost once replay passes its last row by this many of its
@@ -80,7 +80,7 @@ class ReplayBackend:
 
     @classmethod
     def from_file(cls, path: str | Path, **kw: Any) -> ReplayBackend:
-        """Replay a history file (Parquet or CSV) read with gpuhealth.history.read."""
+        """Replay a history file (Parquet or CSV) read with core.history.read."""
         try:
             frame = read_history(path)
         except HistoryError as err:

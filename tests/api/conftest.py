@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from collector.backends.sim import SimBackend
-from gpuhealth import catalog
+from core import catalog
 from gpuhealth.serve import Service, build_service, warm_up
 from predictor.score import load_model
 from simulator.fleet import FaultSpec

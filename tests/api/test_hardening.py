@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import ApiConfig, create_app
-from gpuhealth.settings import Settings
+from core.settings import Settings
 from store import Store
 from tests.api.conftest import TOKEN, Fleet, auth
 from tests.api.live import live_server

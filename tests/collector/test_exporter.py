@@ -13,7 +13,7 @@ from collector.backends.base import XidEvent
 from collector.backends.sim import SimBackend
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector, render
 from collector.sampler import Sampler
-from gpuhealth import catalog
+from core import catalog
 from simulator.fleet import FaultMode, FaultSpec
 from tests.collector.helpers import FakeClock, ScriptedBackend
 

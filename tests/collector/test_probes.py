@@ -24,7 +24,7 @@ from collector.probes import (
     runner_for,
 )
 from collector.run import build_collector
-from gpuhealth import catalog
+from core import catalog
 from kernels.runner import PREFIX, ProbeResult
 from simulator.fleet import FaultMode, FaultSpec
 from tests.collector.helpers import ScriptedBackend
@@ -306,7 +306,7 @@ def test_real_gpus_without_cupy_get_no_scheduler(caplog: pytest.LogCaptureFixtur
 
 
 def test_probe_config_from_settings() -> None:
-    from gpuhealth.settings import Settings
+    from core.settings import Settings
 
     cfg = ProbeConfig.from_settings(Settings(probe_every="30s", probe_budget="1m", probe_tests="gemm,pcie"))
     assert (cfg.every_s, cfg.budget_s, cfg.tests, cfg.enabled) == (30.0, 60.0, ("gemm", "pcie"), True)

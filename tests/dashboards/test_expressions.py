@@ -16,7 +16,7 @@ import yaml
 import alerts
 import dashboards
 from alerts.rules import RECORDS
-from gpuhealth.catalog import FIELDS
+from core.catalog import FIELDS
 from tests.integration.conftest import require_tool
 
 COLLECTOR = {

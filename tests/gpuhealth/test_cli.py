@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from collector.backends import factory
 from collector.backends.base import BackendUnavailable
-from gpuhealth import catalog
+from core import catalog
 from gpuhealth.cli import app
 
 runner = CliRunner()

@@ -18,11 +18,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gpuhealth import history
+from core import history
+from core.history import HistoryError
+from core.openmetrics import write_openmetrics
+from core.prom_import import import_history
 from gpuhealth.cli_history import history_app
-from gpuhealth.history import HistoryError
-from gpuhealth.openmetrics import write_openmetrics
-from gpuhealth.prom_import import import_history
 from simulator.fleet import FaultMode, FaultSpec, FleetSim
 from tests.integration.conftest import Service, free_port, require_tool, start_service
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpuhealth import catalog
+from core import catalog
 from simulator.models import DEFAULT_MODEL, get_model
 
 if TYPE_CHECKING:  # conftest is pytest's to import; the names are only for annotations

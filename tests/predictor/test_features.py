@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuhealth.history import HistoryError, validate
+from core.history import HistoryError, validate
 from predictor.features import FEATURES, SPECS, build_features, missing_inputs
 from simulator.fleet import SimConfig
 from simulator.run import simulate

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from gpuhealth import history
+from core import history
+from core.history import HistoryError
 from gpuhealth.cli import app
-from gpuhealth.history import HistoryError
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS
 from predictor.score import OUTPUT_COLUMNS, score, to_records

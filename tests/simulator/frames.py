@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpuhealth import history
+from core import history
 from simulator.fleet import FleetSim
 
 

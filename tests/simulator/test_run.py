@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuhealth import history
+from core import history
 from simulator.fleet import SimConfig
 from simulator.run import HISTORY_COLUMNS, simulate
 

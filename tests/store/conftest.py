@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuhealth import history
+from core import history
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 from store import Store

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpuhealth import history
+from core import history
 from store import Store
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuhealth import history
+from core import history
 from store import Store, StoreError
 from tests.store.conftest import T0, frame
 

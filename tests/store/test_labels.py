@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuhealth import history
+from core import history
 from store import NotFound, Store, StoreError
 from tests.store.conftest import T0, frame
 

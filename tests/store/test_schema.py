@@ -7,7 +7,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from gpuhealth import catalog
+from core import catalog
 from store import Store
 from store.schema import METRIC_COLUMNS, metadata, samples, samples_hourly
 from store.store import alembic_config

@@ -26,7 +26,7 @@ from collector.backends.dcgm import (
     load_bindings,
     sample_value,
 )
-from gpuhealth.catalog import FIELDS
+from core.catalog import FIELDS
 
 # --- a fake dcgmvalue: the constants and checks of DCGM's dcgmvalue.py --------------------
 

@@ -16,7 +16,7 @@ from collector.backends import nvml as nvml_mod
 from collector.backends.base import Backend, BackendUnavailable, XidEvent
 from collector.backends.nvml import EVENT_FIELDS, NvmlBackend, build_readers, value_members
 from collector.sampler import Sampler
-from gpuhealth.catalog import FIELDS
+from core.catalog import FIELDS
 from tests.collector.backends.fake_nvml import FakeGpu, FakeNvml
 
 UUIDS = ["GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-1111-1111-1111-111111111111"]

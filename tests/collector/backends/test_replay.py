@@ -12,7 +12,7 @@ import pytest
 from collector.backends.base import Backend, BackendError, GpuReading
 from collector.backends.replay import ReplayBackend
 from collector.sampler import Sampler
-from gpuhealth import history
+from core import history
 from simulator.fleet import FleetSim
 from tests.collector.helpers import FakeClock
 from tests.simulator.frames import stepped_history

@@ -288,7 +288,7 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
     lines = [
         "# Metrics",
         "",
-        "Generated from `gpuhealth/catalog.py` by `gpuhealth docs metrics`; do not edit by hand.",
+        "Generated from `core/catalog.py` by `gpuhealth docs metrics`; do not edit by hand.",
         "",
         "Each signal is exported under its DCGM name where it has one (as dcgm-exporter does),",
         "else as `gpuhealth_<name>`; the short name is its history-frame column. Labels on",

@@ -19,10 +19,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gpuhealth import catalog, history
+from core import catalog, history
+from core.history import HistoryError
+from core.prom_import import MAX_POINTS, import_history
 from gpuhealth.cli_history import history_app, parse_time
-from gpuhealth.history import HistoryError
-from gpuhealth.prom_import import MAX_POINTS, import_history
 
 URL = "http://prom.test:9090"
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -146,7 +146,7 @@ def test_chunks_queries_and_joins_per_gpu() -> None:
 
 
 def test_rows_come_in_time_order(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="gpuhealth.history"):
+    with caplog.at_level(logging.INFO, logger="core.history"):
         frame = import_history(URL, START, START + timedelta(hours=5), 3600, client=fleet(6).client())
     assert frame["timestamp"].is_monotonic_increasing
     assert "out of time order" not in caplog.text  # a fleet-mode pull every minute would log it each time

@@ -10,7 +10,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from api.service import IngestBuffer, decision_counts, with_lost_gpus, with_probe_findings
+from service.ingest import IngestBuffer
+from service.scorer import decision_counts, with_lost_gpus, with_probe_findings
 from store import Store, StoreUnavailable
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -244,9 +245,9 @@ def test_lost_gpus_are_drained_even_without_a_score() -> None:
 
 
 def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
-    from api.service import Scorer
     from predictor.policy import Thresholds
     from predictor.score import load_model
+    from service.scorer import Scorer
     from store import Retention
 
     store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")

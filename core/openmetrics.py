@@ -23,8 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuhealth import catalog, history
-from gpuhealth.history import metric_columns
+from core import catalog, history
+from core.history import metric_columns
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 MAX_CHUNK_ROWS = 1 << 20

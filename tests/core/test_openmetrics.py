@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from gpuhealth import catalog, history
-from gpuhealth.openmetrics import write_openmetrics
+from core import catalog, history
+from core.openmetrics import write_openmetrics
 from simulator.fleet import FleetSim
 from tests.simulator.frames import stepped_history
 

@@ -20,8 +20,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gpuhealth import catalog
-from gpuhealth.catalog import IDENTITY_COLUMNS
+from core import catalog
+from core.catalog import IDENTITY_COLUMNS
 
 log = logging.getLogger(__name__)
 

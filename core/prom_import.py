@@ -20,8 +20,8 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from gpuhealth import catalog, history
-from gpuhealth.history import HistoryError, validate
+from core import catalog, history
+from core.history import HistoryError, validate
 
 MAX_POINTS = 11_000
 """Prometheus refuses a range query with more than 11,000 points per series."""

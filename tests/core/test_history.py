@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gpuhealth import history
+from core import history
+from core.history import HistoryError, HistoryWarning
 from gpuhealth.cli import app
-from gpuhealth.history import HistoryError, HistoryWarning
 
 
 def _frame(**over: object) -> pd.DataFrame:

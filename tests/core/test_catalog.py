@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuhealth import catalog
-from gpuhealth.catalog import FIELDS, CatalogError, Category, validate
+from core import catalog
+from core.catalog import FIELDS, CatalogError, Category, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from api.puller import PrometheusPuller
-from gpuhealth.history import HistoryError
+from core.history import HistoryError
+from service.puller import PrometheusPuller
 from store import Store, StoreUnavailable
-from tests.gpuhealth.test_prom_import import URL, FakePrometheus, gpu_labels
+from tests.core.test_prom_import import URL, FakePrometheus, gpu_labels
 
 STEP = 30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 `gpuhealth collect` (or dcgm-exporter) runs on every node, Prometheus scrapes them, and
 one `gpuhealth serve --source prometheus` pulls what it needs with range queries
-(`gpuhealth.prom_import`), keeps it in the store and scores it like locally collected
+(`core.prom_import`), keeps it in the store and scores it like locally collected
 samples. Prometheus is the buffer: the watermark moves only once the store has taken a
 window, so while the database or Prometheus is down nothing is lost; the next pull
 catches up (at most `backfill` back, which is also how far the first pull reaches).
@@ -23,10 +23,10 @@ import httpx
 import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from api.service import all_gpus
-from gpuhealth.history import HistoryError
-from gpuhealth.prom_import import NoSeries, import_history
-from gpuhealth.worker import Worker
+from core.history import HistoryError
+from core.prom_import import NoSeries, import_history
+from core.worker import Worker
+from service.scorer import all_gpus
 from store import CLOCK_SKEW, Store, StoreError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuhealth.units import parse_duration, parse_listen
+from core.units import parse_duration, parse_listen
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,144 @@
+"""The service's loops assembled: collector (or puller) → ingest buffer → store ← scorer.
+
+No HTTP here: the command line joins these loops with the API (`gpuhealth.serve`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from collector.backends.base import Backend
+from collector.exporter import render
+from collector.probes import ProbeConfig, ProbeScheduler
+from collector.records import snapshot_rows
+from collector.run import build_sampling
+from collector.sampler import Sampler
+from core.catalog import Field
+from predictor.model import RiskModel
+from predictor.policy import Thresholds
+from service.ingest import IngestBuffer
+from service.puller import PrometheusPuller
+from service.scorer import Scorer
+from store import Retention, Store
+
+
+@dataclass
+class Loops:
+    """The service's running parts, without the API (tests drive them directly)."""
+
+    store: Store
+    backend: Backend | None
+    sampler: Sampler | None
+    registry: CollectorRegistry | None
+    buffer: IngestBuffer | None
+    scorer: Scorer
+    probes: ProbeScheduler | None = None
+    puller: PrometheusPuller | None = None
+    health: Callable[[], tuple[bool, str]] | None = None
+    """The collector's or the puller's health (/healthz), when there is one."""
+    extra_metrics: Callable[[], bytes] | None = None
+    """Their own series, for the service's /metrics."""
+
+    def data_now(self) -> datetime:
+        """The time the newest readings describe: simulated/replayed time, or the wall clock."""
+        return data_now(self.sampler)
+
+    def start(self) -> None:
+        """Start the background threads (the app's lifespan calls this)."""
+        if self.buffer is not None:
+            self.buffer.start()
+        if self.sampler is not None:
+            self.sampler.start()
+        if self.probes is not None:
+            self.probes.start()
+        if self.puller is not None:
+            self.puller.start()
+        self.scorer.load_latest()
+        self.scorer.start()
+
+    def stop(self) -> None:
+        self.scorer.stop()
+        if self.puller is not None:
+            self.puller.stop()
+        if self.probes is not None:
+            self.probes.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.buffer is not None:
+            self.buffer.stop()  # writes what is left when the database is there
+        if self.backend is not None:
+            self.backend.close()
+
+
+def data_now(sampler: Sampler | None) -> datetime:
+    """The time of `sampler`'s latest snapshot (simulated or replayed time where the backend has its own), else now."""
+    snap = sampler.latest if sampler is not None else None
+    return datetime.fromtimestamp(snap.sample_time if snap is not None else time.time(), UTC)
+
+
+def build_loops(
+    store: Store,
+    model: RiskModel,
+    *,
+    backend: Backend | None = None,
+    fields: list[Field] | None = None,
+    interval_s: float = 10.0,
+    score_interval_s: float = 300.0,
+    thresholds: Thresholds | None = None,
+    buffer_samples: int = 200_000,
+    hostname_label: str = "Hostname",
+    probes: ProbeConfig | None = None,
+    sim_seed: int = 0,
+    retention: Retention | None = None,
+    puller: PrometheusPuller | None = None,
+) -> Loops:
+    """Assemble (not start) the loops; without a backend or a puller, scoring only."""
+    sampler = registry = buffer = None
+    extra: Callable[[], bytes] | None = None
+    health: Callable[[], tuple[bool, str]] | None = None
+    probe_scheduler = None
+    if backend is not None:
+        simulated = callable(getattr(backend, "data_time", None))  # its own clock, ahead of ours by design
+        buffer = IngestBuffer(store, capacity=buffer_samples, clock=None if simulated else _wall_clock)
+        sampling = build_sampling(
+            backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,
+            on_probe_results=buffer.add_probes,
+        )  # fmt: skip
+        sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
+        sampler.subscribe(lambda snap: buffer.add(*snapshot_rows(snap)))
+        reg = registry
+        extra = lambda: render(reg.collect())  # noqa: E731
+        health = sampler.health
+    elif puller is not None:  # fleet mode: the samples come from Prometheus
+        pull_reg = CollectorRegistry(auto_describe=False)
+        pull_reg.register(puller)
+        extra = lambda: generate_latest(pull_reg)  # noqa: E731
+        health = puller.health
+    clock_of = sampler
+    scorer = Scorer(
+        store,
+        model,
+        thresholds or Thresholds(),
+        score_interval_s,
+        now=lambda: data_now(clock_of),
+        retention=retention,
+    )
+    return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health, extra)
+
+
+def _wall_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+def warm_up(loops: Loops, steps: int) -> int:
+    """Sample `steps` times as fast as the backend goes and store it all (the demo starts with days of history)."""
+    assert loops.sampler is not None and loops.buffer is not None
+    for _ in range(steps):
+        loops.sampler.sample_once()  # the buffer gets every snapshot
+    return loops.buffer.flush()
