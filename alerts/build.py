@@ -143,9 +143,9 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def alerts_markdown() -> str:
-    """docs/alerts.md: every alert and recording rule in one table each."""
-    lines = [
+def _install_markdown() -> list[str]:
+    """docs/alerts.md's opening: where the rules come from, how to install and route them."""
+    return [
         "# Alerts",
         "",
         "Generated from `alerts/` by `gpuhealth alerts build`; do not edit by hand. Thresholds and their",
@@ -170,26 +170,33 @@ def alerts_markdown() -> str:
         "come from the series. `alerts/generated/gpuhealth-rules.test.yml` is the promtool unit test",
         "(`promtool test rules`): for every alert a moment it must not fire yet and one it fires.",
         "",
+    ]
+
+
+def _alerts_table() -> list[str]:
+    """One row per alerting rule, then the alerts grouped by action (mildest first)."""
+    lines = [
         "## Alerting rules",
         "",
         "| alert | severity | action | expression | for | summary | runbook |",
         "|---|---|---|---|---|---|---|",
     ]
-    order = {a: i for i, a in enumerate(ACTIONS)}
     for a in ALERTS:
         lines.append(
             f"| `{a.name}` | {a.severity} | {a.action} | `{_cell(a.expr)}` | {a.for_} | {_cell(a.summary)} | "
             f"[{a.name}](runbooks/{a.name}.md) |"
         )
-    lines += [
-        "",
-        "## By action",
-        "",
-    ]
+    lines += ["", "## By action", ""]
+    order = {a: i for i, a in enumerate(ACTIONS)}
     for action in sorted({a.action for a in ALERTS}, key=order.__getitem__):
         names = ", ".join(f"`{a.name}`" for a in ALERTS if a.action == action)
         lines.append(f"- **{action}**: {names}")
-    lines += [
+    return lines
+
+
+def _records_table() -> list[str]:
+    """One row per recording rule."""
+    lines = [
         "",
         "## Recording rules",
         "",
@@ -199,10 +206,13 @@ def alerts_markdown() -> str:
         "| record | expression | meaning |",
         "|---|---|---|",
     ]
-    for r in RECORDS:
-        lines.append(f"| `{r.record}` | `{_cell(r.expr)}` | {r.help} |")
-    lines.append("")
-    return "\n".join(lines)
+    lines += [f"| `{r.record}` | `{_cell(r.expr)}` | {r.help} |" for r in RECORDS]
+    return lines
+
+
+def alerts_markdown() -> str:
+    """docs/alerts.md: every alert and recording rule in one table each."""
+    return "\n".join([*_install_markdown(), *_alerts_table(), *_records_table(), ""])
 
 
 def _unquote(selector: str) -> str:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from alerts.config import HOST_LABEL
+
 Severity = Literal["info", "warning", "critical"]
 Action = Literal["watch", "demote", "drain", "rma"]
 ACTIONS: tuple[Action, ...] = ("watch", "demote", "drain", "rma")
@@ -15,17 +17,26 @@ TEST_JOB = "gpuhealth"
 TEST_SERVICE_JOB = "gpuhealth-service"
 
 
+def collector_target(host: str = "node-a") -> dict[str, str]:
+    """The job/instance labels Prometheus puts on a `gpuhealth collect` exporter's series."""
+    return {"job": TEST_JOB, "instance": f"{host}:9400"}
+
+
+def service_target() -> dict[str, str]:
+    """The job/instance labels Prometheus puts on `gpuhealth serve`'s series."""
+    return {"job": TEST_SERVICE_JOB, "instance": "gpuhealth:8080"}
+
+
 def gpu_labels(i: int = 0, model: str = "NVIDIA H100 80GB HBM3", host: str = "node-a", **extra: str) -> dict[str, str]:
     """The labels `gpuhealth collect` puts on GPU `i`'s series (plus Prometheus's job/instance)."""
     return {
-        "Hostname": host,
+        HOST_LABEL: host,
         "UUID": f"GPU-{i:08d}-0000-4000-8000-00000000000{i % 10}",
         "device": f"nvidia{i}",
         "gpu": str(i),
         "modelName": model,
         "pci_bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
-        "job": TEST_JOB,
-        "instance": f"{host}:9400",
+        **collector_target(host),
         **extra,
     }
 
@@ -33,12 +44,7 @@ def gpu_labels(i: int = 0, model: str = "NVIDIA H100 80GB HBM3", host: str = "no
 def service_labels(i: int = 0, host: str = "node-a", **extra: str) -> dict[str, str]:
     """The labels `gpuhealth serve` puts on its per-GPU series."""
     g = gpu_labels(i, host=host)
-    return {
-        **{k: g[k] for k in ("Hostname", "UUID", "gpu", "modelName")},
-        "job": TEST_SERVICE_JOB,
-        "instance": "gpuhealth:8080",
-        **extra,
-    }
+    return {**{k: g[k] for k in (HOST_LABEL, "UUID", "gpu", "modelName")}, **service_target(), **extra}
 
 
 def series(metric: str, labels: Mapping[str, str]) -> str:
@@ -60,6 +66,21 @@ class Case:
     labels: tuple[Mapping[str, str], ...]
     """Label sets of the alerts firing at fire_at, without the rule's own labels."""
     interval: str = "1m"
+
+    @classmethod
+    def single(
+        cls,
+        metric: str,
+        labels: Mapping[str, str],
+        values: str,
+        *,
+        quiet_at: str,
+        fire_at: str,
+        value: float,
+        interval: str = "1m",
+    ) -> Case:
+        """A case with one input series, whose labels are those of the one alert it fires."""
+        return cls(((series(metric, labels), values),), quiet_at, fire_at, value, (labels,), interval)
 
 
 @dataclass(frozen=True)
