@@ -5,51 +5,38 @@ probe run. Just before a run the GPU must be idle: no compute process and utilis
 below the threshold, asked of the backend (`busy_reason`), or, for a backend that cannot
 tell, read from the latest sample. A busy GPU is tried again at the next poll. Results
 are kept in memory for /metrics (`ProbeCollector`) and handed to `on_results` (the
-service stores them). The runner is pluggable: the real one runs kernels.runner's child
-process per GPU, the simulated one derives results from the simulated fleet.
+service stores them). Each backend brings its runner (`Backend.probe_runner`): real GPUs
+kernels.runner's child process per GPU, the sim backend results derived from the
+simulated fleet, a replay none (no scheduler).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
-import statistics
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from collector.backends.base import Backend, GpuInfo
+from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.exporter import gpu_labels
 from collector.sampler import Snapshot
+from core.probes import compare_to_peers, is_slow
 from core.worker import Worker
 from kernels import expected as exp
 from kernels.runner import CUPY_MISSING, GRACE_S, ProbeResult, judge, run_probes
 
 log = logging.getLogger(__name__)
 
-SLOW_THRESHOLD = 0.10
-"""A GPU whose GEMM TFLOP/s is more than 10 % below its same-model peers' median is slow
-(issue 7; a 10-20 % slow GPU stalls whole synchronous training jobs)."""
-MIN_PEERS = 2
-"""Same-model GPUs, besides itself, a GPU needs before it can be called slow."""
 SAMPLE_FRESH_FACTOR = 3.0
 """The fallback idle check trusts a sample no older than this many sampling intervals."""
-
-
-class ProbeRunner(Protocol):
-    """Runs probes on one GPU; never raises for the GPU's trouble (errors become results)."""
-
-    name: str
-
-    def run(self, gpu: GpuInfo, tests: Sequence[str], budget_s: float) -> list[ProbeResult]:
-        """One result per test, in order."""
-        ...
 
 
 class SubprocessProbeRunner:
@@ -190,14 +177,6 @@ class ProbeConfig:
         return cls(every, budget, tuple(exp.parse_tests(s.probe_tests)), float(s.probe_idle_util_pct))
 
 
-def runner_for(backend: Backend, seed: int = 0) -> ProbeRunner:
-    """The simulated runner for the sim backend, the CUDA child process for real GPUs."""
-    fleet = getattr(backend, "fleet", None)
-    if backend.name == "sim" and fleet is not None:
-        return SimProbeRunner(fleet, seed)
-    return SubprocessProbeRunner()
-
-
 @dataclass
 class _State:
     info: GpuInfo
@@ -319,18 +298,17 @@ class ProbeScheduler(Worker):
 
 def peer_ratios(latest: Sequence[tuple[GpuInfo, ProbeResult]], test: str = "gemm") -> dict[str, float]:
     """GPU UUID -> its `test` value over the median of its same-model peers (others only),
-    for GPUs with at least MIN_PEERS peers. The same rule as predictor.probes.slow_gpus."""
+    for GPUs with enough peers: core.probes' rule, as predictor.probes.slow_gpus applies it."""
     by_model: dict[str, dict[str, float]] = {}
     for info, r in latest:
         if r.test == test and r.value is not None and r.status in ("pass", "fail"):
             by_model.setdefault(info.model_name, {})[info.uuid] = r.value
-    out: dict[str, float] = {}
-    for values in by_model.values():
-        for uuid, v in values.items():
-            peers = [x for u, x in values.items() if u != uuid]
-            if len(peers) >= MIN_PEERS and statistics.median(peers) > 0:
-                out[uuid] = v / statistics.median(peers)
-    return out
+    return {
+        uuid: c.ratio
+        for values in by_model.values()
+        for uuid, c in compare_to_peers(values).items()
+        if c.ratio is not None
+    }
 
 
 class ProbeCollector(Collector):
@@ -375,9 +353,7 @@ class ProbeCollector(Collector):
             "gpuhealth_probe_slow", "1 when the GPU's GEMM TFLOP/s is more than 10% below its same-model peers."
         )
         for uuid, ratio in sorted(peer_ratios(latest).items()):
-            slow.add_sample(
-                "gpuhealth_probe_slow", self._labels(infos[uuid]), 1.0 if ratio < 1 - SLOW_THRESHOLD else 0.0
-            )
+            slow.add_sample("gpuhealth_probe_slow", self._labels(infos[uuid]), 1.0 if is_slow(ratio) else 0.0)
         if slow.samples:
             yield slow
         runs = Metric("gpuhealth_probe_runs", "Probe runs since the collector started, by test and status.", "counter")
@@ -398,13 +374,15 @@ def build_scheduler(
     interval_s: float = 10.0,
     seed: int = 0,
 ) -> ProbeScheduler | None:
-    """A scheduler for `backend` with the fitting runner; the latest sample backs the idle
-    check of backends that cannot tell by themselves (DCGM, replay). None, with a warning,
-    when real GPUs would need CuPy and it is not installed: no probe series rather than an
-    `error` result on every GPU every run."""
-    import importlib.util
-
-    runner = runner or runner_for(backend, seed)
+    """A scheduler for `backend` with its own runner (`seed`: a simulated runner's); the latest
+    sample backs the idle check of backends that cannot tell by themselves (DCGM). None when
+    the backend's GPUs cannot be probed (replay), or, with a warning, when real GPUs would need
+    CuPy and it is not installed: no probe series rather than an `error` result on every GPU
+    every run."""
+    runner = runner or backend.probe_runner(seed)
+    if runner is None:
+        log.info("probes are off: the %s backend's GPUs cannot be probed", backend.name)
+        return None
     if (
         isinstance(runner, SubprocessProbeRunner)
         and runner.command is None

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from collector.backends.base import Backend
+from collector.backends.base import Backend, ProbeRunner
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.sampler import Sampler
 from core.catalog import Field
 
 if TYPE_CHECKING:
-    from collector.probes import ProbeConfig, ProbeRunner, ProbeScheduler
+    from collector.probes import ProbeConfig, ProbeScheduler
     from collector.webconfig import WebConfigFile
 
 

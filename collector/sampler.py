@@ -112,14 +112,13 @@ class Sampler(Worker):
             if "xid" not in r.values and not r.lost:
                 r.values["xid"] = float(self._last_xid.get(r.info.uuid, 0))
         self._seq += 1
-        data_time = getattr(self.backend, "data_time", None)
         snap = Snapshot(
             seq=self._seq,
             taken_at=self.clock(),
             readings=tuple(readings),
             xid_counts=MappingProxyType({u: dict(c) for u, c in self._xid_counts.items()}),
             status=MappingProxyType(status),
-            data_time=data_time() if callable(data_time) else None,
+            data_time=self.backend.data_time(),
         )
         self._latest = snap
         self._first.set()

@@ -17,7 +17,10 @@ from core.settings import Settings
 from core.units import parse_duration
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from collector.backends.base import Backend
+    from simulator.fleet import FaultSpec
 
 err = Console(stderr=True)
 
@@ -97,13 +100,13 @@ class OpenedBackend:
 
 def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
     """Check the flags and open the backend they name; every problem is one `error:` line."""
-    from collector.backends.base import BackendError
-    from collector.backends.factory import BACKENDS, open_backend
+    from collector.backends.base import BackendError, CommonOptions
+    from collector.backends.factory import names, open_backend
     from simulator.fleet import FaultSpec
 
     backend = flags.backend or s.backend
-    if backend not in BACKENDS:
-        raise fail(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend not in names():
+        raise fail(f"unknown backend {backend!r}; choose one of {', '.join(names())}")
     label = flags.hostname_label or s.hostname_label
     if label not in ("Hostname", "hostname"):
         raise fail(f"--hostname-label must be Hostname or hostname, not {label!r}")
@@ -117,24 +120,30 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
         raise fail("--sim-fault needs --backend sim")
     if (backend == "replay") != (flags.history is not None):
         raise fail("--backend replay needs --history FILE (and --history needs --backend replay)")
+    common = CommonOptions(flags.hostname or s.hostname or socket.gethostname(), chosen, interval_s)
     try:
-        b = open_backend(
-            backend,
-            hostname=flags.hostname or s.hostname or socket.gethostname(),
-            fields=chosen,
-            interval_s=interval_s,
-            sim_nodes=flags.sim_nodes,
-            sim_gpus=flags.sim_gpus,
-            sim_seed=flags.seed,
-            sim_model=flags.sim_model,
-            sim_speed=flags.sim_speed,
-            sim_faults=faults,
-            sim_start=flags.sim_start,
-            sim_spare_nodes=flags.sim_spare_nodes,
-            history=flags.history,
-            replay_speed=flags.speed,
-            replay_loop=flags.loop,
-        )
+        b = open_backend(backend, backend_options(backend, flags, faults), common)
     except (BackendError, ValueError) as e:
         raise fail(str(e)) from None
     return OpenedBackend(b, list(chosen), interval_s, label)
+
+
+def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpec]) -> object | None:
+    """The options of the backend named from its flags (None: a backend without flags, its defaults)."""
+    from collector.backends.replay import ReplayOptions
+    from collector.backends.sim import SimOptions
+
+    if backend == "sim":
+        return SimOptions(
+            nodes=flags.sim_nodes,
+            gpus_per_node=flags.sim_gpus,
+            seed=flags.seed,
+            model=flags.sim_model,
+            speed=flags.sim_speed,
+            faults=tuple(faults),
+            start=flags.sim_start,
+            spare_nodes=flags.sim_spare_nodes,
+        )
+    if backend == "replay":
+        return ReplayOptions(history=flags.history, speed=flags.speed, loop=flags.loop)
+    return None

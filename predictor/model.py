@@ -364,6 +364,7 @@ def train(
         "inputs_seen": [c for c in USED_COLUMNS if c in frame.columns and frame[c].notna().any()],
         "rows": len(X),
         "gpus": int(frame["gpu_uuid"].nunique()),
+        "model_names": sorted({str(m) for m in frame["model_name"].dropna().unique()}),
         "failures": {str(k): int(v) for k, v in failures["mode"].value_counts().items()} if len(failures) else {},
         "validation": scores,
     }

@@ -1,9 +1,9 @@
 """Probe results as predictor inputs: GPUs slower than their same-model peers (issue 7).
 
 A GPU whose GEMM TFLOP/s is more than 10 % below the median of its same-model peers is
-"slow": one such GPU stalls every synchronous step of a training job. The collector
-exports the same rule as `gpuhealth_probe_slow` (collector.probes.peer_ratios); this is
-the store-side twin, for the scoring loop's features and `watch` reasons.
+"slow": one such GPU stalls every synchronous step of a training job. The rule itself is
+core.probes; the collector applies it to its latest results for `gpuhealth_probe_slow`,
+this module to stored results, for the scoring loop's features and `watch` reasons.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-SLOW_THRESHOLD = 0.10
-"""More than 10 % below the same-model peers' median GEMM TFLOP/s is slow (issue 7)."""
-MIN_PEERS = 2
-"""Same-model GPUs, besides itself, a GPU needs before it can be called slow."""
+from core.probes import MIN_PEERS, SLOW_THRESHOLD, compare_to_peers, is_slow
 
 MAX_AGE = pd.Timedelta(days=7)
 """Older GEMM results do not count: a GPU probed a week ago says little about today."""
@@ -71,20 +68,17 @@ def slow_gpus(
     latest = df.sort_values("ran_at").groupby("gpu_uuid", sort=True).tail(1)
     rows = []
     for model, group in latest.groupby("model_name", sort=True):
-        values = group.set_index("gpu_uuid")["value"].astype(float)
-        for uuid, v in values.items():
-            peers = values.drop(uuid)
-            med = float(peers.median()) if len(peers) else float("nan")
-            ok = len(peers) >= min_peers and med > 0
-            ratio = v / med if ok else float("nan")
-            slow = bool(ok and ratio < 1.0 - threshold)
+        values = group.set_index("gpu_uuid")["value"].astype(float).to_dict()
+        for uuid, c in compare_to_peers(values, min_peers).items():
+            ratio = float("nan") if c.ratio is None else c.ratio
+            slow = is_slow(c.ratio, threshold)
             reason = (
-                f"GEMM {v:.0f} TFLOP/s is {1 - ratio:.0%} below the median of {len(peers)} same-model peers "
-                f"({med:.0f} TFLOP/s)"
+                f"GEMM {c.value:.0f} TFLOP/s is {1 - ratio:.0%} below the median of {c.peers} same-model peers "
+                f"({c.peer_median:.0f} TFLOP/s)"
                 if slow
                 else ""
             )
-            rows.append([uuid, model, v, med, len(peers), ratio, slow, reason])
+            rows.append([uuid, model, c.value, float(c.peer_median), c.peers, ratio, slow, reason])
     out = pd.DataFrame(rows, columns=COLUMNS)
     return out.astype({"gpu_uuid": "string", "model_name": "string", "reason": "string", "slow": "bool"})
 

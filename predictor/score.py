@@ -16,7 +16,6 @@ from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_in
 from predictor.model import MODES, RiskModel
 from predictor.policy import Thresholds, decide
 from predictor.rules import evaluate_rules
-from simulator.models import MODELS
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -89,7 +88,7 @@ def score(
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     out["reasons"] = decided["reasons"]
-    extra = _data_notes(past, x, model.meta.get("inputs_seen"))
+    extra = _data_notes(past, x, model.meta.get("inputs_seen"), model.meta.get("model_names"))
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
     return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
@@ -118,11 +117,16 @@ def _up_to(frame: pd.DataFrame, cutoff: pd.Timestamp) -> pd.DataFrame:
     return frame[ts <= cutoff]
 
 
-def _data_notes(frame: pd.DataFrame, x: pd.DataFrame, seen: list[str] | None) -> dict[str, list[str]]:
+def _data_notes(
+    frame: pd.DataFrame, x: pd.DataFrame, seen: list[str] | None, trained_on: list[str] | None
+) -> dict[str, list[str]]:
     """Reasons that say what the score could not see: missing columns, unknown models.
 
     Only columns the model learned from count as missing (retired pages are absent on
-    every Ampere+ GPU, and a model trained on such fleets never used them).
+    every Ampere+ GPU, and a model trained on such fleets never used them). A GPU model is
+    unknown when it is not among the model's `trained_on` (meta "model_names"); a model file
+    older than that record names none, and then no GPU model is called unknown: better no
+    note than one on every GPU.
     """
     notes: dict[str, list[str]] = {}
     missing = [c for c in missing_inputs(frame) if seen is None or c in seen]
@@ -130,7 +134,7 @@ def _data_notes(frame: pd.DataFrame, x: pd.DataFrame, seen: list[str] | None) ->
         n = []
         if missing:
             n.append(f"scored without {', '.join(missing)} (not in the history)")
-        if model_name not in MODELS:
+        if trained_on is not None and model_name not in trained_on:
             n.append(f"model {model_name!r} was not in the training fleets: peer comparisons use its own kind only")
         notes[str(model_name)] = n
     return notes

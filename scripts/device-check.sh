@@ -157,7 +157,7 @@ import socket
 import sys
 import time
 
-from gpuhealth import catalog
+from core import catalog
 
 name = os.environ["DEVICE_CHECK_BACKEND"]
 host = socket.gethostname()

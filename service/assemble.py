@@ -104,7 +104,7 @@ def build_loops(
     health: Callable[[], tuple[bool, str]] | None = None
     probe_scheduler = None
     if backend is not None:
-        simulated = callable(getattr(backend, "data_time", None))  # its own clock, ahead of ours by design
+        simulated = backend.data_time() is not None  # its own clock, ahead of ours by design
         buffer = IngestBuffer(store, capacity=buffer_samples, clock=None if simulated else _wall_clock)
         sampling = build_sampling(
             backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,

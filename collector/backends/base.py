@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from core.catalog import Field
+from kernels.runner import ProbeResult
 
 
 class BackendError(RuntimeError):
@@ -47,6 +51,25 @@ class XidEvent:
     timestamp: float
 
 
+@dataclass(frozen=True)
+class CommonOptions:
+    """What every backend is opened with; each backend's own options are its own dataclass."""
+
+    hostname: str
+    fields: Sequence[Field]
+    interval_s: float
+
+
+class ProbeRunner(Protocol):
+    """Runs probes on one GPU; never raises for the GPU's trouble (errors become results)."""
+
+    name: str
+
+    def run(self, gpu: GpuInfo, tests: Sequence[str], budget_s: float) -> list[ProbeResult]:
+        """One result per test, in order."""
+        ...
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A source of GPU telemetry: NVML, DCGM, the simulator or a recorded history."""
@@ -63,6 +86,15 @@ class Backend(Protocol):
 
     def drain_xid_events(self) -> list[XidEvent]:
         """XID events seen since the last call, oldest first."""
+        ...
+
+    def data_time(self) -> float | None:
+        """The time the latest reading describes (epoch seconds) for a backend with its own
+        clock (sim, replay); None: readings are as of the wall clock when they were read."""
+        ...
+
+    def probe_runner(self, seed: int = 0) -> ProbeRunner | None:
+        """The runner that probes these GPUs (`seed`: a simulated runner's); None: they cannot be probed."""
         ...
 
     def close(self) -> None:

@@ -21,10 +21,13 @@ from typing import Any
 from collector.backends.base import (
     BackendError,
     BackendUnavailable,
+    CommonOptions,
     GpuInfo,
     GpuReading,
+    ProbeRunner,
     XidEvent,
 )
+from collector.probes import SubprocessProbeRunner
 from core.catalog import Field
 
 log = logging.getLogger(__name__)
@@ -139,6 +142,15 @@ def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return str(value)
+
+
+@dataclass(frozen=True)
+class DcgmOptions:
+    """The `dcgm` backend's options."""
+
+    host: str = "localhost"
+    """nv-hostengine's address, host or host:port (port 5555 by default); on this host, DCGM
+    runs an embedded engine when no nv-hostengine answers."""
 
 
 class DcgmBackend:
@@ -339,6 +351,14 @@ class DcgmBackend:
             events, self._events = self._events, []
         return events
 
+    def data_time(self) -> None:
+        """None: live readings are as of the wall clock."""
+        return None
+
+    def probe_runner(self, seed: int = 0) -> ProbeRunner:
+        """The CUDA kernels in a child process per GPU (`seed` is for simulated runners)."""
+        return SubprocessProbeRunner()
+
     def close(self) -> None:
         """Drop the field groups and the connection (or embedded engine); errors ignored."""
         if self._closed:
@@ -354,3 +374,8 @@ class DcgmBackend:
             self._handle.Shutdown()
         except Exception as err:
             log.debug("closing the DCGM connection failed: %s", err)
+
+
+def open_dcgm(options: DcgmOptions, common: CommonOptions) -> DcgmBackend:
+    """The DCGM backend (BackendUnavailable without the bindings or a host engine)."""
+    return DcgmBackend(hostname=common.hostname, fields=common.fields, interval_s=common.interval_s, host=options.host)

@@ -1,80 +1,80 @@
-"""Pick and open a backend by name; `auto` prefers DCGM, then NVML."""
+"""Open a backend by name; `auto` prefers DCGM, then NVML.
+
+A backend is registered under its name with its options dataclass and its opener (like
+node_exporter's registerCollector); the opener, in the backend's own module, turns the
+options into the backend, so this module never learns a backend's keyword arguments.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from collector.backends.base import Backend, BackendError, BackendUnavailable
-from core.catalog import Field
-from simulator.fleet import FaultSpec
+from collector.backends import dcgm, nvml, replay, sim
+from collector.backends.base import Backend, BackendError, BackendUnavailable, CommonOptions
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "nvml", "dcgm", "sim", "replay")
 NO_GPU_LIBRARY = "no GPU library found; use --backend sim to try a simulated fleet"
+AUTO_ORDER = ("dcgm", "nvml")
+"""What `auto` tries, in order: DCGM first, as dcgm-exporter does when a host engine runs."""
+
+OptionsT = TypeVar("OptionsT")
 
 
-def open_backend(
-    name: str,
-    *,
-    hostname: str,
-    fields: Sequence[Field],
-    interval_s: float,
-    sim_nodes: int = 1,
-    sim_gpus: int = 8,
-    sim_seed: int = 0,
-    sim_model: str | None = None,
-    sim_speed: float = 1.0,
-    sim_faults: Sequence[FaultSpec] = (),
-    sim_start: float | None = None,
-    sim_spare_nodes: int = 0,
-    history: Path | None = None,
-    replay_speed: float = 1.0,
-    replay_loop: bool = True,
-) -> Backend:
-    """Open the named backend or raise BackendError with a one-line reason."""
+@dataclass(frozen=True)
+class Registered:
+    """A backend's options dataclass and the function that opens it."""
+
+    options_cls: type
+    opener: Callable[[Any, CommonOptions], Backend]
+
+
+_REGISTRY: dict[str, Registered] = {}
+
+
+def register(name: str, options_cls: type[OptionsT], opener: Callable[[OptionsT, CommonOptions], Backend]) -> None:
+    """Make backend `name` openable with an `options_cls` instance (or its defaults)."""
+    _REGISTRY[name] = Registered(options_cls, opener)
+
+
+# The built-in backends, in the order the CLI lists them.
+register("nvml", nvml.NvmlOptions, nvml.open_nvml)
+register("dcgm", dcgm.DcgmOptions, dcgm.open_dcgm)
+register("sim", sim.SimOptions, sim.open_sim)
+register("replay", replay.ReplayOptions, replay.open_replay)
+
+
+def names() -> tuple[str, ...]:
+    """What `open_backend` accepts: `auto` and every registered backend."""
+    return ("auto", *_REGISTRY)
+
+
+def open_backend(name: str, options: object | None, common: CommonOptions) -> Backend:
+    """Open the named backend with its options (None: its defaults), or raise BackendError
+    with a one-line reason."""
     if name == "auto":
-        reasons = []
-        for candidate in ("dcgm", "nvml"):
-            try:
-                return open_backend(candidate, hostname=hostname, fields=fields, interval_s=interval_s)
-            except BackendUnavailable as err:
-                log.debug("backend %s unavailable: %s", candidate, err)
-                reasons.append(f"{candidate}: {err}")
-        log.info("auto backend: %s", "; ".join(reasons))
-        raise BackendUnavailable(NO_GPU_LIBRARY)
-    if name == "nvml":
-        from collector.backends.nvml import NvmlBackend
+        return _open_auto(common)
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(names())}")
+    if options is None:
+        options = entry.options_cls()
+    elif not isinstance(options, entry.options_cls):
+        raise TypeError(f"the {name} backend takes {entry.options_cls.__name__}, not {type(options).__name__}")
+    return entry.opener(options, common)
 
-        return NvmlBackend(hostname=hostname)
-    if name == "dcgm":
-        from collector.backends.dcgm import DcgmBackend
 
-        return DcgmBackend(hostname=hostname, fields=fields, interval_s=interval_s)
-    if name == "sim":
-        from collector.backends.sim import SimBackend
-        from simulator.models import DEFAULT_MODEL
-
-        return SimBackend(
-            nodes=sim_nodes,
-            gpus_per_node=sim_gpus,
-            seed=sim_seed,
-            step_s=interval_s * sim_speed,
-            model=sim_model or DEFAULT_MODEL,
-            faults=sim_faults,
-            start=sim_start,
-            spare_nodes=sim_spare_nodes,
-        )
-    if name == "replay":
-        from collector.backends.replay import ReplayBackend
-        from core.history import HistoryError
-
-        if history is None:
-            raise BackendError("the replay backend needs a history file (--history)")
+def _open_auto(common: CommonOptions) -> Backend:
+    """The first of AUTO_ORDER whose library loads, with its default options."""
+    reasons = []
+    for candidate in AUTO_ORDER:
         try:
-            return ReplayBackend.from_file(history, speed=replay_speed, loop=replay_loop)
-        except HistoryError as err:
-            raise BackendError(str(err)) from err
-    raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+            return open_backend(candidate, None, common)
+        except BackendUnavailable as err:
+            log.debug("backend %s unavailable: %s", candidate, err)
+            reasons.append(f"{candidate}: {err}")
+    log.info("auto backend: %s", "; ".join(reasons))
+    raise BackendUnavailable(NO_GPU_LIBRARY)

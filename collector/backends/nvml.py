@@ -19,10 +19,13 @@ from typing import Any
 from collector.backends.base import (
     BackendError,
     BackendUnavailable,
+    CommonOptions,
     GpuInfo,
     GpuReading,
+    ProbeRunner,
     XidEvent,
 )
+from collector.probes import SubprocessProbeRunner
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,15 @@ XID_QUEUE_MAX = 10_000
 growing memory without bound if nothing drains."""
 
 _MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NvmlOptions:
+    """The `nvml` backend's options."""
+
+    watch_xid: bool = True
+    """Watch the driver's XID events on a background thread."""
+
 
 Reader = Callable[["_GpuCalls"], float | None]
 """Reads one catalogue field for one GPU; None means the GPU has no such value."""
@@ -396,6 +408,10 @@ class NvmlBackend:
         """One reading per GPU; a lost GPU gives lost=True, the others keep reporting."""
         return [self._read_gpu(g) for g in self._gpus]
 
+    def data_time(self) -> None:
+        """None: live readings are as of the wall clock."""
+        return None
+
     def _read_gpu(self, gpu: _Gpu) -> GpuReading:
         if gpu.lost:
             # A lost GPU stays lost until the driver is reloaded: don't call into it again.
@@ -433,7 +449,11 @@ class NvmlBackend:
         self._reported.add(key)
         log.log(level, "GPU %d field %s: " + msg, gpu.info.index, name, *args)
 
-    # --- idle check (probe scheduler) -------------------------------------------------------
+    # --- probing: the runner and the idle check --------------------------------------------
+
+    def probe_runner(self, seed: int = 0) -> ProbeRunner:
+        """The CUDA kernels in a child process per GPU (`seed` is for simulated runners)."""
+        return SubprocessProbeRunner()
 
     def busy_reason(self, uuid: str, util_threshold_pct: float = 5.0) -> str | None:
         """Why GPU `uuid` is not idle (compute processes, utilisation), or None when it is.
@@ -565,3 +585,8 @@ class NvmlBackend:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as err:
             log.debug("nvmlShutdown failed: %s", _one_line(err))
+
+
+def open_nvml(options: NvmlOptions, common: CommonOptions) -> NvmlBackend:
+    """The NVML backend for this host's GPUs (BackendUnavailable without nvidia-ml-py)."""
+    return NvmlBackend(hostname=common.hostname, watch_xid=options.watch_xid)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from collector.backends.base import BackendError, GpuInfo, GpuReading, XidEvent
+from collector.backends.base import BackendError, CommonOptions, GpuInfo, GpuReading, ProbeRunner, XidEvent
 from core import catalog
 from core.history import HistoryError, metric_columns, validate
 from core.history import read as read_history
@@ -35,6 +36,18 @@ from core.history import read as read_history
 LOST_AFTER_INTERVALS = 2
 """A GPU whose rows end early is lost once replay passes its last row by this many of its
 sampling intervals: one missed sample can be jitter, two in a row is a GPU gone."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The `replay` backend's options (--history, --speed, --loop)."""
+
+    history: Path | None = None
+    """The history file to serve (Parquet or CSV); required."""
+    speed: float = 1.0
+    """History seconds per real second."""
+    loop: bool = True
+    """Start over at the end."""
 
 
 def _ns(timestamps: pd.Series) -> np.ndarray:
@@ -185,6 +198,10 @@ class ReplayBackend:
         """History time of a read now (epoch seconds): what the readings are stored under."""
         return float(self.history_time().timestamp())
 
+    def probe_runner(self, seed: int = 0) -> ProbeRunner | None:
+        """None: recorded GPUs cannot be probed (and this host's GPUs are not the ones replayed)."""
+        return None
+
     def read(self) -> list[GpuReading]:
         lap, now = self._position()
         # Rank of the latest distinct timestamp at or before now (-1: nothing yet).
@@ -233,3 +250,13 @@ class ReplayBackend:
 
     def close(self) -> None:
         return None
+
+
+def open_replay(options: ReplayOptions, common: CommonOptions) -> ReplayBackend:
+    """Replay `options.history`; any trouble with the file is a BackendError."""
+    if options.history is None:
+        raise BackendError("the replay backend needs a history file (--history)")
+    try:
+        return ReplayBackend.from_file(options.history, speed=options.speed, loop=options.loop)
+    except HistoryError as err:
+        raise BackendError(str(err)) from err

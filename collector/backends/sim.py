@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from collector.backends.base import GpuInfo, GpuReading, XidEvent
+from collector.backends.base import CommonOptions, GpuInfo, GpuReading, ProbeRunner, XidEvent
+from collector.probes import SimProbeRunner
 from simulator.fleet import FaultSpec, FleetSim, SimConfig
 from simulator.models import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """The `sim` backend's options (the --sim-* flags)."""
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    seed: int = 0
+    model: str | None = None
+    """GPU model name; None: the simulator's default."""
+    speed: float = 1.0
+    """Simulated seconds per real second: each read steps interval x speed."""
+    faults: Sequence[FaultSpec] = ()
+    start: float | None = None
+    """Simulated start time (epoch seconds); None: the simulator's fixed start."""
+    spare_nodes: int = 0
 
 
 class SimBackend:
@@ -60,6 +78,10 @@ class SimBackend:
         """Simulated time of the latest reading (epoch seconds)."""
         return float(self.fleet.time)
 
+    def probe_runner(self, seed: int = 0) -> ProbeRunner:
+        """Probe results derived from the simulated fleet, deterministic per `seed`."""
+        return SimProbeRunner(self.fleet, seed)
+
     def gpus(self) -> list[GpuInfo]:
         return list(self._infos)
 
@@ -92,3 +114,17 @@ class SimBackend:
 
     def close(self) -> None:
         return None
+
+
+def open_sim(options: SimOptions, common: CommonOptions) -> SimBackend:
+    """A simulated fleet stepped by one sampling interval (times `speed`) per read."""
+    return SimBackend(
+        nodes=options.nodes,
+        gpus_per_node=options.gpus_per_node,
+        seed=options.seed,
+        step_s=common.interval_s * options.speed,
+        model=options.model or DEFAULT_MODEL,
+        faults=options.faults,
+        start=options.start,
+        spare_nodes=options.spare_nodes,
+    )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from collector.backends.base import GpuInfo, GpuReading, XidEvent
+from collector.backends.base import GpuInfo, GpuReading, ProbeRunner, XidEvent
+from collector.probes import SubprocessProbeRunner
 
 
 def info(index: int, host: str = "node-a") -> GpuInfo:
@@ -49,6 +50,12 @@ class ScriptedBackend:
     def drain_xid_events(self) -> list[XidEvent]:
         ev, self.events = self.events, []
         return ev
+
+    def data_time(self) -> None:
+        return None  # stands in for live GPUs: readings are as of the wall clock
+
+    def probe_runner(self, seed: int = 0) -> ProbeRunner:
+        return SubprocessProbeRunner()  # as real GPUs: the CUDA child process
 
     def close(self) -> None:
         self.closed = True

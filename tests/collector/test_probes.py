@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import textwrap
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import GpuInfo
+from collector.backends.replay import ReplayBackend
 from collector.backends.sim import SimBackend
 from collector.exporter import render
 from collector.probes import (
@@ -19,15 +21,16 @@ from collector.probes import (
     ProbeScheduler,
     SimProbeRunner,
     SubprocessProbeRunner,
+    build_scheduler,
     busy_reason,
     peer_ratios,
-    runner_for,
 )
 from collector.run import build_collector
 from core import catalog
 from kernels.runner import PREFIX, ProbeResult
-from simulator.fleet import FaultMode, FaultSpec
+from simulator.fleet import FaultMode, FaultSpec, FleetSim
 from tests.collector.helpers import ScriptedBackend
+from tests.simulator.frames import stepped_history
 
 LABELS = {
     "gpu": "0", "UUID": "GPU-00000000-test", "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3",
@@ -225,7 +228,7 @@ def sim_node(*faults: FaultSpec, seed: int = 7, workload: int = IDLE) -> SimBack
 def test_sim_runner_is_deterministic_and_shows_faults() -> None:
     def run() -> dict[tuple[int, str], ProbeResult]:
         b = sim_node(FaultSpec(5, FaultMode.THERMAL, 3), FaultSpec(2, FaultMode.ECC, 3))
-        sched = ProbeScheduler(b, runner_for(b, seed=7), ProbeConfig(60, 60))
+        sched = ProbeScheduler(b, b.probe_runner(seed=7), ProbeConfig(60, 60))
         return {(r.gpu_index, r.test): r for r in sched.run_due()}
 
     first, second = run(), run()
@@ -244,6 +247,15 @@ def test_sim_runner_respects_the_idle_guard() -> None:
     sched = ProbeScheduler(b, SimProbeRunner(b.fleet, 0), ProbeConfig(60, 60))
     assert sched.run_due() == []
     assert all("utilisation" in why for why in sched.deferred().values()) and len(sched.deferred()) == 8
+
+
+def test_each_backend_brings_its_runner_and_a_replay_gets_no_scheduler(caplog: pytest.LogCaptureFixture) -> None:
+    sched = build_scheduler(sim_node(), ProbeConfig(60, 60), seed=7)
+    assert sched is not None and isinstance(sched.runner, SimProbeRunner) and sched.runner.seed == 7
+    replay = ReplayBackend(stepped_history(FleetSim(nodes=1, gpus_per_node=2, seed=3), 3, 600.0))
+    with caplog.at_level(logging.INFO, logger="collector.probes"):
+        assert build_scheduler(replay, ProbeConfig()) is None
+    assert "probes are off: the replay backend's GPUs cannot be probed" in caplog.text
 
 
 def test_peer_comparison_flags_a_gpu_more_than_ten_percent_slow() -> None:

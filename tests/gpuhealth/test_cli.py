@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from collector.backends import factory
-from collector.backends.base import BackendUnavailable
+from collector.backends.base import BackendUnavailable, CommonOptions
 from core import catalog
 from gpuhealth.cli import app
 
@@ -104,7 +104,7 @@ def test_auto_without_gpu_libraries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dcgm_mod, "DcgmBackend", unavailable("dcgm"))
     monkeypatch.setattr(nvml_mod, "NvmlBackend", unavailable("nvml"))
     with pytest.raises(BackendUnavailable) as exc:
-        factory.open_backend("auto", hostname="h", fields=catalog.select(), interval_s=1.0)
+        factory.open_backend("auto", None, CommonOptions("h", catalog.select(), 1.0))
     assert str(exc.value) == "no GPU library found; use --backend sim to try a simulated fleet"
     assert tried == ["dcgm", "nvml"]
     result = runner.invoke(app, ["collect", "--backend", "auto"])

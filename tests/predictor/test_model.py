@@ -69,6 +69,7 @@ def test_metadata(trained: Trained) -> None:
         assert set(scores) == {"average_precision", "brier", "positives", "rows"}
         assert 0 <= scores["brier"] <= 1
     assert meta["lead_hours"] == 1 and meta["window_days"] == 7 and meta["cutoff_every"] == "12h"
+    assert meta["model_names"] == sorted(frame["model_name"].astype(str).unique())
     # inputs_seen: columns the fleet had data in (an H100 fleet has no retired pages).
     assert set(meta["inputs_seen"]) <= set(USED_COLUMNS)
     assert {"gpu_temp_c", "ecc_sbe_aggregate", "pcie_replay_count", "xid"} <= set(meta["inputs_seen"])

@@ -156,6 +156,27 @@ def test_unknown_gpu_model_is_scored_with_a_reason(shipped_model: RiskModel, fle
     assert not any(note in r for r in scored.loc[scored["model_name"] != "NVIDIA B200", "reasons"])
 
 
+def test_unknown_means_not_among_the_model_names_the_model_records(
+    shipped_model: RiskModel, fleet: pd.DataFrame
+) -> None:
+    assert shipped_model.meta["model_names"] == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    a100_only = RiskModel(shipped_model.heads, {**shipped_model.meta, "model_names": ["NVIDIA A100-SXM4-80GB"]})
+    scored = score(a100_only, fleet)
+    noted = scored["reasons"].map(lambda r: any("was not in the training fleets" in t for t in r))
+    assert noted.to_numpy().tolist() == (scored["model_name"] == "NVIDIA H100 80GB HBM3").to_numpy().tolist()
+    assert noted.any()
+
+
+def test_a_model_file_without_model_names_calls_no_gpu_model_unknown(
+    shipped_model: RiskModel, fleet: pd.DataFrame
+) -> None:
+    older = RiskModel(shipped_model.heads, {k: v for k, v in shipped_model.meta.items() if k != "model_names"})
+    frame = fleet.astype({"model_name": str})
+    frame.loc[frame["model_name"] == "NVIDIA H100 80GB HBM3", "model_name"] = "NVIDIA B200"
+    scored = score(older, history.validate(frame, source="test"))
+    assert not any("was not in the training fleets" in t for r in scored["reasons"] for t in r)
+
+
 def test_empty_frame(shipped_model: RiskModel, fleet: pd.DataFrame) -> None:
     with pytest.raises(HistoryError, match="no rows"):
         score(shipped_model, fleet.iloc[:0])

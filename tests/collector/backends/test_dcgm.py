@@ -26,6 +26,7 @@ from collector.backends.dcgm import (
     load_bindings,
     sample_value,
 )
+from collector.probes import SubprocessProbeRunner
 from core.catalog import FIELDS
 
 # --- a fake dcgmvalue: the constants and checks of DCGM's dcgmvalue.py --------------------
@@ -268,6 +269,8 @@ def test_start_up_watches_known_fields_at_the_interval_and_lists_gpus() -> None:
     engine = Engine()
     b = make(engine)
     assert isinstance(b, Backend) and b.name == "dcgm"
+    assert b.data_time() is None  # live readings: the wall clock
+    assert isinstance(b.probe_runner(), SubprocessProbeRunner)
     infos = b.gpus()
     assert [(i.index, i.uuid, i.pci_bus_id) for i in infos] == [
         (0, "GPU-dcgm-0", "00000000:18:00.0"),

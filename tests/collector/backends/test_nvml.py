@@ -15,6 +15,7 @@ import pytest
 from collector.backends import nvml as nvml_mod
 from collector.backends.base import Backend, BackendUnavailable, XidEvent
 from collector.backends.nvml import EVENT_FIELDS, NvmlBackend, build_readers, value_members
+from collector.probes import SubprocessProbeRunner
 from collector.sampler import Sampler
 from core.catalog import FIELDS
 from tests.collector.backends.fake_nvml import FakeGpu, FakeNvml
@@ -135,6 +136,8 @@ def test_discovery_lists_identity_of_each_gpu() -> None:
     assert {i.hostname for i in infos} == {"node-01"}
     assert {i.driver_version for i in infos} == {"550.54.15"}
     assert isinstance(b, Backend) and b.name == "nvml"
+    assert b.data_time() is None  # live readings: the wall clock
+    assert isinstance(b.probe_runner(), SubprocessProbeRunner)
 
 
 def test_discovery_decodes_bytes_from_older_pynvml_and_tolerates_missing_serial() -> None:

@@ -61,6 +61,8 @@ def test_is_a_backend_listing_every_gpu() -> None:
     frame = sim_history(gpus=4, steps=3)
     b = ReplayBackend(frame, clock=FakeClock())
     assert isinstance(b, Backend) and b.name == "replay"
+    assert b.data_time() == frame["timestamp"].min().timestamp()  # history time, not the wall clock
+    assert b.probe_runner() is None  # recorded GPUs cannot be probed
     infos = b.gpus()
     assert [(i.hostname, i.index) for i in infos] == [("sim-node-00", i) for i in range(4)]
     assert {i.uuid for i in infos} == set(frame["gpu_uuid"])
