@@ -41,6 +41,7 @@ from fastapi import FastAPI
 
 from api.app import ApiConfig, create_app
 from core.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
+from predictor.policy import decision_changes
 from store import Store
 
 TARGET_THROUGHPUT = 0.5
@@ -108,7 +109,7 @@ def fill_store(store: Store, n: int) -> list[str]:
          "decision": str(d), "reasons": ["SBE rate 340/day, 12x its 7-day average"] if d != "ok" else []}
         for i, (u, r, d) in enumerate(zip(uuids, rng.uniform(size=n), decisions, strict=True))
     ]  # fmt: skip
-    store.write_scores(records, now - timedelta(minutes=1))
+    store.write_scores(records, now - timedelta(minutes=1), rule=decision_changes)
     return uuids
 
 

@@ -3,13 +3,14 @@
 A rule (NVIDIA/DCGM criterion, `predictor.rules`) can ask for watch, drain or rma; the
 model's risk score can ask for watch or demote. The decision is the most severe of them,
 and its reasons are the sentences of whatever set it: rule reasons first (a documented
-criterion outranks a score), then the model's.
+criterion outranks a score), then the model's. `decision_changes` says what a scoring round
+does to each GPU's standing decision; the store persists what it says.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,3 +155,39 @@ def decide(
     out = pd.DataFrame({"decision": decision}, index=features.index)
     out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
     return out
+
+
+@dataclass(frozen=True)
+class DecisionChanges:
+    """What one scoring round does to the GPUs' standing decisions (`store.DecisionChanges`' shape)."""
+
+    close: tuple[int, ...] = ()
+    """Decisions to close, by id."""
+    refresh: tuple[tuple[int, list[str]], ...] = ()
+    """Decisions that stand, by id, with the round's reasons."""
+    open: tuple[tuple[str, str, list[str]], ...] = ()
+    """Decisions to open: (GPU uuid, decision, reasons)."""
+
+
+def decision_changes(
+    active: Mapping[str, tuple[int, str]], scored: Sequence[tuple[str, str, Sequence[str]]]
+) -> DecisionChanges:
+    """Per scored GPU (uuid, decision, reasons), given its active decision {uuid: (id, decision)}.
+
+    The same decision again refreshes the active one's reasons (an acknowledgement stays:
+    someone is already acting on it); another decision closes it, and opens a new one unless
+    the new decision is "ok". Opened decisions keep the order of `scored`.
+    """
+    close: list[int] = []
+    refresh: list[tuple[int, list[str]]] = []
+    open_: list[tuple[str, str, list[str]]] = []
+    for uuid, decision, reasons in scored:
+        current = active.get(uuid)
+        if current is not None and current[1] == decision:
+            refresh.append((current[0], list(reasons)))
+            continue
+        if current is not None:
+            close.append(current[0])
+        if decision != "ok":
+            open_.append((uuid, decision, list(reasons)))
+    return DecisionChanges(tuple(close), tuple(refresh), tuple(open_))

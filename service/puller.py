@@ -27,7 +27,7 @@ from core.history import HistoryError
 from core.prom_import import NoSeries, import_history
 from core.worker import Worker
 from service.scorer import all_gpus
-from store import CLOCK_SKEW, Store, StoreError
+from store import CLOCK_SKEW, GpuRow, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class PrometheusPuller(Worker):
         """GPUs the store knows on a host in `frame` (the new steps) that the frame does not have: lost."""
         hosts = set(frame["hostname"].astype(str).unique())
         present = set(frame["gpu_uuid"].astype(str).unique())
-        gone = [
+        gone: list[GpuRow] = [
             {"uuid": g["uuid"], "hostname": g["hostname"], "gpu_index": g["gpu_index"], "model_name": g["model_name"],
              "state": "lost", "seen_at": at}
             for g in all_gpus(self.store)

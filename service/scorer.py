@@ -12,16 +12,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
 from core.worker import Worker
 from predictor.model import RiskModel
-from predictor.policy import DECISIONS, SEVERITY, Thresholds
+from predictor.policy import DECISIONS, SEVERITY, Thresholds, decision_changes
 from predictor.probes import slow_gpus
 from predictor.score import score, to_records
-from store import Retention, Store, StoreError, StoreUnavailable
+from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class Scorer(Worker):
             records = with_probe_findings(records, self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at))
             if self.on_scored is not None:
                 records = self.on_scored(records, scored_at)
-            self.store.write_scores(records, scored_at)
+            # to_records' dicts have ScoreRecord's keys; the store checks every record anyway.
+            self.store.write_scores(cast(list[ScoreRecord], records), scored_at, rule=decision_changes)
             ids = {str(g["uuid"]): {"gpu_index": g.get("gpu_index")} for g in gpus}
             st = self.state
             st.records, st.identities, st.scored_at = records, ids, scored_at
@@ -144,9 +145,9 @@ class Scorer(Worker):
             self._stop.wait(self.interval_s)
 
 
-def all_gpus(store: Store, page: int = 10_000) -> list[dict[str, Any]]:
+def all_gpus(store: Store, page: int = 10_000) -> list[GpuItem]:
     """Every GPU the store knows, page by page."""
-    out: list[dict[str, Any]] = []
+    out: list[GpuItem] = []
     while True:
         items, total = store.list_gpus(limit=page, offset=len(out))
         out.extend(items)

@@ -1,7 +1,33 @@
 """Store: SQLAlchemy models, sessions, migrations and queries (SQLite or PostgreSQL)."""
 
+from store.decisions import Decision, DecisionChanges, DecisionRule, ScorePoint, ScoreRecord
 from store.errors import NotFound, StoreError, StoreUnavailable
+from store.gpus import GpuDetail, GpuItem, GpuRow, Node, Sample
+from store.labels import Alert, AlertmanagerAlert, Failure
+from store.probes import ProbeResult, ProbeResultRow
 from store.retention import Retention
 from store.store import CLOCK_SKEW, Store
 
-__all__ = ["CLOCK_SKEW", "NotFound", "Retention", "Store", "StoreError", "StoreUnavailable"]
+__all__ = [
+    "CLOCK_SKEW",
+    "Alert",
+    "AlertmanagerAlert",
+    "Decision",
+    "DecisionChanges",
+    "DecisionRule",
+    "Failure",
+    "GpuDetail",
+    "GpuItem",
+    "GpuRow",
+    "Node",
+    "NotFound",
+    "ProbeResult",
+    "ProbeResultRow",
+    "Retention",
+    "Sample",
+    "ScorePoint",
+    "ScoreRecord",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+]

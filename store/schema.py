@@ -256,3 +256,13 @@ class ProbeResult(Base):
 
 
 metadata = Base.metadata
+
+T_NODES = metadata.tables["nodes"]
+T_GPUS = metadata.tables["gpus"]
+T_SCORES = metadata.tables["risk_scores"]
+T_SCORES_HOURLY = metadata.tables["risk_scores_hourly"]
+T_DECISIONS = metadata.tables["decisions"]
+T_FAILURES = metadata.tables["failures"]
+T_ALERTS = metadata.tables["alerts"]
+T_PROBES = metadata.tables["probe_results"]
+"""The tables as Core tables, for the store's queries (samples and samples_hourly are above)."""

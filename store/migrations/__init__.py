@@ -1,1 +1,1 @@
-"""Alembic migrations of the store, configured in code (store.store.alembic_config; no alembic.ini)."""
+"""Alembic migrations of the store, configured in code (store.engine.alembic_config; no alembic.ini)."""

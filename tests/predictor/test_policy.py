@@ -1,4 +1,4 @@
-"""Decision policy: worst of rules and risk, threshold boundaries, reasons and their order."""
+"""Decision policy: worst of rules and risk, thresholds, reasons and their order; what a round does to decisions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.policy import DECISIONS, Thresholds, decide
+from predictor.policy import DECISIONS, DecisionChanges, Thresholds, decide, decision_changes
 from predictor.rules import evaluate_rules
 from tests.predictor.test_rules import HEALTHY, frame
 
@@ -186,3 +186,45 @@ def test_ten_thousand_gpus_decide() -> None:
     lens = out["reasons"].map(len).to_numpy()
     assert (lens[~ok] >= 1).all()
     assert (lens[ok & ~np.isnan(r)] == 0).all()
+
+
+# -- decision_changes: what a scoring round does to each GPU's standing decision ----------
+
+
+def test_a_new_decision_is_opened_and_ok_opens_nothing() -> None:
+    changes = decision_changes({}, [("GPU-a", "watch", ["warm"]), ("GPU-b", "ok", [])])
+    assert changes == DecisionChanges(open=(("GPU-a", "watch", ["warm"]),))
+
+
+def test_the_same_decision_again_refreshes_its_reasons() -> None:
+    changes = decision_changes({"GPU-a": (7, "watch")}, [("GPU-a", "watch", ["still warm"])])
+    assert changes == DecisionChanges(refresh=((7, ["still warm"]),))
+
+
+def test_another_decision_closes_the_active_one_and_opens_the_new_one() -> None:
+    changes = decision_changes({"GPU-a": (7, "watch")}, [("GPU-a", "demote", ["hot"])])
+    assert changes == DecisionChanges(close=(7,), open=(("GPU-a", "demote", ["hot"]),))
+    # a milder decision replaces it too: the newest score is what stands
+    assert decision_changes({"GPU-a": (8, "drain")}, [("GPU-a", "watch", ["r"])]) == DecisionChanges(
+        close=(8,), open=(("GPU-a", "watch", ["r"]),)
+    )
+
+
+def test_ok_closes_the_active_decision() -> None:
+    assert decision_changes({"GPU-a": (7, "watch")}, [("GPU-a", "ok", [])]) == DecisionChanges(close=(7,))
+
+
+def test_gpus_not_scored_keep_their_decisions_and_opened_ones_keep_the_round_order() -> None:
+    active = {"GPU-a": (1, "watch"), "GPU-z": (2, "drain")}  # GPU-z is not in this round
+    scored = [("GPU-c", "rma", ["x"]), ("GPU-a", "ok", []), ("GPU-b", "watch", ["y"])]
+    changes = decision_changes(active, scored)
+    assert changes.close == (1,)
+    assert changes.refresh == ()
+    assert [uuid for uuid, _, _ in changes.open] == ["GPU-c", "GPU-b"]
+
+
+def test_decision_changes_copies_the_reasons() -> None:
+    reasons = ["warm"]
+    changes = decision_changes({"GPU-a": (7, "watch")}, [("GPU-a", "watch", reasons)])
+    reasons.append("later")
+    assert changes.refresh == ((7, ["warm"]),)

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from predictor.policy import decision_changes
 from store import Store, StoreError
+from store.gpus import float32_values
 from store.schema import METRIC_COLUMNS
-from store.store import _float32_values
 from tests.store.conftest import T0, frame
 from tests.store.test_scores import score
 
@@ -23,8 +24,10 @@ def test_get_gpu_is_its_list_item_plus_the_newest_sample(store: Store) -> None:
         {"timestamp": T0 + timedelta(minutes=m), "gpu_uuid": u, "gpu_temp_c": 40.0 + m, "ecc_sbe_aggregate": float(m)}
         for m in (0, 20, 10) for u in ("GPU-a", "GPU-b")
     ]))  # fmt: skip
-    store.write_scores([score("GPU-a", "watch", 0.5), score("GPU-b", "ok")], T0)
-    (watch,) = store.write_scores([score("GPU-a", "demote", 0.7)], T0 + timedelta(minutes=5))  # closes the watch
+    store.write_scores([score("GPU-a", "watch", 0.5), score("GPU-b", "ok")], T0, rule=decision_changes)
+    (watch,) = store.write_scores(
+        [score("GPU-a", "demote", 0.7)], T0 + timedelta(minutes=5), rule=decision_changes
+    )  # closes the watch
     items = {g["uuid"]: g for g in store.list_gpus()[0]}
     for uuid in ("GPU-a", "GPU-b"):
         g = store.get_gpu(uuid)
@@ -40,7 +43,7 @@ def test_get_gpu_is_its_list_item_plus_the_newest_sample(store: Store) -> None:
 def test_the_active_decision_condition_is_written_into_the_sql(store: Store) -> None:
     # The active-decision index is partial on `state != 'closed'`. Bound as a parameter, the value
     # makes SQLite re-prepare the statement on every run (45 µs instead of 8 for a lookup).
-    sql = store._get_gpu_compiled.sql
+    sql = store._gpus.get_gpu_compiled.sql
     assert "state != 'closed'" in sql
     assert sql.count("?") + sql.count("%(") == 1  # the UUID is the only parameter
 
@@ -49,8 +52,8 @@ def test_float32_values_are_the_shortest_decimals() -> None:
     rng = np.random.default_rng(0)
     x = (rng.uniform(-1, 1, 20_000) * 10.0 ** rng.integers(-30, 30, 20_000)).astype(np.float32)
     widened = [float(v) for v in x]  # as SQLite hands them back
-    assert _float32_values(widened) == [float(str(v)) for v in x]
-    assert _float32_values([0.10000000149011612, None, float("nan"), float("inf"), 3.0]) == [0.1, None, None, None, 3.0]
+    assert float32_values(widened) == [float(str(v)) for v in x]
+    assert float32_values([0.10000000149011612, None, float("nan"), float("inf"), 3.0]) == [0.1, None, None, None, 3.0]
 
 
 @pytest.fixture
@@ -96,7 +99,7 @@ def test_sqlite_read_connections_are_per_thread_closed_with_the_store(sqlite_sto
     for t in threads:
         t.join()
     assert errors == []
-    readers = list(s._readers)
+    readers = list(s._db.readers)
     assert len(readers) == 3
     assert s._engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # outside the pool
     s.close()
@@ -109,10 +112,10 @@ def test_a_broken_sqlite_read_connection_is_replaced(sqlite_store: Store) -> Non
     s = sqlite_store
     s.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a"}]))
     s.get_gpu("GPU-a")
-    (raw,) = s._readers
+    (raw,) = s._db.readers
     raw.close()  # e.g. closed behind our back
     with pytest.raises(StoreError):
         s.get_gpu("GPU-a")
     assert s.get_gpu("GPU-a")["uuid"] == "GPU-a"
-    assert len(s._readers) == 1 and s._readers[0] is not raw
+    assert len(s._db.readers) == 1 and s._db.readers[0] is not raw
     s.close()

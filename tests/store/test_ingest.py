@@ -98,7 +98,7 @@ def test_history_filters(store: Store, sim_history: pd.DataFrame) -> None:
 
 
 def test_unknown_columns_are_ignored_with_a_warning(store: Store, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="store.store"):
+    with caplog.at_level(logging.WARNING, logger="store.samples"):
         n = store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0, "my_metric": 1.0}]))
     assert n == 1
     assert "my_metric" in caplog.text

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from core import history
-from store import NotFound, Store, StoreError
+from store import AlertmanagerAlert, NotFound, Store, StoreError
 from tests.store.conftest import T0, frame
 
 UUID = "GPU-8f3c1a2e-0000-4000-8000-000000000001"
@@ -116,6 +116,25 @@ def test_alertmanager_firing_then_resolved(known: Store) -> None:
     assert {a["ends_at"] for a in items} == {datetime(2026, 1, 5, 11, tzinfo=UTC)}
     assert [a["alertname"] for a in known.alerts(gpu_uuid=UUID)[0]] == ["GpuEccRowRemapPending"]
     assert known.alerts(status="firing") == ([], 0)
+
+
+def test_typed_alerts_are_stored_as_their_json_payload_is(store: Store, tmp_path: Any) -> None:
+    """`add_alerts` takes parsed alerts (datetimes, no end) and stores the rows the webhook's JSON gives."""
+    payload = _payload()
+    starts = [datetime(2026, 1, 5, 10, 0, 0, 123456, tzinfo=UTC), datetime(2026, 1, 5, 10, 1, tzinfo=UTC)]
+    typed: list[AlertmanagerAlert] = [
+        {"status": a["status"], "labels": a["labels"], "annotations": a["annotations"], "startsAt": t,
+         "endsAt": None, "generatorURL": a["generatorURL"], "fingerprint": a["fingerprint"]}
+        for a, t in zip(payload["alerts"], starts, strict=True)
+    ]  # fmt: skip
+    received = T0 + timedelta(hours=10)
+    assert store.add_alerts(typed, received, group_key=payload["groupKey"], receiver=payload["receiver"]) == 2
+    other = Store.open(f"sqlite:///{tmp_path / 'other.db'}")
+    try:
+        assert other.add_alertmanager(payload, received) == 2
+        assert store.alerts() == other.alerts()
+    finally:
+        other.close()
 
 
 def _without_alerts(p: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.policy import decision_changes
 from store import Retention, Store, StoreError
 from tests.store.conftest import T0, frame
 
@@ -82,7 +83,11 @@ def _scores_for(store: Store, times_decisions: list[tuple[pd.Timestamp, str, flo
 
     store.ingest(_hour(pd.Timestamp(T0), "GPU-a", [40], [0], [0]))  # the GPU must exist
     for t, decision, risk in times_decisions:
-        store.write_scores([score("GPU-a", decision, risk, reasons=[f"{decision} at {t:%H:%M}"])], t.to_pydatetime())
+        store.write_scores(
+            [score("GPU-a", decision, risk, reasons=[f"{decision} at {t:%H:%M}"])],
+            t.to_pydatetime(),
+            rule=decision_changes,
+        )
 
 
 def test_old_scores_roll_up_into_hours_and_the_risk_history_keeps_them(store: Store) -> None:
@@ -125,8 +130,10 @@ def test_closed_decisions_alerts_probes_and_hourly_rows_go_when_old(store: Store
     store.ingest(_hour(h0, "GPU-a", [40], [0], [0]))
     store.ingest(_hour(h0, "GPU-b", [40], [0], [0]))
     t0 = h0.to_pydatetime()
-    store.write_scores([score("GPU-a", "watch", 0.4), score("GPU-b", "drain", 0.9)], t0)
-    store.write_scores([score("GPU-a", "ok", 0.1), score("GPU-b", "drain", 0.9)], t0 + timedelta(hours=1))
+    store.write_scores([score("GPU-a", "watch", 0.4), score("GPU-b", "drain", 0.9)], t0, rule=decision_changes)
+    store.write_scores(
+        [score("GPU-a", "ok", 0.1), score("GPU-b", "drain", 0.9)], t0 + timedelta(hours=1), rule=decision_changes
+    )
     store.add_failure(gpu_uuid="GPU-a", failed_at=t0, mode="ecc")
     store.add_probe_results([{"gpu_uuid": "GPU-a", "ran_at": t0, "test": "gemm", "status": "pass"}])
     store.add_alertmanager(

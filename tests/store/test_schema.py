@@ -9,8 +9,8 @@ from alembic.script import ScriptDirectory
 
 from core import catalog
 from store import Store
+from store.engine import alembic_config
 from store.schema import METRIC_COLUMNS, metadata, samples, samples_hourly
-from store.store import alembic_config
 
 
 def test_migrations_match_the_models(store: Store) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from predictor.policy import DecisionChanges, decision_changes
 from store import NotFound, Store, StoreError
 from tests.store.conftest import T0, frame
 
@@ -20,8 +21,8 @@ def score(uuid: str, decision: str = "ok", risk: float | None = 0.1, host: str =
 
 def test_decision_lifecycle(store: Store) -> None:
     t = [T0 + timedelta(minutes=5 * i) for i in range(6)]
-    assert store.write_scores([score("GPU-a", "ok")], t[0]) == []
-    opened = store.write_scores([score("GPU-a", "watch", 0.4)], t[1])
+    assert store.write_scores([score("GPU-a", "ok")], t[0], rule=decision_changes) == []
+    opened = store.write_scores([score("GPU-a", "watch", 0.4)], t[1], rule=decision_changes)
     assert [(d["gpu_uuid"], d["decision"], d["state"], d["created_at"]) for d in opened] == [
         ("GPU-a", "watch", "open", t[1])
     ]
@@ -30,14 +31,15 @@ def test_decision_lifecycle(store: Store) -> None:
     assert (acked["state"], acked["acknowledged_by"], acked["acknowledged_at"]) == ("acknowledged", "alice", t[1])
 
     # the same decision again: no new one, reasons refreshed, the acknowledgement kept
-    assert store.write_scores([score("GPU-a", "watch", 0.45, reasons=["still warm"])], t[2]) == []
+    refreshed = store.write_scores([score("GPU-a", "watch", 0.45, reasons=["still warm"])], t[2], rule=decision_changes)
+    assert refreshed == []
     (d,), total = store.decisions(state="active")
     assert total == 1
     assert (d["id"], d["state"], d["reasons"], d["updated_at"], d["risk"]) == (
         watch_id, "acknowledged", ["still warm"], t[2], 0.45)  # fmt: skip
 
     # escalation closes the old decision and opens a new one
-    (demote,) = store.write_scores([score("GPU-a", "demote", 0.8)], t[3])
+    (demote,) = store.write_scores([score("GPU-a", "demote", 0.8)], t[3], rule=decision_changes)
     assert demote["decision"] == "demote" and demote["id"] != watch_id
     closed, _ = store.decisions(state="closed")
     assert [(c["id"], c["closed_at"]) for c in closed] == [(watch_id, t[3])]
@@ -50,7 +52,7 @@ def test_decision_lifecycle(store: Store) -> None:
     assert (again["acknowledged_by"], again["acknowledged_at"]) == ("alice", t[3])
 
     # ok closes it; nothing stays active
-    assert store.write_scores([score("GPU-a", "ok", 0.05)], t[5]) == []
+    assert store.write_scores([score("GPU-a", "ok", 0.05)], t[5], rule=decision_changes) == []
     assert store.decisions(state="active") == ([], 0)
     assert store.decisions(state=None)[1] == 2
     g = store.get_gpu("GPU-a")
@@ -64,7 +66,9 @@ def test_decision_lifecycle(store: Store) -> None:
 
 
 def test_scores_with_unknown_risk_and_unknown_gpus(store: Store) -> None:
-    store.write_scores([score("GPU-new", "ok", float("nan"), reasons=["not scored: too little history"])], T0)
+    store.write_scores(
+        [score("GPU-new", "ok", float("nan"), reasons=["not scored: too little history"])], T0, rule=decision_changes
+    )
     g = store.get_gpu("GPU-new")  # a GPU seen only through its score (e.g. scored from Prometheus)
     assert (g["hostname"], g["risk"], g["decision"], g["reasons"]) == (
         "node-a", None, "ok", ["not scored: too little history"])  # fmt: skip
@@ -83,15 +87,64 @@ def test_scores_with_unknown_risk_and_unknown_gpus(store: Store) -> None:
 )
 def test_bad_scores_are_refused(store: Store, record: dict[str, Any], message: str) -> None:
     with pytest.raises(StoreError) as err:
-        store.write_scores([score("GPU-a") | record], T0)
+        store.write_scores([score("GPU-a") | record], T0, rule=decision_changes)
     assert message in str(err.value)
     assert store.counts()["risk_scores"] == 0
 
 
 def test_a_failed_round_writes_nothing(store: Store) -> None:
     with pytest.raises(StoreError, match="GPU-a is scored twice"):
-        store.write_scores([score("GPU-a", "watch"), score("GPU-a", "demote")], T0)
+        store.write_scores([score("GPU-a", "watch"), score("GPU-a", "demote")], T0, rule=decision_changes)
     assert store.counts()["risk_scores"] == 0
+
+
+def test_the_rule_decides_and_the_store_persists(store: Store) -> None:
+    """The store asks the rule, with the scored GPUs' active decisions, and writes exactly what it says."""
+    seen: list[tuple[dict[str, tuple[int, str]], list[tuple[str, str, list[str]]]]] = []
+
+    def rule(active: Any, scored: Any) -> DecisionChanges:
+        seen.append((dict(active), [(u, d, list(r)) for u, d, r in scored]))
+        return decision_changes(active, scored)
+
+    (watch,) = store.write_scores([score("GPU-a", "watch", reasons=["warm"]), score("GPU-b")], T0, rule=rule)
+    store.write_scores([score("GPU-a", "watch", reasons=["still warm"])], T0 + timedelta(minutes=5), rule=rule)
+    assert seen == [
+        ({}, [("GPU-a", "watch", ["warm"]), ("GPU-b", "ok", ["ok because"])]),
+        ({"GPU-a": (watch["id"], "watch")}, [("GPU-a", "watch", ["still warm"])]),
+    ]
+
+    def never(active: Any, scored: Any) -> DecisionChanges:
+        return DecisionChanges()
+
+    assert (
+        store.write_scores([score("GPU-a", "rma"), score("GPU-c", "drain")], T0 + timedelta(minutes=10), rule=never)
+        == []
+    )
+    (d,), _ = store.decisions(state="active")
+    assert (d["id"], d["decision"], d["reasons"]) == (watch["id"], "watch", ["still warm"])
+    assert store.get_gpu("GPU-a")["risk"] == 0.1  # the scores are stored whatever the rule says
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        DecisionChanges(close=(999,)),
+        DecisionChanges(refresh=((999, ["x"]),)),
+        DecisionChanges(open=(("GPU-other", "watch", ["x"]),)),
+        DecisionChanges(open=(("GPU-a", "ok", []),)),
+    ],
+)
+def test_a_rule_acting_outside_the_round_is_refused_and_nothing_is_written(
+    store: Store, changes: DecisionChanges
+) -> None:
+    with pytest.raises(StoreError, match="decision rule"):
+        store.write_scores([score("GPU-a", "watch")], T0, rule=lambda active, scored: changes)
+    assert store.counts()["risk_scores"] == 0
+
+
+def test_write_scores_has_no_rule_of_its_own(store: Store) -> None:
+    with pytest.raises(TypeError, match="rule"):
+        store.write_scores([score("GPU-a", "watch")], T0)  # type: ignore[call-arg]
 
 
 @pytest.fixture
@@ -107,6 +160,7 @@ def fleet(store: Store) -> Store:
             score("GPU-nan", "ok", None, host="node-b"),
         ],
         T0,
+        rule=decision_changes,
     )
     return store
 

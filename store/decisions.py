@@ -1,0 +1,331 @@
+"""Risk scores and decisions: storing a scoring round, the decision lifecycle, a GPU's risk history.
+
+Per GPU at most one decision is active (open or acknowledged; the database enforces it).
+Which decision a round closes, refreshes or opens is not the store's to choose: `write_scores`
+asks a `DecisionRule` (`predictor.policy.decision_changes`) inside its transaction and only
+persists the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, NotRequired, Protocol, TypedDict
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store.engine import Database, not_closed
+from store.errors import NotFound, StoreError
+from store.gpus import GpuSighting, require_gpu, upsert_gpu_rows
+from store.rollup import RISKS
+from store.schema import DECISION_STATES, DECISIONS, T_DECISIONS, T_GPUS, T_SCORES, T_SCORES_HOURLY
+from store.validate import choice, optional_float, paging, string_list, text, utc
+
+
+class ScoreRecord(TypedDict):
+    """One GPU's score in a round, as `gpuhealth score` writes it (`predictor.score.to_records`)."""
+
+    gpu_uuid: str
+    hostname: str
+    model_name: NotRequired[str | None]
+    risk: NotRequired[float | None]
+    risk_ecc: NotRequired[float | None]
+    risk_thermal: NotRequired[float | None]
+    risk_pcie: NotRequired[float | None]
+    decision: str
+    reasons: NotRequired[Sequence[str]]
+
+
+class Decision(TypedDict):
+    """A decision with its GPU's identity and latest risk."""
+
+    id: int
+    gpu_uuid: str
+    hostname: str
+    gpu_index: int | None
+    model_name: str | None
+    decision: str
+    reasons: list[str]
+    created_at: datetime
+    updated_at: datetime
+    state: str
+    acknowledged_by: str | None
+    acknowledged_at: datetime | None
+    closed_at: datetime | None
+    risk: float | None
+
+
+class ScorePoint(TypedDict):
+    """One point of a GPU's risk history: a raw score, or beyond the score retention an hour's worst."""
+
+    scored_at: datetime
+    risk: float | None
+    risk_ecc: float | None
+    risk_thermal: float | None
+    risk_pcie: float | None
+    decision: str
+    reasons: list[str]
+
+
+class DecisionChanges(Protocol):
+    """What a decision rule asks for (`predictor.policy.DecisionChanges` has this shape)."""
+
+    @property
+    def close(self) -> Sequence[int]:
+        """Active decisions to close, by id."""
+        ...
+
+    @property
+    def refresh(self) -> Sequence[tuple[int, Sequence[str]]]:
+        """Active decisions that stand, by id, with their new reasons."""
+        ...
+
+    @property
+    def open(self) -> Sequence[tuple[str, str, Sequence[str]]]:
+        """Decisions to open: (GPU uuid, decision, reasons)."""
+        ...
+
+
+class DecisionRule(Protocol):
+    """Given each scored GPU's active decision {uuid: (id, decision)} and the round's (uuid, decision,
+    reasons), chooses what to close, refresh and open (`predictor.policy.decision_changes`)."""
+
+    def __call__(
+        self, active: Mapping[str, tuple[int, str]], scored: Sequence[tuple[str, str, Sequence[str]]], /
+    ) -> DecisionChanges: ...
+
+
+_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *RISKS, "decision", "reasons")
+
+
+def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, Any]]:
+    """The round's records checked, as risk_scores rows plus hostname and model_name; one per GPU."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, r in enumerate(records):
+        if not isinstance(r, Mapping):
+            raise StoreError(f"score {i}: expected a mapping, got {type(r).__name__}")
+        uuid = text(r.get("gpu_uuid"), f"score {i}: gpu_uuid", max_len=64)
+        if uuid in seen:
+            raise StoreError(f"score {i}: GPU {uuid} is scored twice in one round")
+        seen.add(uuid)
+        rows.append(
+            {
+                "gpu_uuid": uuid,
+                "hostname": text(r.get("hostname"), f"score {i}: hostname"),
+                "model_name": text(r.get("model_name"), f"score {i}: model_name", required=False),
+                "scored_at": at,
+                **{k: optional_float(r.get(k), f"score {i}: {k}") for k in RISKS},
+                "decision": choice(r.get("decision"), DECISIONS, f"score {i}: decision"),
+                "reasons": string_list(r.get("reasons"), f"score {i}: reasons"),
+            }
+        )
+    return rows
+
+
+def _insert_scores(db: Database, conn: Connection, rows: list[dict[str, Any]], at: datetime) -> None:
+    """Insert the round's scores and point each GPU at its newest; GPUs never seen here are added."""
+    # Scores may name GPUs that never sent telemetry here (scoring from Prometheus).
+    uuids = [r["gpu_uuid"] for r in rows]
+    known = {x[0] for x in conn.execute(sa.select(T_GPUS.c.uuid).where(T_GPUS.c.uuid.in_(uuids)))}
+    fresh: list[GpuSighting] = [
+        {"uuid": r["gpu_uuid"], "hostname": r["hostname"], "model_name": r["model_name"], "first_seen": at,
+         "last_seen": at}
+        for r in rows
+        if r["gpu_uuid"] not in known
+    ]  # fmt: skip
+    upsert_gpu_rows(db, conn, fresh, explicit_state=False)
+    ids = (
+        conn.execute(
+            sa.insert(T_SCORES).returning(T_SCORES.c.id, sort_by_parameter_order=True),
+            [{k: r[k] for k in _SCORE_COLUMNS} for r in rows],
+        )
+        .scalars()
+        .all()
+    )
+    latest = sa.select(T_SCORES.c.scored_at).where(T_SCORES.c.id == T_GPUS.c.latest_score_id).scalar_subquery()
+    conn.execute(
+        sa.update(T_GPUS)
+        .where(T_GPUS.c.uuid == sa.bindparam("u"))
+        .where(sa.or_(T_GPUS.c.latest_score_id.is_(None), latest <= sa.bindparam("t")))
+        .values(latest_score_id=sa.bindparam("sid")),
+        [{"u": r["gpu_uuid"], "t": at, "sid": sid} for r, sid in zip(rows, ids, strict=True)],
+    )
+
+
+def _active_decisions(conn: Connection, uuids: list[str]) -> dict[str, tuple[int, str]]:
+    """uuid -> (id, decision) of the GPUs' active decisions."""
+    d = T_DECISIONS.c
+    q = sa.select(d.id, d.gpu_uuid, d.decision).where(not_closed(d.state)).where(d.gpu_uuid.in_(uuids))
+    return {x.gpu_uuid: (x.id, x.decision) for x in conn.execute(q)}
+
+
+def _check_changes(changes: DecisionChanges, active: Mapping[str, tuple[int, str]], scored: set[str]) -> None:
+    """A rule may act only on the active decisions it was given and open only for GPUs scored."""
+    ids = {i for i, _ in active.values()}
+    stray = [i for i in (*changes.close, *(i for i, _ in changes.refresh)) if i not in ids]
+    if stray:
+        raise StoreError(f"decision rule: decision {stray[0]} is not an active decision of a GPU scored")
+    for uuid, decision, _ in changes.open:
+        if uuid not in scored or decision not in DECISIONS or decision == "ok":
+            raise StoreError(f"decision rule: cannot open {decision!r} for GPU {uuid}")
+
+
+def _persist_changes(conn: Connection, changes: DecisionChanges, at: datetime) -> list[int]:
+    """Close, refresh and open decisions as asked; returns the ids opened, in order."""
+    d = T_DECISIONS.c
+    by_id: Any = sa.bindparam("i")
+    if changes.close:
+        conn.execute(
+            sa.update(T_DECISIONS).where(d.id == by_id)
+            .values(state="closed", closed_at=sa.bindparam("t"), updated_at=sa.bindparam("t")),
+            [{"i": i, "t": at} for i in changes.close],
+        )  # fmt: skip
+    if changes.refresh:
+        conn.execute(
+            sa.update(T_DECISIONS).where(d.id == by_id)
+            .values(reasons=sa.bindparam("reasons"), updated_at=sa.bindparam("t")),
+            [{"i": i, "reasons": list(reasons), "t": at} for i, reasons in changes.refresh],
+        )  # fmt: skip
+    if not changes.open:
+        return []
+    rows = [
+        {"gpu_uuid": uuid, "decision": decision, "reasons": list(reasons), "created_at": at, "updated_at": at,
+         "state": "open"}
+        for uuid, decision, reasons in changes.open
+    ]  # fmt: skip
+    return list(conn.execute(sa.insert(T_DECISIONS).returning(d.id, sort_by_parameter_order=True), rows).scalars())
+
+
+def _decision_rows(
+    conn: Connection, where: Any, *, limit: int | None = None, offset: int = 0, newest_first: bool = True
+) -> list[Decision]:
+    """Decisions matching `where`, with their GPU's identity and latest risk."""
+    d, g, s = T_DECISIONS, T_GPUS, T_SCORES
+    q = (
+        sa.select(d, g.c.hostname, g.c.gpu_index, g.c.model_name, s.c.risk)
+        .select_from(d.join(g, g.c.uuid == d.c.gpu_uuid).outerjoin(s, s.c.id == g.c.latest_score_id))
+        .where(where)
+        .order_by(*((d.c.created_at.desc(), d.c.id.desc()) if newest_first else (d.c.id,)))
+        .offset(offset)
+    )
+    if limit is not None:
+        q = q.limit(limit)
+    return [
+        {"id": r["id"], "gpu_uuid": r["gpu_uuid"], "hostname": r["hostname"], "gpu_index": r["gpu_index"],
+         "model_name": r["model_name"], "decision": r["decision"], "reasons": list(r["reasons"] or []),
+         "created_at": r["created_at"], "updated_at": r["updated_at"], "state": r["state"],
+         "acknowledged_by": r["acknowledged_by"], "acknowledged_at": r["acknowledged_at"],
+         "closed_at": r["closed_at"], "risk": r["risk"]}
+        for r in conn.execute(q).mappings()
+    ]  # fmt: skip
+
+
+class Decisions:
+    """Scoring rounds, the decisions they move, and the listings built on them."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def write_scores(
+        self, records: Sequence[ScoreRecord], scored_at: datetime, *, rule: DecisionRule
+    ) -> list[Decision]:
+        """Store one scoring round and move each GPU's decision as `rule` says; returns the decisions opened.
+
+        One transaction: the scores are stored, the scored GPUs' active decisions are read,
+        `rule` chooses what to close, refresh (reasons; an acknowledgement stays) and open,
+        and that is written.
+        """
+        at = utc(scored_at, "scored_at")
+        rows = _score_rows(records, at)
+        if not rows:
+            return []
+        uuids = [r["gpu_uuid"] for r in rows]
+        with self.db.tx(write=True) as conn:
+            _insert_scores(self.db, conn, rows, at)
+            active = _active_decisions(conn, uuids)
+            changes = rule(active, [(r["gpu_uuid"], r["decision"], r["reasons"]) for r in rows])
+            _check_changes(changes, active, set(uuids))
+            opened = _persist_changes(conn, changes, at)
+            return _decision_rows(conn, T_DECISIONS.c.id.in_(opened), newest_first=False) if opened else []
+
+    def decisions(
+        self,
+        *,
+        decision: str | None = None,
+        state: str | None = "open",
+        hostname: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[Decision], int]:
+        """Decisions, newest first, and how many match; state "active" means open or acknowledged."""
+        paging(limit, offset)
+        d = T_DECISIONS.c
+        clauses: list[Any] = []
+        if decision is not None:
+            clauses.append(d.decision == choice(decision, DECISIONS, "decision"))
+        if state == "active":
+            clauses.append(not_closed(d.state))
+        elif state is not None:
+            clauses.append(d.state == choice(state, (*DECISION_STATES, "active"), "state"))
+        if hostname is not None:
+            clauses.append(T_GPUS.c.hostname == hostname)
+        where = sa.and_(sa.true(), *clauses)
+        with self.db.tx() as conn:
+            total = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(T_DECISIONS.join(T_GPUS, T_GPUS.c.uuid == d.gpu_uuid))
+                .where(where)
+            ).scalar_one()
+            return _decision_rows(conn, where, limit=limit, offset=offset), int(total)
+
+    def ack_decision(self, decision_id: int, by: str, at: datetime) -> Decision:
+        """Acknowledge a decision (idempotent: the first acknowledgement stays); closed ones refuse."""
+        who = text(by, "acknowledged_by")
+        when = utc(at, "acknowledged_at")
+        d = T_DECISIONS.c
+        with self.db.tx(write=True) as conn:
+            row = conn.execute(sa.select(d.state).where(d.id == decision_id).with_for_update()).first()
+            if row is None:
+                raise NotFound(f"decision {decision_id} not found")
+            if row.state == "closed":
+                raise StoreError(f"decision {decision_id} is closed")
+            if row.state == "open":
+                conn.execute(
+                    sa.update(T_DECISIONS)
+                    .where(d.id == decision_id)
+                    .values(state="acknowledged", acknowledged_by=who, acknowledged_at=when)
+                )
+            return _decision_rows(conn, d.id == decision_id)[0]
+
+    def risk_history(
+        self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
+    ) -> list[ScorePoint]:
+        """The GPU's newest `limit` scores in the window, oldest first; NotFound if unknown.
+
+        Beyond the score retention a point stands for an hour (see `store.retention`)."""
+        paging(limit, 0)
+        s, h = T_SCORES.c, T_SCORES_HOURLY.c
+        raw = sa.select(s.scored_at, *(s[c] for c in RISKS), s.decision, s.reasons, s.id).where(s.gpu_uuid == uuid)
+        # Beyond the score retention: one point per hour (its highest risks and worst decision).
+        hourly = sa.select(
+            h.hour.label("scored_at"), *(h[c] for c in RISKS), h.decision, h.reasons, sa.literal(0).label("id")
+        ).where(h.gpu_uuid == uuid)
+        if since is not None:
+            raw = raw.where(s.scored_at >= utc(since, "since"))
+            hourly = hourly.where(h.hour >= utc(since, "since"))
+        if until is not None:
+            raw = raw.where(s.scored_at <= utc(until, "until"))
+            hourly = hourly.where(h.hour <= utc(until, "until"))
+        both = sa.union_all(raw, hourly).subquery()
+        q = sa.select(both).order_by(both.c.scored_at.desc(), both.c.id.desc()).limit(limit)
+        with self.db.tx() as conn:
+            require_gpu(conn, uuid)
+            rows = conn.execute(q).mappings().all()
+        return [
+            {"scored_at": utc(r["scored_at"], "scored_at"), "risk": r["risk"], "risk_ecc": r["risk_ecc"],
+             "risk_thermal": r["risk_thermal"], "risk_pcie": r["risk_pcie"], "decision": r["decision"],
+             "reasons": list(r["reasons"] or [])}
+            for r in reversed(rows)
+        ]  # fmt: skip
