@@ -1,0 +1,193 @@
+"""Telemetry features: temperatures, power, clock throttling, peers, and how the GPU reports.
+
+Each function is a feature family (`features.SPECS` names it for its features): it gets
+the shared `FeatureContext` and returns its columns, leaving out those it has no data for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from predictor.feature_context import Columns, FeatureContext, family, mean
+from predictor.feature_frame import OrderedFrame
+from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Queries, Sums, WindowRows
+
+THERMAL_THROTTLE = 0x8 | 0x20 | 0x40  # hw slowdown, sw thermal, hw thermal (NVML reasons)
+
+
+@family("gpu_temp_c", "power_w", "memory_temp_c")
+def thermal(ctx: FeatureContext) -> Columns:
+    """Core and memory temperature: means, against the GPU's own past and beyond its power."""
+    f = ctx.f
+    temp, power = f.col("gpu_temp_c", native=True), f.col("power_w", native=True)
+    # Without NaN, a column's window sums are shared by the features below (kept in its Sums).
+    run_t = None if temp is None or f.nan_state("gpu_temp_c")[0] else Sums(temp)
+    run_p = None if power is None or f.nan_state("power_w")[0] else Sums(power)
+    t1, t7, t30 = ctx.window_means(run_t or temp, DAY, WEEK, MONTH)
+    out = {"temp_mean_1d": t1, "temp_vs_own_30d": t1 - t30, "temp_trend_7d": t1 - t7}
+    if temp is not None and power is not None:
+        out |= _beyond_power(ctx, temp, power, run_t, run_p)
+    del power, run_t, run_p
+    return out | _memory_temperature(ctx, temp)
+
+
+def _beyond_power(
+    ctx: FeatureContext, temp: np.ndarray, power: np.ndarray, run_t: Sums | None, run_p: Sums | None
+) -> Columns:
+    """Temperature the GPU's power does not explain, against the GPU's own 30 days."""
+    # Steady state is inlet + slot + R*P, so temp - R*P is constant for healthy cooling
+    # whatever the load. R is fitted per model over the 30 days before each cutoff.
+    slope = _thermal_slope(ctx.f, ctx.q, temp, power, run_t, run_p)
+    ws = (MONTH, DAY, 6 * HOUR)
+    if run_t is None or run_p is None:
+        both = ~np.isnan(temp) & ~np.isnan(power)
+        t_30, t_1, t_6 = ctx.window_means(np.where(both, temp, np.nan), *ws)
+        p_30, p_1, p_6 = ctx.window_means(np.where(both, power, np.nan), *ws)
+    else:
+        t_30, t_1, t_6 = ctx.window_means(run_t, *ws)
+        p_30, p_1, p_6 = ctx.window_means(run_p, *ws)
+    own = t_30 - slope * p_30
+    return {"temp_per_load_vs_own": t_1 - slope * p_1 - own, "temp_excess_6h": t_6 - slope * p_6 - own}
+
+
+def _thermal_slope(
+    f: OrderedFrame, q: Queries, temp: np.ndarray, power: np.ndarray, run_t: Sums | None, run_p: Sums | None
+) -> np.ndarray:
+    """Per query, degrees per watt of its GPU model, fitted on the 30 days before its cutoff.
+
+    A within-GPU least-squares slope (each GPU's own inlet and slot offset removed),
+    pooled over the model's GPUs at the same cutoff, from running sums: only data up
+    to the cutoff, and the same value whether one cutoff or thousands are asked for.
+    `run_t`, `run_p`: the columns' Sums when they have no NaN (None: they have).
+    """
+    w = MONTH
+    if run_t is None or run_p is None:
+        both = ~np.isnan(temp) & ~np.isnan(power)
+        t, p = np.where(both, temp, 0.0), np.where(both, power, 0.0)
+        n = q.window_count(None, w) - q.window_count(np.flatnonzero(~both), w)
+        run_t, run_p = Sums(t), Sums(p)
+    else:
+        t, p = temp, power
+        n = q.window_count(None, w)
+    sp, st = q.window_sum(run_p, w), q.window_sum(run_t, w)
+    prod = np.multiply(p, p, dtype=np.float64)  # float64 products of (maybe float32) values
+    spp = q.window_sum(Sums(prod), w)
+    np.multiply(p, t, out=prod, dtype=np.float64)  # the same buffer: one fewer big array
+    spt = q.window_sum(Sums(prod), w)
+    del prod
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sxy = np.where(n > 1, spt - sp * st / n, 0.0)
+        sxx = np.where(n > 1, spp - sp * sp / n, 0.0)
+    model_code = f.frame["model_name"].astype("category").cat.codes.to_numpy()
+    rows = q.end_row if f.identity else f.order[q.end_row]
+    key = pd.DataFrame({"c": q.c, "m": model_code[rows], "sxy": sxy, "sxx": sxx})
+    sums = key.groupby(["c", "m"])[["sxy", "sxx"]].transform("sum")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = np.where(sums["sxx"] > 1.0, sums["sxy"] / sums["sxx"], 0.0)  # no spread of power: no correction
+    return np.asarray(k, dtype=float)
+
+
+def _memory_temperature(ctx: FeatureContext, temp: np.ndarray | None) -> Columns:
+    """Memory temperature, and its spread over the core's against the GPU's own 30 days."""
+    mem = ctx.f.col("memory_temp_c", native=True)
+    (m1,) = ctx.window_means(mem, DAY)
+    out = {"memtemp_mean_1d": m1}
+    if temp is not None and mem is not None:
+        spread = np.subtract(mem, temp, dtype=np.float64)
+        s1, s30 = ctx.window_means(spread, DAY, MONTH, owned=True)
+        del spread
+        out["mem_minus_core_1d"] = s1
+        out["mem_minus_core_vs_own"] = s1 - s30
+    return out
+
+
+@family("clocks_event_reasons")
+def throttle_shares(ctx: FeatureContext) -> Columns:
+    """Share of samples whose clocks were held back for heat, over 1 and 7 days."""
+    if "clocks_event_reasons" not in ctx.f.columns:
+        return {}
+    q = ctx.q
+    full: tuple[np.ndarray, np.ndarray] | None = None  # throttled rows, rows without a value
+    out: Columns = {}
+    for k in ("1d", "7d"):
+        w = WINDOWS[k]
+        win = q.window(w)
+        if win is not None:  # a short window: only its rows
+            hits, cnt = _throttled_in(win)
+        else:
+            if full is None:
+                full = _throttled_rows(ctx.f)
+            hits, cnt = q.window_count(full[0], w), q.window_count(None, w) - q.window_count(full[1], w)
+        out[f"throttle_share_{k}"] = mean(hits, cnt)
+    return out
+
+
+def _thermal_flags(reasons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample: (thermally throttled, has a value) from the clock-event-reason bitmask."""
+    valid = ~np.isnan(reasons)
+    return ((np.nan_to_num(reasons).astype(np.int64) & THERMAL_THROTTLE) > 0) & valid, valid
+
+
+def _throttled_in(win: WindowRows) -> tuple[np.ndarray, np.ndarray]:
+    """Throttled samples and samples with a value, per query, over a short window's rows."""
+    thr, valid = _thermal_flags(win.values("clocks_event_reasons"))
+    return win.sums(thr.astype(float)), win.sums(valid.astype(float))
+
+
+def _throttled_rows(f: OrderedFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of throttled rows and of rows without a value, over the whole column."""
+    col = f.col("clocks_event_reasons")
+    assert col is not None
+    thr, valid = _thermal_flags(col)
+    return np.flatnonzero(thr), np.flatnonzero(~valid)
+
+
+@family("thermal_violation_us", "power_violation_us")
+def violations(ctx: FeatureContext) -> Columns:
+    """Share of the last day the driver held the clocks back for heat or for power."""
+    out: Columns = {}
+    for name, feat in (("thermal_violation_us", "thermal_violation_share_1d"),
+                       ("power_violation_us", "power_violation_share_1d")):  # fmt: skip
+        viol = ctx.counter(name, windows=(DAY,))
+        if viol is not None:
+            out |= ctx.unknown_where_missing(viol, {feat: viol.sum(DAY) / (ctx.days(DAY) * DAY * 1e6)})
+        del viol
+    return out
+
+
+@family("power_w", "gpu_util_pct")
+def power_use(ctx: FeatureContext) -> Columns:
+    """Mean power and utilisation over the last day."""
+    (power,) = ctx.window_means(None, DAY, name="power_w")
+    (util,) = ctx.window_means(None, DAY, name="gpu_util_pct")
+    return {"power_mean_1d": power, "util_mean_1d": util}
+
+
+@family()
+def peers(ctx: FeatureContext) -> Columns:
+    """Temperature and power against same-model GPUs and the node's GPUs at the same cutoff."""
+    ident = ctx.ident
+    by_model = [ident["cutoff"], ident["model_name"]]
+    t = pd.Series(ctx.feature("temp_mean_1d"))
+    # Power against peers at a similar load: residual of power after the peers' load slope.
+    p, u = pd.Series(ctx.feature("power_mean_1d")), pd.Series(ctx.feature("util_mean_1d"))
+    load_bin = (u // 20).fillna(-1)
+    return {
+        "temp_vs_peers_1d": (t - t.groupby(by_model).transform("median")).to_numpy(),
+        "temp_vs_node_1d": (t - t.groupby([ident["cutoff"], ident["hostname"]]).transform("median")).to_numpy(),
+        "power_vs_peers_1d": (p - p.groupby([*by_model, load_bin]).transform("median")).to_numpy(),
+    }
+
+
+@family()
+def reporting(ctx: FeatureContext) -> Columns:
+    """How densely the GPU reported over the last day, and how long it has reported."""
+    q = ctx.q
+    # Coverage against the GPU's own mean sampling interval over the week before (no look-ahead).
+    n7 = q.window_count(None, WEEK)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        interval_s = q.covered_s(WEEK) / np.maximum(n7 - 1, 1)
+        expected = q.covered_s(DAY) / interval_s
+        coverage = np.where(n7 > 1, np.minimum(q.window_count(None, DAY) / expected, 1.0), np.nan)
+    return {"coverage_1d": coverage, "age_days": (q.c - ctx.f.first_t[q.gpu_pos]) / DAY}
