@@ -1,4 +1,4 @@
-"""Render the rules of alerts/rules.py: rule file, promtool tests, docs/alerts.md, runbooks.
+"""Render the rules that alerts/rules.py lists: rule file, promtool tests, docs/alerts.md, runbooks.
 
 `outputs()` maps each generated file (relative to the repository root) to its text; the CLI
 writes them or checks that the committed ones are current. Output is stable: same rules, same bytes.
@@ -149,7 +149,8 @@ def _install_markdown() -> list[str]:
         "# Alerts",
         "",
         "Generated from `alerts/` by `gpuhealth alerts build`; do not edit by hand. Thresholds and their",
-        "sources live in `alerts/config.py`; the rules in `alerts/rules.py`.",
+        "sources live in `alerts/config.py`; the rules in `alerts/rulesets/` (one module per thing they",
+        "watch, listed in order by `alerts/rules.py`).",
         "",
         "## Install",
         "",
@@ -292,7 +293,7 @@ def runbook_markdown(alert: Alert) -> str:
     lines = [
         f"# {alert.name}",
         "",
-        "<!-- Generated from alerts/rules.py by `gpuhealth alerts build`; edit the rule's text there. -->",
+        "<!-- Generated from alerts/rulesets/ by `gpuhealth alerts build`; edit the rule's text there. -->",
         "",
         f"**Severity:** {alert.severity} · **Action:** `{alert.action}` · **Group:** `{alert.group}`",
         "",
