@@ -38,44 +38,52 @@ class BodyLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
             await _problem(send, 413, f"request body too large: the limit is {self.limit} bytes")
             return
-        seen = 0
-        refused = False
-        complete = False
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
-
-        async def counted() -> Message:
-            # Past the limit or the deadline, answer at once and tell the app the client went away:
-            # an exception here would reach FastAPI's body parsing, which turns it into a 400.
-            nonlocal seen, refused, complete
-            if refused:
-                return {"type": "http.disconnect"}
-            if complete:  # the body is in: what follows is a wait for the disconnect, not timed
-                return await receive()
-            try:
-                msg = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
-            except TimeoutError:
-                refused = True
-                await _problem(send, 408, f"request body not received within {self.timeout_s:g}s")
-                return {"type": "http.disconnect"}
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                complete = not msg.get("more_body", False)
-                if seen > self.limit:
-                    refused = True
-                    await _problem(send, 413, f"request body too large: the limit is {self.limit} bytes")
-                    return {"type": "http.disconnect"}
-            return msg
-
-        async def unless_refused(msg: Message) -> None:
-            if not refused:  # after the 413 or 408, whatever the app answers is dropped
-                await send(msg)
-
+        body = _GuardedBody(receive, send, self.limit, self.timeout_s)
         try:
-            await self.app(scope, counted, unless_refused)
+            await self.app(scope, body.receive, body.send)
         except ClientDisconnect:
-            if not refused:
+            if not body.refused:
                 raise
+
+
+class _GuardedBody:
+    """One request's receive and send, counting the body against the limit and the deadline."""
+
+    def __init__(self, receive: Receive, send: Send, limit: int, timeout_s: float) -> None:
+        self._receive, self._send = receive, send
+        self.limit, self.timeout_s = limit, timeout_s
+        self.seen = 0
+        self.refused = False
+        self.complete = False
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + timeout_s
+
+    async def receive(self) -> Message:
+        # Past the limit or the deadline, answer at once and tell the app the client went away:
+        # an exception here would reach FastAPI's body parsing, which turns it into a 400.
+        if self.refused:
+            return {"type": "http.disconnect"}
+        if self.complete:  # the body is in: what follows is a wait for the disconnect, not timed
+            return await self._receive()
+        try:
+            msg = await asyncio.wait_for(self._receive(), max(0.0, self._deadline - self._loop.time()))
+        except TimeoutError:
+            return await self._refuse(408, f"request body not received within {self.timeout_s:g}s")
+        if msg["type"] == "http.request":
+            self.seen += len(msg.get("body", b""))
+            self.complete = not msg.get("more_body", False)
+            if self.seen > self.limit:
+                return await self._refuse(413, f"request body too large: the limit is {self.limit} bytes")
+        return msg
+
+    async def send(self, msg: Message) -> None:
+        if not self.refused:  # after the 413 or 408, whatever the app answers is dropped
+            await self._send(msg)
+
+    async def _refuse(self, status: int, detail: str) -> Message:
+        self.refused = True
+        await _problem(self._send, status, detail)
+        return {"type": "http.disconnect"}
 
 
 async def _problem(send: Send, status: int, detail: str) -> None:

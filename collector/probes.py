@@ -29,6 +29,7 @@ from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.exporter import gpu_labels
 from collector.sampler import Snapshot
 from core.probes import compare_to_peers, is_slow
+from core.units import parse_duration
 from core.worker import Worker
 from kernels import expected as exp
 from kernels.runner import CUPY_MISSING, GRACE_S, ProbeResult, judge, run_probes
@@ -168,8 +169,6 @@ class ProbeConfig:
     @classmethod
     def from_settings(cls, s: Any) -> ProbeConfig:
         """From a gpuhealth Settings (probe_every "0" turns probing off); ValueError on bad values."""
-        from core.units import parse_duration
-
         every = 0.0 if str(s.probe_every).strip() in ("0", "") else parse_duration(s.probe_every)
         budget = parse_duration(s.probe_budget)
         if budget <= 0:
