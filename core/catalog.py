@@ -237,33 +237,48 @@ def validate(fields: Sequence[Field]) -> None:
     seen: dict[object, str] = {}
     for f in fields:
         where = f"catalogue field {f.name!r}"
-        if not _SHORT.match(f.name):
-            raise CatalogError(f"{where}: short name must be snake_case")
-        if f.name in IDENTITY_COLUMNS:
-            raise CatalogError(f"{where}: clashes with an identity column")
-        if (f.dcgm_name is None) != (f.dcgm_id is None):
-            raise CatalogError(f"{where}: DCGM name and id must be given together")
-        if f.dcgm_name is not None and not _DCGM.match(f.dcgm_name):
-            raise CatalogError(f"{where}: DCGM name {f.dcgm_name!r} is not DCGM_FI_*")
-        if f.dcgm_id is not None and f.dcgm_id <= 0:
-            raise CatalogError(f"{where}: DCGM id must be positive")
-        if f.kind not in ("gauge", "counter"):
-            raise CatalogError(f"{where}: kind {f.kind!r} is neither gauge nor counter")
-        if not isinstance(f.category, Category):
-            raise CatalogError(f"{where}: unknown category {f.category!r}")
-        if not f.help.strip() or not f.unit.strip():
-            raise CatalogError(f"{where}: help and unit are required")
-        for key in (("name", f.name), ("dcgm", f.dcgm_name), ("id", f.dcgm_id),
-                    ("metric", f.metric_name)):  # fmt: skip
-            if key[1] is None:
-                continue
-            if key in seen:
-                raise CatalogError(f"{where}: {key[0]} {key[1]!r} already used by {seen[key]!r}")
-            seen[key] = f.name
+        _check_names(f, where)
+        _check_description(f, where)
+        _check_unique(f, where, seen)
     names = {f.name for f in fields}
     missing = [c for c in HISTORY_COLUMNS if c not in names]
     if missing:
         raise CatalogError(f"catalogue lacks history columns: {', '.join(missing)}")
+
+
+def _check_names(f: Field, where: str) -> None:
+    """The short name and the DCGM name and id of one field are well formed."""
+    if not _SHORT.match(f.name):
+        raise CatalogError(f"{where}: short name must be snake_case")
+    if f.name in IDENTITY_COLUMNS:
+        raise CatalogError(f"{where}: clashes with an identity column")
+    if (f.dcgm_name is None) != (f.dcgm_id is None):
+        raise CatalogError(f"{where}: DCGM name and id must be given together")
+    if f.dcgm_name is not None and not _DCGM.match(f.dcgm_name):
+        raise CatalogError(f"{where}: DCGM name {f.dcgm_name!r} is not DCGM_FI_*")
+    if f.dcgm_id is not None and f.dcgm_id <= 0:
+        raise CatalogError(f"{where}: DCGM id must be positive")
+
+
+def _check_description(f: Field, where: str) -> None:
+    """Kind, category, help and unit of one field are given and known."""
+    if f.kind not in ("gauge", "counter"):
+        raise CatalogError(f"{where}: kind {f.kind!r} is neither gauge nor counter")
+    if not isinstance(f.category, Category):
+        raise CatalogError(f"{where}: unknown category {f.category!r}")
+    if not f.help.strip() or not f.unit.strip():
+        raise CatalogError(f"{where}: help and unit are required")
+
+
+def _check_unique(f: Field, where: str, seen: dict[object, str]) -> None:
+    """No earlier field (recorded in `seen`) used this field's name, DCGM name, id or metric name."""
+    for key in (("name", f.name), ("dcgm", f.dcgm_name), ("id", f.dcgm_id),
+                ("metric", f.metric_name)):  # fmt: skip
+        if key[1] is None:
+            continue
+        if key in seen:
+            raise CatalogError(f"{where}: {key[0]} {key[1]!r} already used by {seen[key]!r}")
+        seen[key] = f.name
 
 
 validate(FIELDS)

@@ -153,15 +153,7 @@ def _numeric(
     s: pd.Series, col: str, source: str, dtype: np.dtype | str = "float64", allow_nan: bool = True
 ) -> pd.Series:
     """`s` as `dtype`; HistoryError at the first value that is not a number, infinite, or does not fit."""
-    if pd.api.types.is_bool_dtype(s):
-        v = s.astype(np.float64)
-    elif pd.api.types.is_numeric_dtype(s):
-        v = s
-    else:
-        v = pd.to_numeric(s, errors="coerce")
-        bad = v.isna().to_numpy() & s.notna().to_numpy() & (s.astype(str).str.strip() != "").to_numpy()
-        if bad.any():
-            raise _reject(source, col, s, bad, "must be numeric", "non-numeric")
+    v = _to_number(s, col, source)
     if not allow_nan and v.isna().any():
         row = int(np.flatnonzero(v.isna().to_numpy())[0])
         raise HistoryError(f"{source}: column {col!r} is empty in row {row}")
@@ -171,25 +163,46 @@ def _numeric(
     if x.dtype.kind not in "iuf":  # a nullable extension array: pd.NA becomes NaN
         x = v.to_numpy(dtype=np.float64, na_value=np.nan)
     if target.kind in "iu":
-        info = np.iinfo(target)
-        # float(max + 1) is exact where float(max) rounds up to it (int64).
-        bad = (x < info.min) | (x >= float(info.max) + 1)
-        if x.dtype.kind == "f":
-            bad |= (x != np.trunc(x)) & ~np.isnan(x)
-        if bad.any():
-            raise _reject(source, col, s, bad, f"must be a whole number from {info.min} to {info.max}", "bad")
+        _check_whole(s, x, col, source, target)
     elif x.dtype.kind == "f":
-        # NaN is "no data"; an infinity is a broken writer and would poison every mean.
-        bad = np.isinf(x)
-        if bad.any():
-            raise _reject(source, col, s, bad, "must be finite (NaN for no data)", "infinite")
-        if x.dtype.itemsize > target.itemsize:
-            big = np.abs(x) > np.finfo(target).max
-            if big.any():
-                raise _reject(
-                    source, col, s, big, f"must fit {target} (|x| <= {np.finfo(target).max:.3g})", "too large"
-                )
+        _check_finite(s, x, col, source, target)
     return v.astype(dtype)
+
+
+def _to_number(s: pd.Series, col: str, source: str) -> pd.Series:
+    """`s` as a numeric series (bools as 0/1, text parsed); HistoryError at the first text that is no number."""
+    if pd.api.types.is_bool_dtype(s):
+        return s.astype(np.float64)
+    if pd.api.types.is_numeric_dtype(s):
+        return s
+    v = pd.to_numeric(s, errors="coerce")
+    bad = v.isna().to_numpy() & s.notna().to_numpy() & (s.astype(str).str.strip() != "").to_numpy()
+    if bad.any():
+        raise _reject(source, col, s, bad, "must be numeric", "non-numeric")
+    return v
+
+
+def _check_whole(s: pd.Series, x: np.ndarray, col: str, source: str, target: np.dtype) -> None:
+    """HistoryError at the first value of `x` that is not a whole number within the integer `target`."""
+    info = np.iinfo(target)
+    # float(max + 1) is exact where float(max) rounds up to it (int64).
+    bad = (x < info.min) | (x >= float(info.max) + 1)
+    if x.dtype.kind == "f":
+        bad |= (x != np.trunc(x)) & ~np.isnan(x)
+    if bad.any():
+        raise _reject(source, col, s, bad, f"must be a whole number from {info.min} to {info.max}", "bad")
+
+
+def _check_finite(s: pd.Series, x: np.ndarray, col: str, source: str, target: np.dtype) -> None:
+    """HistoryError at the first float of `x` that is infinite or too large for `target`."""
+    # NaN is "no data"; an infinity is a broken writer and would poison every mean.
+    bad = np.isinf(x)
+    if bad.any():
+        raise _reject(source, col, s, bad, "must be finite (NaN for no data)", "infinite")
+    if x.dtype.itemsize > target.itemsize:
+        big = np.abs(x) > np.finfo(target).max
+        if big.any():
+            raise _reject(source, col, s, big, f"must fit {target} (|x| <= {np.finfo(target).max:.3g})", "too large")
 
 
 def _reject(source: str, col: str, s: pd.Series, bad: np.ndarray, rule: str, what: str) -> HistoryError:

@@ -24,6 +24,7 @@ from gpuhealth.cli_backend import (
     IntervalOpt,
     LogLevelOpt,
     LoopOpt,
+    OpenedBackend,
     SeedOpt,
     SimFaultOpt,
     SimGpusOpt,
@@ -42,6 +43,8 @@ from gpuhealth.cli_db import retention_from_settings
 if TYPE_CHECKING:
     from collector.probes import ProbeConfig
     from gpuhealth.serve import Service
+    from predictor.model import RiskModel
+    from service.puller import PrometheusPuller
     from store import Store
 
 out = Console(stderr=True)
@@ -191,9 +194,7 @@ def serve(
 ) -> None:
     """Collect (or pull from Prometheus), keep history, score every GPU and answer over REST and /metrics."""
     from gpuhealth.serve import build_service
-    from predictor.model import ModelError
     from predictor.policy import Thresholds
-    from predictor.score import load_model
 
     s = load_settings()
     level = log_level or s.log_level
@@ -205,42 +206,17 @@ def serve(
         thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
     except ValueError as e:
         raise fail(str(e)) from None
-    src = source or s.source
-    if src not in ("local", "prometheus"):
-        raise fail(f"unknown --source {src!r}: use local or prometheus")
-    prom_url = prometheus or s.prometheus_url
-    if src == "prometheus" and not prom_url:
-        raise fail("--source prometheus needs --prometheus URL (or GPUHEALTH_PROMETHEUS_URL)")
-    if src == "local" and prometheus:
-        raise fail("--prometheus is for --source prometheus (a local collector does not read Prometheus)")
-    if src == "prometheus" and (backend is not None or no_collector):
-        raise fail("--source prometheus has no local collector: drop --backend / --no-collector")
-    try:
-        pull = (
-            (parse_duration(pull_every or s.pull_every), parse_duration(pull_step or s.pull_step),
-             timedelta(seconds=parse_duration(backfill or s.backfill)))
-            if src == "prometheus" else None
-        )  # fmt: skip
-        if pull is not None:
-            from service.puller import check_settings
-
-            check_settings(*pull)
-    except ValueError as e:
-        raise fail(str(e)) from None
+    src, prom_url = _source(s, source, prometheus, backend=backend, no_collector=no_collector)
+    pull = _pull_plan(s, src, pull_every, pull_step, backfill)
     retention = retention_from_settings(s)
     check_port(host, port)
     token = _token(s, token_file)
-    try:
-        m = load_model(model or s.model)
-    except (ModelError, OSError, ValueError) as e:
-        raise fail(f"cannot load the model: {e}") from None
+    m = _load_model(s, model)
     store = _open_store(db or s.db)
     opened = puller = None
     if pull is not None:
-        from service.puller import PrometheusPuller
-
         assert prom_url is not None
-        puller = PrometheusPuller(store, prom_url, every_s=pull[0], step_s=pull[1], backfill=pull[2])
+        puller = _puller(store, prom_url, pull)
     elif not no_collector:
         flags = BackendFlags(
             backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
@@ -268,12 +244,79 @@ def serve(
         retention=retention,
         puller=puller,
     )
+    _announce(_feed(opened, pull, prom_url), store, score_s, host, port, token)
+    _run(svc, host, port, level, ServerLimits.from_settings(s))
+
+
+PullPlan = tuple[float, float, timedelta]
+"""--source prometheus: pull every (s), step stored (s), how far back the first pull reaches."""
+
+
+def _source(
+    s: Settings, source: str | None, prometheus: str | None, *, backend: str | None, no_collector: bool
+) -> tuple[str, str | None]:
+    """Where samples come from (local or prometheus) and the Prometheus URL, checked against the other flags."""
+    src = source or s.source
+    if src not in ("local", "prometheus"):
+        raise fail(f"unknown --source {src!r}: use local or prometheus")
+    prom_url = prometheus or s.prometheus_url
+    if src == "prometheus" and not prom_url:
+        raise fail("--source prometheus needs --prometheus URL (or GPUHEALTH_PROMETHEUS_URL)")
+    if src == "local" and prometheus:
+        raise fail("--prometheus is for --source prometheus (a local collector does not read Prometheus)")
+    if src == "prometheus" and (backend is not None or no_collector):
+        raise fail("--source prometheus has no local collector: drop --backend / --no-collector")
+    return src, prom_url
+
+
+def _pull_plan(
+    s: Settings, src: str, pull_every: str | None, pull_step: str | None, backfill: str | None
+) -> PullPlan | None:
+    """The puller's schedule for --source prometheus (None for a local source), or one error line."""
+    try:
+        pull = (
+            (parse_duration(pull_every or s.pull_every), parse_duration(pull_step or s.pull_step),
+             timedelta(seconds=parse_duration(backfill or s.backfill)))
+            if src == "prometheus" else None
+        )  # fmt: skip
+        if pull is not None:
+            from service.puller import check_settings
+
+            check_settings(*pull)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    return pull
+
+
+def _load_model(s: Settings, model: Path | None) -> RiskModel:
+    """The risk model (--model, else the setting, else the shipped one), or one error line."""
+    from predictor.model import ModelError
+    from predictor.score import load_model
+
+    try:
+        return load_model(model or s.model)
+    except (ModelError, OSError, ValueError) as e:
+        raise fail(f"cannot load the model: {e}") from None
+
+
+def _puller(store: Store, prom_url: str, pull: PullPlan) -> PrometheusPuller:
+    """The worker that pulls the fleet from Prometheus into the store."""
+    from service.puller import PrometheusPuller
+
+    return PrometheusPuller(store, prom_url, every_s=pull[0], step_s=pull[1], backfill=pull[2])
+
+
+def _feed(opened: OpenedBackend | None, pull: PullPlan | None, prom_url: str | None) -> str:
+    """Where the service's samples come from, in words."""
+    if opened is not None:
+        return f"{opened.backend.name} backend, {len(opened.backend.gpus())} GPU(s)"
+    return f"pulling from Prometheus at {prom_url} every {pull[0]:g}s" if pull is not None else "no collector"
+
+
+def _announce(what: str, store: Store, score_s: float, host: str, port: int, token: str | None) -> None:
+    """Tell stderr what is served where, and whether writes are enabled."""
     shown = "localhost" if host in ("0.0.0.0", "::", "") else host
     base = f"http://{shown}:{port}"
-    if opened is not None:
-        what = f"{opened.backend.name} backend, {len(opened.backend.gpus())} GPU(s)"
-    else:
-        what = f"pulling from Prometheus at {prom_url} every {pull[0]:g}s" if pull is not None else "no collector"
     out.print(
         f"gpuhealth serve: {what}, database {store.url}, scoring every {score_s:g}s\n"
         f"  API docs: {base}/docs\n  GPUs:     {base}/v1/gpus\n  metrics:  {base}/metrics",
@@ -284,7 +327,6 @@ def serve(
         out.print(
             "  writes are disabled: set GPUHEALTH_TOKEN or --token-file to enable them", highlight=False, soft_wrap=True
         )
-    _run(svc, host, port, level, ServerLimits.from_settings(s))
 
 
 def demo(

@@ -106,8 +106,67 @@ def compile_module(cp: Any, name: str) -> Any:
 # --- GEMM -----------------------------------------------------------------------------------
 
 
+@dataclass
+class _Gemm:
+    """One GEMM probe's operands and product, its size, and the checksums every product must meet."""
+
+    mod: Any
+    a: Any
+    b: Any
+    c: Any
+    m: int
+    n: int
+    k: int
+    want_r: np.ndarray
+    want_c: np.ndarray
+    launch: Callable[[], None]
+
+
+@dataclass
+class _Tally:
+    """What the products verified so far found, and how long each timed one took."""
+
+    times: list[float] = field(default_factory=list)
+    mismatches: int = 0
+    located: list[dict[str, Any]] = field(default_factory=list)
+    truncated: bool = False
+    injected: list[tuple[int, int]] = field(default_factory=list)
+    products: int = 0
+
+
 def probe_gemm(ctx: Ctx, deadline: float, fp32: bool = False) -> ProbeResult:
     """Tensor Core (fp16) or fp32 GEMM, every product verified; value = median TFLOP/s."""
+    g = _gemm_setup(ctx, fp32)
+    g.launch()  # warm-up (clocks, caches); verified below like every other product
+    tally = _gemm_products(ctx, g, deadline)
+    tflops = [2.0 * g.m * g.n * g.k / t / 1e12 for t in tally.times]
+    details: dict[str, Any] = {
+        "size": [g.m, g.n, g.k],
+        "dtype": "float32" if fp32 else "float16 in, float32 accumulate (WMMA)",
+        "products_verified": tally.products,
+        "tflops_best": round(max(tflops), 2),
+        "seed": ctx.seed,
+        "verification": "ABFT row/column checksums from the seeds, candidate cells recomputed",
+        "mismatch_cells": tally.located,
+    }
+    if tally.truncated:
+        details["mismatches_lower_bound"] = True
+    mismatches = tally.mismatches
+    if ctx.inject:
+        found_cells = {(d["row"], d["col"]) for d in tally.located}
+        details["injected"] = len(tally.injected)
+        details["injected_found"] = sum(1 for cell in tally.injected if cell in found_cells)
+        mismatches -= details["injected_found"]  # what remains is the GPU's own
+    if ctx.baseline:
+        details.update(_gemm_baseline(ctx, g.a, g.b, g.m, g.n, g.k, deadline, statistics.median(tflops)))
+    return ProbeResult(
+        "gemm_fp32" if fp32 else "gemm", "pass", value=round(statistics.median(tflops), 2), errors=mismatches,
+        details=details,
+    )  # fmt: skip
+
+
+def _gemm_setup(ctx: Ctx, fp32: bool) -> _Gemm:
+    """Operands filled from the seed, the product's buffer, and the checksums it must meet."""
     cp = ctx.cp
     mod = ctx.module("gemm_check.cu")
     n = GEMM_FP32_N if fp32 else GEMM_N
@@ -123,70 +182,59 @@ def probe_gemm(ctx: Ctx, deadline: float, fp32: bool = False) -> ProbeResult:
     u64 = np.uint64
     mod.get_function(fill)(ctx.grid(), (THREADS,), (a, u64(m * k), u64(seed)))
     mod.get_function(fill)(ctx.grid(), (THREADS,), (b, u64(k * n), u64(seed ^ ref.SEED_B_XOR)))
-    # Expected checksums, from the seeds (independent of the buffers and of the GEMM).
+    want_r, want_c = _gemm_checksums(ctx, mod, m, n, k)
+    gemm = mod.get_function(kernel)
+    grid = (n // tile, m // tile)
+    i32 = np.int32
+
+    def launch() -> None:
+        gemm(grid, (THREADS,), (a, b, c, i32(m), i32(n), i32(k)))
+
+    return _Gemm(mod, a, b, c, m, n, k, want_r, want_c, launch)
+
+
+def _gemm_checksums(ctx: Ctx, mod: Any, m: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Expected row and column sums of the product, from the seeds (independent of the buffers and the GEMM)."""
+    cp = ctx.cp
+    seed = ctx.seed
     brow = cp.empty(k, cp.int64)
     acol = cp.empty(k, cp.int64)
     want_rows = cp.empty(m, cp.int64)
     want_cols = cp.empty(n, cp.int64)
     blocks = lambda count: ((count + THREADS - 1) // THREADS,)  # noqa: E731
-    i32 = np.int32
+    u64, i32 = np.uint64, np.int32
     mod.get_function("gemm_b_rowsum")(blocks(k), (THREADS,), (u64(seed), i32(k), i32(n), brow))
     mod.get_function("gemm_a_colsum")(blocks(k), (THREADS,), (u64(seed), i32(m), i32(k), acol))
     mod.get_function("gemm_expect_rows")(blocks(m), (THREADS,), (u64(seed), i32(m), i32(k), brow, want_rows))
     mod.get_function("gemm_expect_cols")(blocks(n), (THREADS,), (u64(seed), i32(k), i32(n), acol, want_cols))
-    want_r, want_c = cp.asnumpy(want_rows), cp.asnumpy(want_cols)
-    gemm = mod.get_function(kernel)
-    grid = (n // tile, m // tile)
+    return cp.asnumpy(want_rows), cp.asnumpy(want_cols)
 
-    def launch() -> None:
-        gemm(grid, (THREADS,), (a, b, c, i32(m), i32(n), i32(k)))
 
-    launch()  # warm-up (clocks, caches); verified below like every other product
-    times: list[float] = []
-    mismatches = 0
-    located: list[dict[str, Any]] = []
-    truncated = False
-    injected: list[tuple[int, int]] = []
-    products = 0
+def _gemm_products(ctx: Ctx, g: _Gemm, deadline: float) -> _Tally:
+    """Verify products until the deadline, at least three; all but the warm-up's are timed."""
+    tally = _Tally()
     while True:
-        if products:
-            times.append(ctx.timed(launch))
-        if ctx.inject and products == 1:
-            r0, c0 = (m // 3) & ~15, (n // 5) & ~15
-            h, w = INJECT_TILE
-            perturb = mod.get_function("gemm_perturb")
-            perturb((1,), (THREADS,), (c, i32(n), i32(r0), i32(c0), i32(h), i32(w), np.float32(1)))
-            injected = [(r0 + t // w, c0 + t % w) for t in range(h * w)]
-        found, cells, trunc = _verify(ctx, mod, c, seed, m, n, k, want_r, want_c)
-        products += 1
-        mismatches += found
-        truncated |= trunc
-        located += cells[: max(0, 32 - len(located))]
-        if products >= 3 and time.monotonic() >= deadline:
-            break
-    tflops = [2.0 * m * n * k / t / 1e12 for t in times]
-    details: dict[str, Any] = {
-        "size": [m, n, k],
-        "dtype": "float32" if fp32 else "float16 in, float32 accumulate (WMMA)",
-        "products_verified": products,
-        "tflops_best": round(max(tflops), 2),
-        "seed": seed,
-        "verification": "ABFT row/column checksums from the seeds, candidate cells recomputed",
-        "mismatch_cells": located,
-    }
-    if truncated:
-        details["mismatches_lower_bound"] = True
-    if ctx.inject:
-        found_cells = {(d["row"], d["col"]) for d in located}
-        details["injected"] = len(injected)
-        details["injected_found"] = sum(1 for cell in injected if cell in found_cells)
-        mismatches -= details["injected_found"]  # what remains is the GPU's own
-    if ctx.baseline:
-        details.update(_gemm_baseline(ctx, a, b, m, n, k, deadline, statistics.median(tflops)))
-    return ProbeResult(
-        "gemm_fp32" if fp32 else "gemm", "pass", value=round(statistics.median(tflops), 2), errors=mismatches,
-        details=details,
-    )  # fmt: skip
+        if tally.products:
+            tally.times.append(ctx.timed(g.launch))
+        if ctx.inject and tally.products == 1:
+            tally.injected = _gemm_perturb(g)
+        found, cells, trunc = _verify(ctx, g.mod, g.c, ctx.seed, g.m, g.n, g.k, g.want_r, g.want_c)
+        tally.products += 1
+        tally.mismatches += found
+        tally.truncated |= trunc
+        tally.located += cells[: max(0, 32 - len(tally.located))]
+        if tally.products >= 3 and time.monotonic() >= deadline:
+            return tally
+
+
+def _gemm_perturb(g: _Gemm) -> list[tuple[int, int]]:
+    """Test mode: perturb a tile of the product; the cells the verification must find."""
+    i32 = np.int32
+    r0, c0 = (g.m // 3) & ~15, (g.n // 5) & ~15
+    h, w = INJECT_TILE
+    perturb = g.mod.get_function("gemm_perturb")
+    perturb((1,), (THREADS,), (g.c, i32(g.n), i32(r0), i32(c0), i32(h), i32(w), np.float32(1)))
+    return [(r0 + t // w, c0 + t % w) for t in range(h * w)]
 
 
 def _verify(
@@ -253,12 +301,61 @@ def _gemm_baseline(ctx: Ctx, a: Any, b: Any, m: int, n: int, k: int, deadline: f
 # --- memtest -------------------------------------------------------------------------------
 
 
+@dataclass
+class _MemtestBuffers:
+    """The memory under test, in chunks, and where the check kernel counts and records what it finds."""
+
+    chunks: list[Any]
+    bases: list[int]
+    """Word index of each chunk's first word within the whole tested memory."""
+    counters: Any
+    """Bit errors, words in error, records written."""
+    addr: Any
+    xor: Any
+    got: Any
+
+
 def probe_memtest(ctx: Ctx, deadline: float) -> ProbeResult:
     """Moving inversions and walking ones/zeros over most free memory, in 1 GiB chunks."""
     cp = ctx.cp
     mod = ctx.module("memtest.cu")
-    write, check, flip = (mod.get_function(f) for f in ("mt_write", "mt_check", "mt_flip"))
+    kernels = tuple(mod.get_function(f) for f in ("mt_write", "mt_check", "mt_flip"))
     free, _total = cp.cuda.runtime.memGetInfo()
+    chunks = _memtest_chunks(cp, free)
+    bases = np.cumsum([0] + [ch.size for ch in chunks[:-1]]).tolist()
+    total_words = int(sum(ch.size for ch in chunks))
+    buf = _MemtestBuffers(
+        chunks,
+        bases,
+        counters=cp.zeros(3, cp.uint64),
+        addr=cp.zeros(RECORD_CAP, cp.uint64),
+        xor=cp.zeros(RECORD_CAP, cp.uint32),
+        got=cp.zeros(RECORD_CAP, cp.uint32),
+    )
+    flips = ref.injection_plan(total_words, INJECT_FLIPS, ctx.seed) if ctx.inject else None
+    phases_done = _memtest_sweep(ctx, buf, kernels, flips, deadline)
+    bit_errors, words, records = (int(x) for x in buf.counters.get())
+    located, found_words = _memtest_located(cp, buf, records)
+    details: dict[str, Any] = {
+        "bytes_tested": total_words * 4,
+        "free_bytes_before": int(free),
+        "chunks": len(chunks),
+        "phases": phases_done,
+        "bytes_swept": len(phases_done) * 4 * total_words * 4,  # write + read/write + read, in bytes
+        "words_in_error": words,
+        "errors_located": located[:64],
+        "seed": ctx.seed,
+    }
+    if flips is not None:
+        want = {(int(i), int(mk)) for i, mk in zip(*flips, strict=True)}
+        found = len(want & found_words)
+        details.update(injected=len(want), injected_found=found)
+        bit_errors -= found  # each injected flip is one bit; what remains is the GPU's own
+    return ProbeResult("memtest", "pass", value=float(bit_errors), errors=bit_errors, details=details)
+
+
+def _memtest_chunks(cp: Any, free: int) -> list[Any]:
+    """Buffers of up to MEMTEST_CHUNK bytes covering MEMTEST_SHARE of the free memory, or as much as allocates."""
     target = max(int(free * MEMTEST_SHARE) - MEMTEST_RESERVE, MEMTEST_CHUNK // 4)
     chunks: list[Any] = []
     covered = 0
@@ -271,59 +368,52 @@ def probe_memtest(ctx: Ctx, deadline: float) -> ProbeResult:
         covered += size
     if not chunks:
         raise RuntimeError(f"could not allocate memory to test ({free / 2**30:.1f} GiB reported free)")
-    bases = np.cumsum([0] + [ch.size for ch in chunks[:-1]]).tolist()
-    total_words = int(sum(ch.size for ch in chunks))
-    counters = cp.zeros(3, cp.uint64)
-    rec_addr = cp.zeros(RECORD_CAP, cp.uint64)
-    rec_xor = cp.zeros(RECORD_CAP, cp.uint32)
-    rec_got = cp.zeros(RECORD_CAP, cp.uint32)
+    return chunks
+
+
+def _memtest_sweep(
+    ctx: Ctx,
+    buf: _MemtestBuffers,
+    kernels: tuple[Any, ...],
+    flips: tuple[np.ndarray, np.ndarray] | None,
+    deadline: float,
+) -> list[str]:
+    """Run the phases until the deadline, at least one; the names of those done."""
+    cp = ctx.cp
+    write, check, flip = kernels
     u64, i32 = np.uint64, np.int32
-    flips = ref.injection_plan(total_words, INJECT_FLIPS, ctx.seed) if ctx.inject else None
     phases_done: list[str] = []
-    swept = 0
     for phase in ref.memtest_phases(ctx.seed):
         if phases_done and time.monotonic() >= deadline:
             break
-        for ch, base in zip(chunks, bases, strict=True):
+        for ch, base in zip(buf.chunks, buf.bases, strict=True):
             write(ctx.grid(), (THREADS,), (ch, u64(ch.size), u64(base), i32(phase.kind), u64(phase.arg), i32(0)))
         if flips is not None and not phases_done:
-            _inject(cp, flip, chunks, bases, flips)
+            _inject(cp, flip, buf.chunks, buf.bases, flips)
         for invert, write_next in ((0, 1), (1, 0)):
-            for ch, base in zip(chunks, bases, strict=True):
+            for ch, base in zip(buf.chunks, buf.bases, strict=True):
                 check(
                     ctx.grid(), (THREADS,),
                     (ch, u64(ch.size), u64(base), i32(phase.kind), u64(phase.arg), i32(invert), i32(write_next),
-                     i32(1), counters, rec_addr, rec_xor, rec_got, np.uint32(RECORD_CAP)),
+                     i32(1), buf.counters, buf.addr, buf.xor, buf.got, np.uint32(RECORD_CAP)),
                 )  # fmt: skip
         cp.cuda.Device().synchronize()
         phases_done.append(phase.name)
-        swept += 4 * total_words * 4  # write + read/write + read, in bytes
-    bit_errors, words, records = (int(x) for x in counters.get())
-    addr = cp.asnumpy(rec_addr)[: min(records, RECORD_CAP)]
-    xor = cp.asnumpy(rec_xor)[: addr.size]
-    ptrs = [(int(ch.data.ptr), int(ch.size), base) for ch, base in zip(chunks, bases, strict=True)]
+    return phases_done
+
+
+def _memtest_located(cp: Any, buf: _MemtestBuffers, records: int) -> tuple[list[dict[str, Any]], set[tuple[int, int]]]:
+    """The recorded errors (address, word index in the tested memory or -1, bits flipped) and their (word, xor)."""
+    addr = cp.asnumpy(buf.addr)[: min(records, RECORD_CAP)]
+    xor = cp.asnumpy(buf.xor)[: addr.size]
+    ptrs = [(int(ch.data.ptr), int(ch.size), base) for ch, base in zip(buf.chunks, buf.bases, strict=True)]
     located: list[dict[str, Any]] = []
     found_words: set[tuple[int, int]] = set()
     for va, x in zip(addr.tolist(), xor.tolist(), strict=True):
         index = next((base + (va - p) // 4 for p, size, base in ptrs if p <= va < p + 4 * size), -1)
         located.append({"address": f"0x{va:x}", "word": index, "xor": f"0x{x:08x}"})
         found_words.add((index, x))
-    details: dict[str, Any] = {
-        "bytes_tested": total_words * 4,
-        "free_bytes_before": int(free),
-        "chunks": len(chunks),
-        "phases": phases_done,
-        "bytes_swept": swept,
-        "words_in_error": words,
-        "errors_located": located[:64],
-        "seed": ctx.seed,
-    }
-    if flips is not None:
-        want = {(int(i), int(mk)) for i, mk in zip(*flips, strict=True)}
-        found = len(want & found_words)
-        details.update(injected=len(want), injected_found=found)
-        bit_errors -= found  # each injected flip is one bit; what remains is the GPU's own
-    return ProbeResult("memtest", "pass", value=float(bit_errors), errors=bit_errors, details=details)
+    return located, found_words
 
 
 def _inject(

@@ -98,27 +98,11 @@ def decide(
     (why a row could not be scored). `rule_hits` is `evaluate_rules(features)`'s output
     (computed here when None).
     """
-    if not features.index.is_unique:
-        raise ValueError("decide needs a features frame with a unique index (one row per GPU and cutoff)")
-    if not risk.index.equals(features.index):
-        raise ValueError(
-            f"risk frame's index ({len(risk)} rows) differs from the features' ({len(features)} rows): "
-            "score the same rows, in the same order"
-        )
-    if "risk" not in risk.columns:
-        raise ValueError(f"risk frame has no 'risk' column (columns: {', '.join(map(str, risk.columns))})")
+    _check_frames(features, risk)
     n = len(features)
     hits = evaluate_rules(features) if rule_hits is None else rule_hits
-
+    pos, hit_sev = _hit_severity(features, hits)
     # Rule severity per row: the worst action that fired.
-    pos = features.index.get_indexer(pd.Index(hits["row"]))
-    if (pos < 0).any():
-        bad = hits["row"].to_numpy()[pos < 0][0]
-        raise ValueError(f"rule hits name row {bad!r}, which is not in the features frame")
-    hit_sev = hits["action"].map(SEVERITY).to_numpy(dtype=np.int64, na_value=-1)
-    if (hit_sev < 0).any():
-        bad = hits["action"].to_numpy()[hit_sev < 0][0]
-        raise ValueError(f"rule hits hold action {bad!r}; expected one of rma, drain, watch")
     rule_sev = np.zeros(n, dtype=np.int64)
     np.maximum.at(rule_sev, pos, hit_sev)
 
@@ -128,24 +112,11 @@ def decide(
 
     reasons: list[list[str]] = [[] for _ in range(n)]
     # Rule reasons first, only those whose action set the decision (hits keep RULES order).
-    setting = np.flatnonzero(hit_sev == final[pos])
     hit_reasons = hits["reason"].to_numpy()
-    for i in setting:
+    for i in np.flatnonzero(hit_sev == final[pos]):
         reasons[pos[i]].append(str(hit_reasons[i]))
-
     # Then the model's, where the model's own decision is the final one.
-    contributed = np.flatnonzero((model_sev == final) & (model_sev > 0))
-    if len(contributed):
-        mode, head = _top_heads(risk.iloc[contributed])
-        model_reasons = risk["reasons"].to_numpy()[contributed] if "reasons" in risk.columns else None
-        for k, i in enumerate(contributed):
-            prefix = f"risk {r[i]:.2f}" + (f" ({mode[k]} {head[k]:.2f})" if mode[k] else "")
-            own = _as_reasons(model_reasons[k]) if model_reasons is not None else []
-            if own:
-                reasons[i].extend([f"{prefix}: {own[0]}", *own[1:]])
-            else:
-                reasons[i].append(prefix)
-
+    _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
     # Unscored rows: say so even when the rules leave them ok, so "ok" never hides "not scored".
     for i in np.flatnonzero(np.isnan(r)):
         note = _note(risk["risk_note"].iat[i]) if "risk_note" in risk.columns else ""
@@ -155,6 +126,47 @@ def decide(
     out = pd.DataFrame({"decision": decision}, index=features.index)
     out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
     return out
+
+
+def _check_frames(features: pd.DataFrame, risk: pd.DataFrame) -> None:
+    """ValueError unless features has a unique index and risk scores the same rows, with a `risk` column."""
+    if not features.index.is_unique:
+        raise ValueError("decide needs a features frame with a unique index (one row per GPU and cutoff)")
+    if not risk.index.equals(features.index):
+        raise ValueError(
+            f"risk frame's index ({len(risk)} rows) differs from the features' ({len(features)} rows): "
+            "score the same rows, in the same order"
+        )
+    if "risk" not in risk.columns:
+        raise ValueError(f"risk frame has no 'risk' column (columns: {', '.join(map(str, risk.columns))})")
+
+
+def _hit_severity(features: pd.DataFrame, hits: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per rule hit: the position of its row in `features` and the severity of its action."""
+    pos = features.index.get_indexer(pd.Index(hits["row"]))
+    if (pos < 0).any():
+        bad = hits["row"].to_numpy()[pos < 0][0]
+        raise ValueError(f"rule hits name row {bad!r}, which is not in the features frame")
+    hit_sev = hits["action"].map(SEVERITY).to_numpy(dtype=np.int64, na_value=-1)
+    if (hit_sev < 0).any():
+        bad = hits["action"].to_numpy()[hit_sev < 0][0]
+        raise ValueError(f"rule hits hold action {bad!r}; expected one of rma, drain, watch")
+    return pos, hit_sev
+
+
+def _add_model_reasons(reasons: list[list[str]], risk: pd.DataFrame, r: np.ndarray, contributed: np.ndarray) -> None:
+    """Append the model's reasons to the rows (positions in `contributed`) whose decision it set."""
+    if not len(contributed):
+        return
+    mode, head = _top_heads(risk.iloc[contributed])
+    model_reasons = risk["reasons"].to_numpy()[contributed] if "reasons" in risk.columns else None
+    for k, i in enumerate(contributed):
+        prefix = f"risk {r[i]:.2f}" + (f" ({mode[k]} {head[k]:.2f})" if mode[k] else "")
+        own = _as_reasons(model_reasons[k]) if model_reasons is not None else []
+        if own:
+            reasons[i].extend([f"{prefix}: {own[0]}", *own[1:]])
+        else:
+            reasons[i].append(prefix)
 
 
 @dataclass(frozen=True)

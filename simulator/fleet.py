@@ -190,11 +190,25 @@ class FleetSim:
         cfg = config if config is not None else SimConfig(**kw)  # type: ignore[arg-type]
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
-        r = self.rng
         self.time = cfg.start
-        nodes, per = cfg.nodes, cfg.gpus_per_node
-        n = nodes * per
-        self.n = n
+        self.n = cfg.nodes * cfg.gpus_per_node
+        # Each step draws from the one generator: their order is part of what a seed means,
+        # so reordering them changes every seeded fleet.
+        self._place_gpus()
+        self._place_in_racks()
+        self._assign_workload()
+        self._start_readings()
+        self._start_counters()
+        self._train_links()
+        self._start_health()
+        if cfg.random_failures:
+            self._schedule_random_failures()
+
+    # -- initial state ------------------------------------------------------
+    def _place_gpus(self) -> None:
+        """A model per node, every GPU's slot and node, and the identities of the first GPUs."""
+        cfg, r = self.cfg, self.rng
+        nodes, per, n = cfg.nodes, cfg.gpus_per_node, self.n
         names = list(cfg.models)
         shares = np.array([cfg.models[k] for k in names], dtype=float)
         node_model = r.choice(len(names), nodes, p=shares / shares.sum())
@@ -207,6 +221,11 @@ class FleetSim:
         self.repairs = 0
         """How many GPUs have been replaced: identities change only when this does."""
         self.gpus = [self._identity(i) for i in range(n)]
+
+    def _place_in_racks(self) -> None:
+        """Where each GPU sits and what air it gets: inlet, slot and memory offsets, dead sensors."""
+        cfg, r = self.cfg, self.rng
+        nodes, per, n = cfg.nodes, cfg.gpus_per_node, self.n
         # Inlet air by rack position (4 nodes a rack, top runs warmer), hot spots, and
         # slot offsets inside a node (REFERENCE.md: ~14 C spread between slots).
         rack_pos = np.arange(nodes) % 4
@@ -216,18 +235,31 @@ class FleetSim:
         self.slot_offset_c = np.tile(np.linspace(0.0, 8.0, per), nodes) + r.normal(0, 1.0, n)
         self.mem_offset_c = r.uniform(9.0, 18.0, n)  # memory above core at idle
         self.memtemp_missing = r.random(n) < cfg.memtemp_missing_share
+
+    def _assign_workload(self) -> None:
+        """The first job of each node (spare nodes idle) and the phase of its daily cycle."""
+        cfg, r = self.cfg, self.rng
+        nodes, per = cfg.nodes, cfg.gpus_per_node
         # Workload per node: 0 training, 1 inference (diurnal), 2 idle gap between jobs.
         self.workload = np.repeat(r.choice(3, nodes, p=[0.6, 0.3, 0.1]), per)
         self._spare = np.arange(nodes) >= nodes - cfg.spare_nodes
         self.workload[np.repeat(self._spare, per)] = 2
         self.phase = np.repeat(r.uniform(0, DAY, nodes), per)
-        self.temp_c = self.inlet_c + self.slot_offset_c + self.m["thermal_resistance_c_per_w"] * self.m["idle_power_w"]
+
+    def _start_readings(self) -> None:
+        """Gauges at rest: idle temperatures, power and clocks; an energy counter already running."""
+        m, n = self.m, self.n
+        self.temp_c = self.inlet_c + self.slot_offset_c + m["thermal_resistance_c_per_w"] * m["idle_power_w"]
         self.mem_temp_c = self.temp_c + self.mem_offset_c
         self.util = np.zeros(n)
-        self.power_w = self.m["idle_power_w"].copy()
+        self.power_w = m["idle_power_w"].copy()
         self.clocks_event_reasons = np.zeros(n)
-        self.sm_clock = self.m["sm_clock_idle_mhz"].copy()
-        self.energy_mj = r.uniform(1e9, 5e9, n)
+        self.sm_clock = m["sm_clock_idle_mhz"].copy()
+        self.energy_mj = self.rng.uniform(1e9, 5e9, n)
+
+    def _start_counters(self) -> None:
+        """Error and violation counters: volatile ones at zero, lifetime ones with a little history."""
+        r, n = self.rng, self.n
         self.sbe_vol = np.zeros(n)
         self.dbe_vol = np.zeros(n)
         self.sbe_agg = np.floor(r.exponential(0.3, n))  # most GPUs have logged none
@@ -238,17 +270,25 @@ class FleetSim:
         self.remap_failure = np.zeros(n)
         self.replays = np.floor(r.exponential(2.0, n))
         self.replay_burst = np.zeros(n)  # replays still to come from a link retrain after reboot
+        self.thermal_violation_us = np.zeros(n)
+        self.power_violation_us = np.zeros(n)
+        self.nvlink_crc = np.zeros(n)
+
+    def _train_links(self) -> None:
+        """PCIe links at their maximum, but for a few trained below it."""
+        r, n = self.rng, self.n
         # A few links train below their maximum at boot and run so for good: a confounder
         # for any rule that reads a downtrained link as a failing one.
         self.link_width = self.m["pcie_width_max"].copy()
         self.link_gen = self.m["pcie_gen_max"].copy()
-        narrow = r.random(n) < cfg.downtrained_share
+        narrow = r.random(n) < self.cfg.downtrained_share
         by_width = r.random(n) < 0.5
         self.link_width[narrow & by_width] /= 2
         self.link_gen[narrow & ~by_width] -= 1
-        self.thermal_violation_us = np.zeros(n)
-        self.power_violation_us = np.zeros(n)
-        self.nvlink_crc = np.zeros(n)
+
+    def _start_health(self) -> None:
+        """No GPU failed or faulty yet; SBE-burst confounders chosen; first reboots scheduled."""
+        cfg, r, n = self.cfg, self.rng, self.n
         self.sbe_burst_gpu = r.random(n) < cfg.sbe_burst_share
         self.lost = np.zeros(n, dtype=bool)
         """Stopped answering (fell off the bus or shut down); rows stop at failure."""
@@ -260,13 +300,11 @@ class FleetSim:
         self.fault_mode = np.zeros(n, dtype=np.int64)
         self.fault_onset = np.full(n, np.inf)
         self.fault_at = np.full(n, np.inf)
-        self.next_reboot = self.time + r.exponential(cfg.reboot_days * DAY, nodes)
+        self.next_reboot = self.time + r.exponential(cfg.reboot_days * DAY, cfg.nodes)
         self.failures: list[Failure] = []
         self._events: list[tuple[int, int, float]] = []
         self._first_step = True
         self._fault_queue: list[list[tuple[float, FaultMode, float]]] = [[] for _ in range(n)]
-        if cfg.random_failures:
-            self._schedule_random_failures()
 
     # -- identity -----------------------------------------------------------
     def _identity(self, i: int) -> SimGpu:
