@@ -356,7 +356,9 @@ def probe_memtest(ctx: Ctx, deadline: float) -> ProbeResult:
 
 def _memtest_chunks(cp: Any, free: int) -> list[Any]:
     """Buffers of up to MEMTEST_CHUNK bytes covering MEMTEST_SHARE of the free memory, or as much as allocates."""
-    target = max(int(free * MEMTEST_SHARE) - MEMTEST_RESERVE, MEMTEST_CHUNK // 4)
+    # Whole 4-byte words: a target that is not a multiple of 4 left a last chunk of 0 bytes,
+    # which CuPy allocates happily, so `covered` never reached it and the loop never ended.
+    target = max(int(free * MEMTEST_SHARE) - MEMTEST_RESERVE, MEMTEST_CHUNK // 4) // 4 * 4
     chunks: list[Any] = []
     covered = 0
     while covered < target:
