@@ -15,163 +15,37 @@ factor so that a few months of a few hundred GPUs hold enough failures to learn 
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 
-from simulator.models import DEFAULT_MODEL, GpuModel, get_model
-
-HOUR = 3600.0
-DAY = 86400.0
-YEAR = 365.0 * DAY
-EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: a fixed start keeps runs reproducible
-
-
-class FaultMode(StrEnum):
-    """How a fault unfolds (what `--sim-fault` injects)."""
-
-    ECC = "ecc"  # HBM wear-out: SBE rate rising by orders of magnitude, remaps, DBE, XID 48
-    THERMAL = "thermal"  # cooling degradation: temperature creeping up, throttling, shutdown
-    PCIE = "pcie"  # link degradation: replays rising, x16 -> x8, then XID 79
-    OFFBUS = "offbus"  # no precursor: the GPU falls off the bus (XID 79)
-    GSP = "gsp"  # no precursor: GSP firmware timeout / error (XID 119 / 120)
-    SRAM = "sram"  # no precursor: uncorrectable SRAM error (XID 95)
-
-
-PRECURSOR_MODES = (FaultMode.ECC, FaultMode.THERMAL, FaultMode.PCIE)
-SUDDEN_MODES = (FaultMode.OFFBUS, FaultMode.GSP, FaultMode.SRAM)
-LABEL = {  # failure label mode (docs/architecture.md: ecc | thermal | pcie | other)
-    FaultMode.ECC: "ecc", FaultMode.THERMAL: "thermal", FaultMode.PCIE: "pcie",
-    FaultMode.OFFBUS: "other", FaultMode.GSP: "other", FaultMode.SRAM: "other",
-}  # fmt: skip
-_MODE_CODE = {m: i + 1 for i, m in enumerate(FaultMode)}  # 0 = healthy
-_CODE_MODE = {v: k for k, v in _MODE_CODE.items()}
-
-XID_OFF_BUS = 79
-XID_DBE = 48
-XID_SBE_HIGH = 92
-XID_REMAP = 63
-XID_REMAP_FAIL = 64
-XID_CONTAINED = 94
-XID_UNCONTAINED = 95
-XID_GSP_TIMEOUT = 119
-XID_GSP_ERROR = 120
-THROTTLE_SW_POWER = 0x4
-THROTTLE_HW_SLOWDOWN = 0x8
-THROTTLE_SW_THERMAL = 0x20
-THROTTLE_HW_THERMAL = 0x40
-
-
-@dataclass(frozen=True)
-class FaultSpec:
-    """A fault injected into one GPU: it fails `hours` of simulated time after injection."""
-
-    gpu: int
-    mode: FaultMode
-    hours: float = 24.0
-
-    @classmethod
-    def parse(cls, text: str) -> FaultSpec:
-        """Parse "GPU:MODE[:HOURS]", e.g. "3:ecc:12"."""
-        parts = text.split(":")
-        if len(parts) not in (2, 3):
-            raise ValueError(f"fault {text!r}: expected GPU:MODE[:HOURS], e.g. 3:ecc:12")
-        try:
-            gpu = int(parts[0])
-            mode = FaultMode(parts[1])
-            hours = float(parts[2]) if len(parts) == 3 else 24.0
-        except ValueError:
-            modes = ", ".join(m.value for m in FaultMode)
-            raise ValueError(f"fault {text!r}: GPU must be an index, MODE one of {modes}, HOURS a number") from None
-        if gpu < 0 or hours <= 0:
-            raise ValueError(f"fault {text!r}: GPU index must be >= 0 and HOURS > 0")
-        return cls(gpu, mode, hours)
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Knobs of a simulated fleet; the defaults are field statistics (REFERENCE.md)."""
-
-    nodes: int = 1
-    gpus_per_node: int = 8
-    seed: int = 0
-    models: Mapping[str, float] = field(default_factory=lambda: {DEFAULT_MODEL: 1.0})
-    """GPU model mix, by share of nodes (a node holds one model)."""
-    random_failures: bool = False
-    """Draw failures from field rates (the batch simulator) or only injected ones (live sim)."""
-    annual_failure_rate: float = 0.11
-    """GPU-attributable interruptions per GPU-year at training load (Llama 3: ~11 %/year)."""
-    acceleration: float = 4.0
-    """Multiplies the failure rate so 512 GPUs x 120 days hold >= 60 failures."""
-    mode_mix: Mapping[str, float] = field(
-        default_factory=lambda: {"ecc": 0.30, "thermal": 0.15, "pcie": 0.15, "sudden": 0.40}
-    )
-    """Share of failure modes; HBM ~3 %/year of ~11 % -> ~0.3 ECC; "sudden" has no precursor."""
-    precursor_days: Mapping[str, tuple[float, float]] = field(
-        default_factory=lambda: {"ecc": (5.0, 0.8), "thermal": (3.0, 0.7), "pcie": (2.0, 0.8)}
-    )
-    """Precursor window per mode: lognormal (median days, sigma), clipped to 6 h .. 30 days."""
-    ecc_factor_h100: float = 3.2
-    """H100/H200 memory errors are 3.2x as frequent as A100's (NCSA Delta)."""
-    reboot_days: float = 21.0
-    """Mean days between node reboots (volatile counters reset, pending remaps apply)."""
-    repair_days: tuple[float, float] = (1.0, 5.0)
-    """A failed GPU is replaced (new UUID) after a uniform delay in this range."""
-    dropout: float = 0.01
-    """Share of samples missing (scrape gaps)."""
-    sbe_burst_share: float = 0.03
-    """Healthy GPUs with bursts of SBEs that never fail (Titan: SBEs concentrate in few cards)."""
-    hot_node_share: float = 0.1
-    """Nodes in hot spots (top of rack, far from the inlet) that run warm but stay healthy."""
-    downtrained_share: float = 0.015
-    """Healthy GPUs whose link trained below its maximum (x8 or a generation down) and stays so."""
-    memtemp_missing_share: float = 0.02
-    """GPUs whose memory temperature sensor reads nothing (NaN)."""
-    spare_nodes: int = 0
-    """The last nodes are a spare pool: never given jobs, always idle (so probes can run there)."""
-    start: float = EPOCH
-
-    def __post_init__(self) -> None:
-        if self.nodes < 1 or self.gpus_per_node < 1:
-            raise ValueError("a simulated fleet needs at least one node and one GPU per node")
-        if not 0 <= self.spare_nodes <= self.nodes:
-            raise ValueError(f"spare nodes must be between 0 and the {self.nodes} node(s), not {self.spare_nodes}")
-        for name in self.models:
-            get_model(name)
-        if not self.models or min(self.models.values()) < 0 or sum(self.models.values()) <= 0:
-            raise ValueError("model shares must be non-negative and not all zero")
-        if set(self.mode_mix) != {"ecc", "thermal", "pcie", "sudden"}:
-            raise ValueError("mode_mix needs shares for ecc, thermal, pcie and sudden")
-        if self.acceleration < 0 or self.annual_failure_rate < 0:
-            raise ValueError("failure rate and acceleration must be >= 0")
-
-
-@dataclass(frozen=True)
-class SimGpu:
-    """Identity of the GPU now in one slot."""
-
-    index: int
-    node: str
-    uuid: str
-    model: GpuModel
-    pci_bus_id: str
-    serial: str
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One GPU failure: the label a predictor learns from."""
-
-    gpu_uuid: str
-    hostname: str
-    failed_at: float
-    mode: str
-    fault: FaultMode
-    xid: int
-    onset: float
-    """When its precursor began (== failed_at for sudden failures)."""
+from simulator.config import (
+    _CODE_MODE,
+    _MODE_CODE,
+    DAY,
+    HOUR,
+    LABEL,
+    PRECURSOR_MODES,
+    SUDDEN_MODES,
+    THROTTLE_HW_THERMAL,
+    THROTTLE_SW_POWER,
+    THROTTLE_SW_THERMAL,
+    XID_CONTAINED,
+    XID_DBE,
+    XID_GSP_ERROR,
+    XID_GSP_TIMEOUT,
+    XID_OFF_BUS,
+    XID_REMAP,
+    XID_REMAP_FAIL,
+    XID_SBE_HIGH,
+    XID_UNCONTAINED,
+    YEAR,
+    Failure,
+    FaultMode,
+    FaultSpec,
+    SimConfig,
+    SimGpu,
+)
+from simulator.models import GpuModel, get_model
 
 
 def _model_arrays(models: list[GpuModel]) -> dict[str, np.ndarray]:
