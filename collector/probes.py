@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -32,7 +31,7 @@ from core.probes import compare_to_peers, is_slow
 from core.units import parse_duration
 from core.worker import Worker
 from kernels import expected as exp
-from kernels.runner import CUPY_MISSING, GRACE_S, ProbeResult, judge, run_probes
+from kernels.runner import CUPY_MISSING, GRACE_S, ProbeResult, run_probes
 
 log = logging.getLogger(__name__)
 
@@ -62,62 +61,6 @@ class SubprocessProbeRunner:
             gpu.index, tests, budget_s, gpu_uuid=gpu.uuid, model_name=gpu.model_name,
             command=self.command, grace_s=self.grace_s, inject=self.inject, baseline=self.baseline,
         )  # fmt: skip
-
-
-class SimProbeRunner:
-    """Plausible probe results from a simulated fleet, instantly and deterministically per seed.
-
-    Each GPU gets a fixed "silicon lottery" factor (sd 1.5 %) and each run a little noise;
-    a cooling fault heats the GPU into slowdown under the probe's load (GEMM and bandwidth
-    slower: 20 % a third of the way to failure, 40 % at it); an ECC fault flips memtest bits once it is under way;
-    a downtrained PCIe link halves (or more) the host<->device rate.
-    """
-
-    name = "sim"
-
-    def __init__(self, fleet: Any, seed: int = 0) -> None:
-        self.fleet = fleet
-        self.seed = seed
-        self._runs: Counter[str] = Counter()
-
-    def run(self, gpu: GpuInfo, tests: Sequence[str], budget_s: float) -> list[ProbeResult]:
-        from simulator.fleet import FaultMode
-
-        fl = self.fleet
-        i = next((k for k, g in enumerate(fl.gpus) if g.uuid == gpu.uuid), None)
-        if i is None:
-            return [ProbeResult(t, "error", details={"reason": f"no simulated GPU {gpu.uuid}"}) for t in tests]
-        run_no = self._runs[gpu.uuid]
-        self._runs[gpu.uuid] += 1
-        lottery = 1.0 + 0.015 * float(np.random.default_rng([self.seed, i]).standard_normal())
-        rng = np.random.default_rng([self.seed, i, run_no])
-        # FleetSim codes fault modes 1.. in FaultMode's order (0 = healthy).
-        code = int(fl.fault_mode[i])
-        mode = list(FaultMode)[code - 1] if code > 0 else None
-        p = float(fl.progress()[i])
-        heat = 1.0 - (0.4 * p**0.5 if mode == FaultMode.THERMAL else 0.0) - (0.03 if fl.hot_node[i] else 0.0)
-        link = (fl.link_width[i] / fl.m["pcie_width_max"][i]) * 2.0 ** (fl.link_gen[i] - fl.m["pcie_gen_max"][i])
-        weights = [exp.WEIGHTS[t] for t in tests]
-        out = []
-        for t, w in zip(tests, weights, strict=True):
-            r = ProbeResult(t, "pass", gpu_index=gpu.index, gpu_uuid=gpu.uuid, model_name=gpu.model_name)
-            r.duration_s = round(budget_s * w / sum(weights) * float(rng.uniform(0.8, 0.95)), 2)
-            want = exp.expected(gpu.model_name, t)
-            noise = 1.0 + 0.01 * float(rng.standard_normal())
-            if t == "memtest":
-                flips = int(rng.poisson(2.0 + 40.0 * (p - 0.3))) if mode == FaultMode.ECC and p > 0.3 else 0
-                r.value, r.errors = float(flips), flips
-                r.details = {"bytes_tested": int(fl.m["fb_total_mib"][i] * 0.85 * 2**20), "simulated": True}
-            elif want is None:
-                r = ProbeResult(t, "skipped", gpu_index=gpu.index, gpu_uuid=gpu.uuid, model_name=gpu.model_name)
-                r.details = {"reason": f"no expected values for {gpu.model_name!r}"}
-            else:
-                factor = {"gemm": heat, "gemm_fp32": heat, "bandwidth": 1.0 - 0.4 * (1.0 - heat), "pcie": link}[t]
-                r.value = round(want * 1.02 * lottery * factor * noise, 2)
-                r.errors = 0
-                r.details = {"simulated": True}
-            out.append(judge(r, gpu.model_name))
-        return out
 
 
 def util_from_snapshot(snap: Snapshot | None, uuid: str, max_age_s: float, now: float) -> float | None:

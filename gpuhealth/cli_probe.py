@@ -85,7 +85,8 @@ def _open_node(
     import socket
 
     from collector.backends.base import BackendError
-    from collector.probes import SimProbeRunner, SubprocessProbeRunner
+    from collector.backends.sim import SimProbeRunner
+    from collector.probes import SubprocessProbeRunner
 
     try:
         if backend == "sim":

@@ -382,7 +382,7 @@ if name == "nvml":
                           inject=inject, baseline=not inject)
 else:
     from collector.backends.sim import SimBackend
-    from collector.probes import SimProbeRunner
+    from collector.backends.sim import SimProbeRunner
 
     backend = SimBackend(gpus_per_node=2, seed=7)
     backend.read()

@@ -13,13 +13,12 @@ from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import GpuInfo
 from collector.backends.replay import ReplayBackend
-from collector.backends.sim import SimBackend
+from collector.backends.sim import SimBackend, SimProbeRunner
 from collector.exporter import render
 from collector.probes import (
     ProbeCollector,
     ProbeConfig,
     ProbeScheduler,
-    SimProbeRunner,
     SubprocessProbeRunner,
     build_scheduler,
     busy_reason,

@@ -10,8 +10,7 @@ import pytest
 from collector.backends import factory
 from collector.backends.base import Backend, BackendError, CommonOptions
 from collector.backends.replay import ReplayOptions
-from collector.backends.sim import SimBackend, SimOptions
-from collector.probes import SimProbeRunner
+from collector.backends.sim import SimBackend, SimOptions, SimProbeRunner
 from core import catalog
 from simulator.fleet import FaultSpec
 from tests.collector.helpers import ScriptedBackend
