@@ -102,6 +102,12 @@ def test_a_malformed_alert_is_skipped_and_the_batch_stored(fleet: Fleet) -> None
     assert body["errors"][0].startswith("alert 0: status") and body["errors"][1].startswith("alert 1: labels")
 
 
+def test_another_payload_version_is_refused_whole(fleet: Fleet) -> None:
+    p = {**_am_payload(fleet.uuids[6]), "version": "3"}
+    r = fleet.client.post("/v1/alertmanager", json=p, headers=auth())
+    assert r.status_code == 422 and r.json()["detail"] == "unsupported Alertmanager payload version '3'; expected 4"
+
+
 # -- 7: closed means closed; no connection details in any answer -------------------------------------
 
 
