@@ -46,6 +46,13 @@ def _drop_oldest(queue: deque[dict[str, Any]], bound: int) -> int:
     return over
 
 
+def _put_back(queue: deque[dict[str, Any]], items: list[dict[str, Any]], bound: int) -> int:
+    """Put items that were not written back in front (older than anything queued meanwhile), then
+    bound the queue; returns how many the bound dropped."""
+    queue.extendleft(reversed(items))
+    return _drop_oldest(queue, bound)
+
+
 class IngestBuffer(Worker):
     """Samples on their way to the store: appended by the sampler, written in batches by one thread.
 
@@ -124,8 +131,7 @@ class IngestBuffer(Worker):
             self.store.add_probe_results(results)
         except StoreUnavailable:
             with self._lock:
-                self._probes.extendleft(reversed(results))  # older than anything queued meanwhile
-                self.stats.probes_dropped += _drop_oldest(self._probes, self.probe_capacity)
+                self.stats.probes_dropped += _put_back(self._probes, results, self.probe_capacity)
             raise
         except StoreError as err:
             with self._lock:
@@ -185,10 +191,9 @@ class IngestBuffer(Worker):
         return written
 
     def _requeue(self, chunk: list[dict[str, Any]]) -> None:
-        """Put a chunk that was not written back in front (it is older than anything queued meanwhile)."""
+        """Put a chunk of samples that was not written back in front, within the bound."""
         with self._lock:
-            self._rows.extendleft(reversed(chunk))
-            self.stats.dropped += _drop_oldest(self._rows, self.capacity)
+            self.stats.dropped += _put_back(self._rows, chunk, self.capacity)
 
     def _requeue_gpus(self, gpus: list[dict[str, Any]]) -> None:
         with self._lock:
