@@ -152,14 +152,9 @@ class Pruner:
             raise StoreError(f"retention must be a positive timedelta, got {retention!r}")
         cutoff = (now - retention).replace(minute=0, second=0, microsecond=0)
         db = self.db
-        with db.tx() as conn:
-            gpus = [
-                r[0] for r in conn.execute(sa.select(samples.c.gpu_uuid).where(samples.c.timestamp < cutoff).distinct())
-            ]
         rolled = deleted = 0
         cols = ", ".join(quote(c) for c in METRIC_COLUMNS)
-        for start in range(0, len(gpus), PRUNE_GPUS_PER_TX):
-            part = gpus[start : start + PRUNE_GPUS_PER_TX]
+        for part in self._gpu_batches(samples.c.gpu_uuid, samples.c.timestamp, cutoff):
             with db.tx(write=True) as conn:
                 where, params = where_sql(db, "timestamp", None, cutoff, part, until_inclusive=False)
                 sql = f"DELETE FROM samples{where} RETURNING gpu_uuid, {db.ts_us(quote('timestamp'))}, {cols}"
@@ -181,12 +176,9 @@ class Pruner:
         """
         cutoff = before.replace(minute=0, second=0, microsecond=0)
         s = T_SCORES.c
-        with self.db.tx() as conn:
-            gpus = [r[0] for r in conn.execute(sa.select(s.gpu_uuid).where(s.scored_at < cutoff).distinct())]
         written = deleted = 0
         kept = ("n", *RISKS, "decision", "reasons")
-        for start in range(0, len(gpus), PRUNE_GPUS_PER_TX):
-            part = gpus[start : start + PRUNE_GPUS_PER_TX]
+        for part in self._gpu_batches(s.gpu_uuid, s.scored_at, cutoff):
             with self.db.tx(write=True) as conn:
                 gone = conn.execute(
                     sa.delete(T_SCORES)
@@ -206,6 +198,15 @@ class Pruner:
                 written += len(rows)
                 deleted += len(gone)
         return written, deleted
+
+    def _gpu_batches(
+        self, uuid_col: sa.ColumnElement[str], time_col: sa.ColumnElement[datetime], cutoff: datetime
+    ) -> list[list[str]]:
+        """The GPUs with rows before `cutoff`, in groups of PRUNE_GPUS_PER_TX (one transaction each, so a
+        first prune of a big database stays bounded)."""
+        with self.db.tx() as conn:
+            gpus = [r[0] for r in conn.execute(sa.select(uuid_col).where(time_col < cutoff).distinct())]
+        return [gpus[i : i + PRUNE_GPUS_PER_TX] for i in range(0, len(gpus), PRUNE_GPUS_PER_TX)]
 
     def apply(self, now: datetime, retention: Retention) -> dict[str, int]:
         """Roll up and delete what each table keeps no longer; rows per kind.
