@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from simulator.domain import Domain
 from simulator.models import DEFAULT_MODEL, GpuModel, get_model
 
 HOUR = 3600.0
@@ -106,16 +107,8 @@ class SimConfig:
     """Mean days between node reboots (volatile counters reset, pending remaps apply)."""
     repair_days: tuple[float, float] = (1.0, 5.0)
     """A failed GPU is replaced (new UUID) after a uniform delay in this range."""
-    dropout: float = 0.01
-    """Share of samples missing (scrape gaps)."""
-    sbe_burst_share: float = 0.03
-    """Healthy GPUs with bursts of SBEs that never fail (Titan: SBEs concentrate in few cards)."""
-    hot_node_share: float = 0.1
-    """Nodes in hot spots (top of rack, far from the inlet) that run warm but stay healthy."""
-    downtrained_share: float = 0.015
-    """Healthy GPUs whose link trained below its maximum (x8 or a generation down) and stays so."""
-    memtemp_missing_share: float = 0.02
-    """GPUs whose memory temperature sensor reads nothing (NaN)."""
+    domain: Domain = field(default_factory=Domain)
+    """Sensors, air, workload, confounders and precursor shapes (`simulator.domain`)."""
     spare_nodes: int = 0
     """The last nodes are a spare pool: never given jobs, always idle (so probes can run there)."""
     start: float = EPOCH

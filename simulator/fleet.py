@@ -64,6 +64,11 @@ class FleetSim:
         cfg = config if config is not None else SimConfig(**kw)  # type: ignore[arg-type]
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
+        # The domain's own knobs (incidents, fan failures, flaky links, per-GPU spreads) draw
+        # from a generator of their own: a default domain draws nothing from it, so its
+        # fleets are the same as before domains existed.
+        self.wrng = np.random.default_rng([cfg.seed, 0xD0])
+        self.d = cfg.domain
         self.time = cfg.start
         self.n = cfg.nodes * cfg.gpus_per_node
         # Each step draws from the one generator: their order is part of what a seed means,
@@ -75,6 +80,7 @@ class FleetSim:
         self._start_counters()
         self._train_links()
         self._start_health()
+        self._start_world()
         if cfg.random_failures:
             self._schedule_random_failures()
 
@@ -103,12 +109,13 @@ class FleetSim:
         # Inlet air by rack position (4 nodes a rack, top runs warmer), hot spots, and
         # slot offsets inside a node (REFERENCE.md: ~14 C spread between slots).
         rack_pos = np.arange(nodes) % 4
-        hot = r.random(nodes) < cfg.hot_node_share
+        d = self.d
+        hot = r.random(nodes) < d.hot_node_share
         self.hot_node = np.repeat(hot, per)
-        self.inlet_c = np.repeat(r.uniform(19.0, 24.0, nodes) + 1.5 * rack_pos + 6.0 * hot, per)
-        self.slot_offset_c = np.tile(np.linspace(0.0, 8.0, per), nodes) + r.normal(0, 1.0, n)
+        self.inlet_c = np.repeat(r.uniform(*d.inlet_c, nodes) + d.rack_gradient_c * rack_pos + d.hot_node_c * hot, per)
+        self.slot_offset_c = np.tile(np.linspace(0.0, d.slot_spread_c, per), nodes) + r.normal(0, 1.0, n)
         self.mem_offset_c = r.uniform(9.0, 18.0, n)  # memory above core at idle
-        self.memtemp_missing = r.random(n) < cfg.memtemp_missing_share
+        self.memtemp_missing = r.random(n) < d.memtemp_missing_share
 
     def _assign_workload(self) -> None:
         """The first job of each node (spare nodes idle) and the phase of its daily cycle."""
@@ -155,7 +162,7 @@ class FleetSim:
         # for any rule that reads a downtrained link as a failing one.
         self.link_width = self.m["pcie_width_max"].copy()
         self.link_gen = self.m["pcie_gen_max"].copy()
-        narrow = r.random(n) < self.cfg.downtrained_share
+        narrow = r.random(n) < self.d.downtrained_share
         by_width = r.random(n) < 0.5
         self.link_width[narrow & by_width] /= 2
         self.link_gen[narrow & ~by_width] -= 1
@@ -163,7 +170,7 @@ class FleetSim:
     def _start_health(self) -> None:
         """No GPU failed or faulty yet; SBE-burst confounders chosen; first reboots scheduled."""
         cfg, r, n = self.cfg, self.rng, self.n
-        self.sbe_burst_gpu = r.random(n) < cfg.sbe_burst_share
+        self.sbe_burst_gpu = r.random(n) < self.d.sbe_burst_share
         self.lost = np.zeros(n, dtype=bool)
         """Stopped answering (fell off the bus or shut down); rows stop at failure."""
         self.failed = np.zeros(n, dtype=bool)
@@ -179,6 +186,23 @@ class FleetSim:
         self._events: list[tuple[int, int, float]] = []
         self._first_step = True
         self._fault_queue: list[list[tuple[float, FaultMode, float]]] = [[] for _ in range(n)]
+
+    def _start_world(self) -> None:
+        """The domain's per-GPU and per-node draws: sensor offsets, heat-sink spread, flaky
+        links, repeat-offender nodes; no cooling incident or failed fan yet."""
+        d, w, n, nodes = self.d, self.wrng, self.n, self.cfg.nodes
+        self.sensor_offset_c = w.normal(0, d.sensor_offset_c, n) if d.sensor_offset_c > 0 else np.zeros(n)
+        spread = w.lognormal(0.0, d.resistance_spread, n) if d.resistance_spread > 0 else np.ones(n)
+        self.resistance = self.m["thermal_resistance_c_per_w"] * spread
+        self.flaky_link = w.random(n) < d.flaky_link_share if d.flaky_link_share > 0 else np.zeros(n, dtype=bool)
+        bad = w.random(nodes) < d.bad_node_share if d.bad_node_share > 0 else np.zeros(nodes, dtype=bool)
+        self.bad_node = bad
+        self.incident_c = np.zeros(nodes)
+        self.incident_left_s = np.zeros(nodes)
+        self.incident_share = w.uniform(0.8, 1.2, n) if d.node_incidents_per_year > 0 else np.ones(n)
+        self.fan_factor = np.ones(nodes)
+        self.fan_left_s = np.zeros(nodes)
+        self.air_phase = w.uniform(0, DAY) if d.ambient_swing_c > 0 else 0.0
 
     # -- identity -----------------------------------------------------------
     def _identity(self, i: int) -> SimGpu:
@@ -203,6 +227,7 @@ class FleetSim:
         horizon = 3 * YEAR
         mix = cfg.mode_mix
         for i in range(self.n):
+            slot_rate = rate * (self.d.bad_node_factor if self.bad_node[self.node[i]] else 1.0)
             # Newer HBM fails more often (the factor), yet the share without precursor stays
             # what the config says, so that recall over all failures stays honest.
             ecc_w = mix["ecc"] * (cfg.ecc_factor_h100 if "A100" not in self.models[i].name else 1.0)
@@ -211,7 +236,7 @@ class FleetSim:
             w = np.append(slow / slow.sum() * (1.0 - sudden), sudden)
             t = self.time
             while True:
-                t += r.exponential(1.0 / rate)
+                t += r.exponential(1.0 / slot_rate)
                 if t > self.time + horizon:
                     break
                 k = r.choice(4, p=w / w.sum())
@@ -272,7 +297,7 @@ class FleetSim:
         """Advance simulated time by dt seconds."""
         if dt <= 0:
             raise ValueError("simulation step must be positive")
-        m, r, n = self.m, self.rng, self.n
+        m, r, n, d = self.m, self.rng, self.n, self.d
         self.time += dt
         self.xid_now[:] = 0
         self._reboots(dt)
@@ -285,20 +310,25 @@ class FleetSim:
         self._workload(dt)
         load = self.util / 100.0
         self.power_w = np.clip(
-            m["idle_power_w"] + (m["power_limit_w"] * 0.97 - m["idle_power_w"]) * load + r.normal(0, 4, n),
+            m["idle_power_w"]
+            + (m["power_limit_w"] * 0.97 - m["idle_power_w"]) * load
+            + r.normal(0, d.power_noise_w, n),
             m["idle_power_w"] * 0.8,
             m["power_limit_w"],
         )
         # Thermal: first-order lag (heat sinks, ~2 min) towards inlet + slot + R*P; a
         # cooling fault raises the thermal resistance until the GPU passes shutdown.
-        cooling = np.where(thermal, 1.0 + 1.6 * p**1.5, 1.0)
-        steady = self.inlet_c + self.slot_offset_c + m["thermal_resistance_c_per_w"] * self.power_w * cooling
+        cooling = np.where(thermal, 1.0 + d.thermal_gain * p**d.thermal_shape, 1.0)
+        air, fans = self._air(dt)
+        steady = air + self.slot_offset_c + self.resistance * fans * self.power_w * cooling
         alpha = 1.0 if self._first_step else 1.0 - np.exp(-dt / 120.0)
         self._first_step = False
-        self.temp_c = self.temp_c + alpha * (steady - self.temp_c) + r.normal(0, 0.3, n)
+        self.temp_c = self.temp_c + alpha * (steady - self.temp_c) + r.normal(0, d.temp_noise_c, n)
         # Memory runs 9-18 C above core at idle, less under load; failing cooling widens it.
-        mem_extra = np.where(thermal, 12.0 * p, 0.0)
-        self.mem_temp_c = self.temp_c + self.mem_offset_c * (1.0 - 0.5 * load) + mem_extra + r.normal(0, 0.3, n)
+        mem_extra = np.where(thermal, d.thermal_mem_c * p, 0.0)
+        self.mem_temp_c = (
+            self.temp_c + self.mem_offset_c * (1.0 - 0.5 * load) + mem_extra + r.normal(0, d.temp_noise_c, n)
+        )
         hot = (self.temp_c >= m["slowdown_c"]) | (self.mem_temp_c >= 95.0)
         capped = self.power_w >= m["power_limit_w"] * 0.995
         reasons = np.where(hot, THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL, 0)
@@ -315,32 +345,58 @@ class FleetSim:
         self._pcie(dt, p, pcie)
         self._fail(p, thermal)
 
+    def _air(self, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU: the air it breathes (inlet, the room's daily swing, node incidents) and the
+        factor on its thermal resistance from its node's fans."""
+        d, w, nodes = self.d, self.wrng, self.cfg.nodes
+        air = self.inlet_c
+        if d.ambient_swing_c > 0:
+            air = air + d.ambient_swing_c * np.sin(2 * np.pi * (self.time + self.air_phase) / DAY)
+        if d.node_incidents_per_year > 0:
+            start = (self.incident_left_s <= 0) & (w.random(nodes) < dt / YEAR * d.node_incidents_per_year)
+            self.incident_c = np.where(start, w.uniform(*d.node_incident_c, nodes), self.incident_c)
+            hours = w.uniform(*d.node_incident_hours, nodes) * HOUR
+            self.incident_left_s = np.where(start, hours, self.incident_left_s - dt)
+            extra = np.where(self.incident_left_s > 0, self.incident_c, 0.0)
+            air = air + extra[self.node] * self.incident_share
+        if d.fan_failures_per_year > 0:
+            start = (self.fan_left_s <= 0) & (w.random(nodes) < dt / YEAR * d.fan_failures_per_year)
+            self.fan_factor = np.where(start, w.uniform(*d.fan_failure_factor, nodes), self.fan_factor)
+            hours = w.uniform(*d.fan_repair_hours, nodes) * HOUR
+            self.fan_left_s = np.where(start, hours, self.fan_left_s - dt)
+            self.fan_factor = np.where(self.fan_left_s > 0, self.fan_factor, 1.0)
+        return air, self.fan_factor[self.node]
+
     def _workload(self, dt: float) -> None:
         """Training steady and high, inference follows the day, idle gaps between jobs."""
-        r, n, per = self.rng, self.n, self.cfg.gpus_per_node
+        r, n, per, d = self.rng, self.n, self.cfg.gpus_per_node, self.d
         nodes = self.cfg.nodes
         wl = self.workload[::per]
-        # Jobs end after ~5 days on average; idle gaps last ~8 h.
-        end_job = (wl != 2) & (r.random(nodes) < dt / (5 * DAY))
-        start_job = (wl == 2) & (r.random(nodes) < dt / (8 * HOUR))
-        new_kind = r.choice(2, nodes, p=[0.7, 0.3])
+        shifted = d.shift_day > 0 and self.time - self.cfg.start >= d.shift_day * DAY
+        share = d.shift_training_share if shifted else d.training_share
+        util = d.shift_training_util if shifted else d.training_util
+        # Jobs end after ~5 days on average; idle gaps last ~8 h (the defaults).
+        end_job = (wl != 2) & (r.random(nodes) < dt / (d.job_days * DAY))
+        start_job = (wl == 2) & (r.random(nodes) < dt / (d.idle_hours * HOUR))
+        new_kind = r.choice(2, nodes, p=[share, 1.0 - share])
         wl = np.where(end_job | self._spare, 2, np.where(start_job, new_kind, wl))
         self.workload = np.repeat(wl, per)
         day = np.sin(2 * np.pi * (self.time + self.phase) / DAY)
         target = np.select(
             [self.workload == 0, self.workload == 1],
-            [r.normal(96, 2, n), 55 + 30 * day + r.normal(0, 5, n)],
+            [r.normal(util, 2, n), 55 + 30 * day + r.normal(0, 5, n)],
             r.uniform(0, 2, n),
         )
         self.util = np.where(self.lost | self.failed, 0.0, np.clip(target, 0, 100))
 
     def _ecc(self, dt: float, p: np.ndarray, ecc: np.ndarray) -> None:
-        r, h = self.rng, dt / HOUR
+        r, h, d = self.rng, dt / HOUR, self.d
         # HBM wear-out: SBEs from ~1/day at onset to thousands a day near failure.
-        rate_h = np.where(ecc, 0.05 * 10 ** (3.5 * p), 1e-5)  # healthy: ~95 % never log one
+        rate_h = np.where(ecc, d.ecc_start_per_h * 10 ** (d.ecc_orders * p), 1e-5)  # healthy: ~95 % never log one
         # Healthy SBE bursts (never fail): a burst of tens to hundreds, a few times a month.
-        burst = self.sbe_burst_gpu & (r.random(self.n) < h / (10 * 24))
-        new_sbe = r.poisson(rate_h * h) + np.where(burst, r.integers(10, 300, self.n), 0)
+        burst = self.sbe_burst_gpu & (r.random(self.n) < h * d.sbe_bursts_per_day / 24)
+        lo, hi = d.sbe_burst_size
+        new_sbe = r.poisson(rate_h * h) + np.where(burst, r.integers(int(lo), int(hi), self.n), 0)
         new_sbe = np.where(self.lost, 0, new_sbe)
         self.sbe_vol += new_sbe
         self.sbe_agg += new_sbe
@@ -361,13 +417,19 @@ class FleetSim:
         self._xid(remapped, XID_REMAP)
 
     def _pcie(self, dt: float, p: np.ndarray, pcie: np.ndarray) -> None:
-        r, h = self.rng, dt / HOUR
+        r, h, d = self.rng, dt / HOUR, self.d
         # Replays climb ~3 orders of magnitude; the link trains down to x8 half-way.
-        rate_h = np.where(pcie, 2.0 * 10 ** (3 * p), 0.01)
+        rate_h = np.where(pcie, d.pcie_start_per_h * 10 ** (d.pcie_orders * p), 0.01)
         burst = np.minimum(self.replay_burst, r.integers(20, 200, self.n))
         self.replay_burst -= burst
+        if d.flaky_link_share > 0:  # healthy links with replay bursts now and then
+            w = self.wrng
+            flare = self.flaky_link & (w.random(self.n) < h * d.flaky_bursts_per_day / 24)
+            burst = burst + np.where(
+                flare, w.integers(int(d.flaky_burst_size[0]), int(d.flaky_burst_size[1]) + 1, self.n), 0
+            )
         self.replays += np.where(self.lost, 0, r.poisson(rate_h * h) + burst)
-        self.link_width = np.where(pcie & (p > 0.5), self.m["pcie_width_max"] / 2, self.link_width)
+        self.link_width = np.where(pcie & (p > d.pcie_narrow_at), self.m["pcie_width_max"] / 2, self.link_width)
         self.link_gen = np.where(pcie & (p > 0.8), np.maximum(self.m["pcie_gen_max"] - 1, 1), self.link_gen)
 
     def _fail(self, p: np.ndarray, thermal: np.ndarray) -> None:
@@ -438,7 +500,8 @@ class FleetSim:
             arr[g] = 0.0
         self.energy_mj[g] = 0.0
         # Link retraining after a reboot sometimes costs a burst of replays (a confounder).
-        self.replay_burst[g & (r.random(self.n) < 0.2)] = r.integers(20, 400)
+        lo, hi = self.d.reboot_replay_size
+        self.replay_burst[g & (r.random(self.n) < self.d.reboot_replay_share)] = r.integers(int(lo), int(hi))
 
     # -- output ---------------------------------------------------------------
     def values(self) -> dict[str, np.ndarray]:
@@ -448,7 +511,7 @@ class FleetSim:
         load = self.util / 100.0
         zeros = np.zeros(n)
         return {
-            "gpu_temp_c": np.round(self.temp_c),
+            "gpu_temp_c": np.round(self.temp_c + self.sensor_offset_c),
             "memory_temp_c": np.where(self.memtemp_missing, np.nan, np.round(self.mem_temp_c)),
             "slowdown_temp_c": m["slowdown_c"],
             "shutdown_temp_c": m["shutdown_c"],

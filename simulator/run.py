@@ -15,9 +15,11 @@ HISTORY_COLUMNS: tuple[str, ...] = (
     *catalog.HISTORY_COLUMNS,
     "slowdown_temp_c",
     "power_limit_w",
+    "energy_mj",
     "nvlink_crc_flit_errors",
 )
-"""What the simulator records: the fixed history columns plus a few the predictor uses."""
+"""What the simulator records: the fixed history columns plus a few the predictor uses (the
+energy counter restarts when the driver reloads: a reset the link features see)."""
 
 Progress = Callable[[int, int], None]
 
@@ -61,7 +63,7 @@ def simulate(
         vals["xid"] = fleet.xid_now  # the history's xid: the last XID within this interval
         for c, arr in cols.items():
             arr[t] = vals[c]
-        valid[t] = ~fleet.failed & (rng.random(n) >= cfg.dropout)
+        valid[t] = ~fleet.failed & (rng.random(n) >= cfg.domain.dropout)
         if progress is not None and (t % every == 0 or t == steps - 1):
             progress(t + 1, steps)
     frame = _assemble(fleet, cols, valid, uuid_code, uuids, interval_s)
