@@ -1,4 +1,4 @@
-"""The service's /metrics: risk and decision per GPU, scoring, store and buffer health.
+"""The service's /metrics: risk and decision per GPU, node findings, scoring, store and buffer health.
 
 Risk comes from the scoring loop's latest round held in memory, so a scrape never
 queries the database.
@@ -9,12 +9,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.history import FAILURE_MODES
+from predictor.node import cooling_suspected
 from predictor.policy import DECISIONS
 from service.ingest import IngestBuffer
 from service.scorer import Scorer, decision_counts
@@ -140,7 +142,25 @@ class ApiMetrics(Collector):
         yield risk
         yield decision
         yield reasons
+        yield _node_cooling(records, hl)
         by = GaugeMetricFamily("gpuhealth_gpus_by_decision", "GPUs per current decision", labels=["decision"])
         for d, n in decision_counts(records).items():
             by.add_metric([d], n)
         yield by
+
+
+def _node_cooling(records: list[dict[str, Any]], host_label: str) -> GaugeMetricFamily:
+    """Per scored node: 1 when its GPUs carry a node-wide heat finding (check the node's cooling), else 0.
+
+    Read from the GPUs' reasons, which the store keeps: after a restart `Scorer.load_latest` brings
+    them back, and with them the finding.
+    """
+    family = GaugeMetricFamily(
+        "gpuhealth_node_cooling_suspected",
+        "1 when the node's GPUs run hot together (node-wide heat: check its cooling), 0 otherwise",
+        labels=[host_label],
+    )
+    suspected = cooling_suspected((str(r["hostname"]), r.get("reasons") or []) for r in records)
+    for host, yes in sorted(suspected.items()):
+        family.add_metric([host], float(yes))
+    return family

@@ -1,10 +1,13 @@
 """Decisions: the worst of what the rules say and what the risk model says, with reasons.
 
 A rule (NVIDIA/DCGM criterion, `predictor.rules`) can ask for watch, drain or rma; the
-model's risk score can ask for watch or demote. The decision is the most severe of them,
-and its reasons are the sentences of whatever set it: rule reasons first (a documented
-criterion outranks a score), then the model's. `decision_changes` says what a scoring round
-does to each GPU's standing decision; the store persists what it says.
+model's risk score can ask for watch or demote; a node finding (`predictor.node`: the node's
+GPUs run hot together) asks for watch on each GPU of the node and holds a thermal model
+demote there at watch, since the heat is the node's cooling, not the GPU. The decision is
+the most severe of them, and its reasons are the sentences of whatever set it: rule reasons
+first (a documented criterion outranks a score), then the node's, then the model's; a node
+finding that did not set the decision follows as context. `decision_changes` says what a
+scoring round does to each GPU's standing decision; the store persists what it says.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from predictor.node import NodeHeat, held_reason, node_findings, node_reason
 from predictor.rules import evaluate_rules
 
 DECISIONS = ("ok", "watch", "demote", "drain", "rma")
@@ -90,13 +94,19 @@ def decide(
     risk: pd.DataFrame,
     thresholds: Thresholds,
     rule_hits: pd.DataFrame | None = None,
+    *,
+    nodes: pd.DataFrame | None = None,
+    node_heat: NodeHeat | None = None,
 ) -> pd.DataFrame:
-    """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules and risk.
+    """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
-    (why a row could not be scored). `rule_hits` is `evaluate_rules(features)`'s output
-    (computed here when None).
+    (why a row could not be scored). `rule_hits` is `evaluate_rules(features)`'s output and
+    `nodes` is `node_findings(features, node_heat)`'s (each computed here when None).
+    On a suspected node every GPU is at least `watch`, and a model demote whose riskiest head
+    is thermal is held at `watch` unless the GPU's `temp_excess_vs_node_z` reaches
+    `node_heat.stands_out_z`; what a rule asks for is never lowered.
     """
     _check_frames(features, risk)
     n = len(features)
@@ -108,15 +118,29 @@ def decide(
 
     r = risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan)
     model_sev = _model_severity(r, thresholds)
-    final = np.maximum(rule_sev, model_sev)
+    heat = node_heat or NodeHeat()
+    on_hot_node, node_text = _hot_node_rows(features, node_findings(features, heat) if nodes is None else nodes)
+    held = _held_demotes(features, risk, model_sev, on_hot_node, heat)
+    model_sev[held] = SEVERITY["watch"]
+    node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
+    final = np.maximum(np.maximum(rule_sev, model_sev), node_sev)
 
     reasons: list[list[str]] = [[] for _ in range(n)]
     # Rule reasons first, only those whose action set the decision (hits keep RULES order).
     hit_reasons = hits["reason"].to_numpy()
     for i in np.flatnonzero(hit_sev == final[pos]):
         reasons[pos[i]].append(str(hit_reasons[i]))
-    # Then the model's, where the model's own decision is the final one.
+    # Then the node's, where it set the decision (with why a demote was held) ...
+    vs_node = _column(features, "temp_excess_vs_node_z")
+    for i in np.flatnonzero(on_hot_node & (node_sev == final)):
+        reasons[i].append(node_text[i])
+        if held[i]:
+            reasons[i].append(held_reason(float(vs_node[i]), heat))
+    # ... then the model's, where the model's own decision is the final one.
     _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
+    # A node finding below a worse decision still says what the GPU's node is going through.
+    for i in np.flatnonzero(on_hot_node & (node_sev < final)):
+        reasons[i].append(node_text[i])
     # Unscored rows: say so even when the rules leave them ok, so "ok" never hides "not scored".
     for i in np.flatnonzero(np.isnan(r)):
         note = _note(risk["risk_note"].iat[i]) if "risk_note" in risk.columns else ""
@@ -126,6 +150,61 @@ def decide(
     out = pd.DataFrame({"decision": decision}, index=features.index)
     out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
     return out
+
+
+def _column(features: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric feature column as float64 (NaN where missing, all NaN when the frame lacks it)."""
+    if name not in features.columns:
+        return np.full(len(features), np.nan)
+    return pd.to_numeric(features[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _hot_node_rows(features: pd.DataFrame, nodes: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Per row: whether its node (at its cutoff) is suspected of a cooling problem, and the node's reason."""
+    n = len(features)
+    hot = nodes.loc[nodes["suspected"].to_numpy(dtype=bool)] if "suspected" in nodes.columns else nodes.iloc[:0]
+    if not len(hot) or "hostname" not in features.columns:
+        return np.zeros(n, dtype=bool), [""] * n
+    # Findings per cutoff when both sides know it (a backtest scores many cutoffs at once).
+    by_cutoff = "cutoff" in features.columns and bool(hot["cutoff"].notna().all())
+
+    def keys(frame: pd.DataFrame) -> pd.Index:
+        host = frame["hostname"].astype(str).to_numpy()
+        return pd.MultiIndex.from_arrays([host, frame["cutoff"].array]) if by_cutoff else pd.Index(host)
+
+    found = keys(hot)
+    if not found.is_unique:
+        raise ValueError("node findings name a node (at a cutoff) more than once")
+    at = found.get_indexer(keys(features))
+    texts = [
+        node_reason(str(h), float(z), float(k), float(g))
+        for h, z, k, g in zip(hot["hostname"], hot["heat_z"], hot["hot_gpus"], hot["gpus"], strict=True)
+    ]
+    return at >= 0, [texts[k] if k >= 0 else "" for k in at]
+
+
+def held_by_node(
+    features: pd.DataFrame, risk: pd.DataFrame, thresholds: Thresholds, node_heat: NodeHeat | None = None
+) -> np.ndarray:
+    """Per row: whether the model's demote is held at watch by a node finding (as `decide` does);
+    the evaluation counts alerts the way the service decides them."""
+    heat = node_heat or NodeHeat()
+    model_sev = _model_severity(risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan), thresholds)
+    on_hot_node, _ = _hot_node_rows(features, node_findings(features, heat))
+    return _held_demotes(features, risk, model_sev, on_hot_node, heat)
+
+
+def _held_demotes(
+    features: pd.DataFrame, risk: pd.DataFrame, model_sev: np.ndarray, on_hot_node: np.ndarray, heat: NodeHeat
+) -> np.ndarray:
+    """Rows whose model demote is held at watch: on a hot node, thermal head riskiest, not standing out."""
+    candidates = on_hot_node & (model_sev == SEVERITY["demote"])
+    if not candidates.any():
+        return candidates
+    mode, _ = _top_heads(risk)
+    with np.errstate(invalid="ignore"):
+        stands_out = _column(features, "temp_excess_vs_node_z") >= heat.stands_out_z
+    return candidates & (mode == "thermal") & ~stands_out
 
 
 def _check_frames(features: pd.DataFrame, risk: pd.DataFrame) -> None:

@@ -134,14 +134,16 @@ def test_promtool_test_rules(promtool: str) -> None:
 
 
 def test_promtool_tests_catch_a_broken_rule(promtool: str, tmp_path: Path) -> None:
-    """The unit tests must be able to fail: a wrong threshold and a wrong XID class are caught."""
+    """The unit tests must be able to fail: a wrong threshold, a wrong XID class and a demote alert that
+    ignores the policy's decision (a GPU held at watch on a hot node) are caught."""
     shutil.copy(TESTS, tmp_path / TESTS.name)
     text = RULES.read_text()
     broken = text.replace("gpuhealth_gpu_lost == 1", "gpuhealth_gpu_lost == 2")
     broken = broken.replace(
         'modelName=~"NVIDIA H100.*|NVIDIA H200.*"} > 87', 'modelName=~"NVIDIA H100.*|NVIDIA H200.*"} > 85'
     )
-    assert broken.count("== 2") >= 1 and broken != text
+    broken = broken.replace('gpuhealth_decision{decision=~"demote|drain|rma"} == 1', "gpuhealth_decision == 1")
+    assert broken.count("== 2") >= 1 and broken.count('decision=~"demote|drain|rma"') == 0
     (tmp_path / RULES.name).write_text(broken)
     res = subprocess.run(
         [promtool, "test", "rules", TESTS.name], capture_output=True, text=True, timeout=120, cwd=tmp_path
@@ -149,6 +151,7 @@ def test_promtool_tests_catch_a_broken_rule(promtool: str, tmp_path: Path) -> No
     assert res.returncode != 0
     assert "alertname: GpuLost" in res.stdout + res.stderr
     assert "alertname: GpuTemperatureHigh" in res.stdout + res.stderr
+    assert "alertname: GpuRiskDemote" in res.stdout + res.stderr
 
 
 def test_cli_build_and_check(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ COLLECTOR = {
 SERVICE = {
     "gpuhealth_risk", "gpuhealth_decision", "gpuhealth_decision_reasons_info", "gpuhealth_failures_recorded_total",
     "gpuhealth_score_last_run_timestamp_seconds", "gpuhealth_store_up", "gpuhealth_buffer_dropped_samples_total",
+    "gpuhealth_node_cooling_suspected",
 }  # fmt: skip
 PROBES = {
     "gpuhealth_probe_value", "gpuhealth_probe_ratio", "gpuhealth_probe_passed", "gpuhealth_probe_duration_seconds",
