@@ -46,8 +46,17 @@ def family(*inputs: str) -> Callable[[Callable[[FeatureContext], Columns]], Fami
 class FeatureContext:
     """One build's ordered history and (GPU, cutoff) queries, with the helpers families share."""
 
-    def __init__(self, f: OrderedFrame, q: Queries, ident: pd.DataFrame, family_of: Mapping[str, Family]) -> None:
+    def __init__(
+        self,
+        f: OrderedFrame,
+        q: Queries,
+        ident: pd.DataFrame,
+        family_of: Mapping[str, Family],
+        failures: pd.DataFrame | None = None,
+    ) -> None:
         self.f = f
+        self.failures = failures
+        """Recorded failures and RMAs (gpu_uuid, hostname, failed_at, ...), or None if none were given."""
         self.q = q
         self.ident = ident
         """Identity columns of each query (gpu_uuid, hostname, model_name, cutoff, ...)."""

@@ -7,9 +7,11 @@ the shared `FeatureContext` and returns its columns, leaving out those it has no
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from predictor.feature_context import Columns, FeatureContext, family
-from predictor.feature_windows import DAY, MONTH, WEEK, WINDOWS, Sums
+from predictor.feature_frame import OrderedFrame
+from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, CounterIncreases, Sums
 
 XID_FEATURES = (48, 63, 64, 79, 92, 94, 95)
 """XIDs counted one by one (the ECC, remap and off-bus codes of REFERENCE.md's table);
@@ -21,6 +23,9 @@ LATEST_AS_IS = (
     "retired_pages_dbe", "retired_pages_pending",
 )  # fmt: skip
 """Columns whose last reported value is a feature of the same name."""
+RESET_COUNTERS = ("energy_mj", "pcie_replay_count", "ecc_sbe_volatile", "ecc_dbe_volatile",
+                  "thermal_violation_us", "power_violation_us")  # fmt: skip
+"""Counters that restart at a reset: a drop of any of them means the GPU or its node was reset."""
 
 
 @family("ecc_sbe_aggregate", "ecc_sbe_volatile")
@@ -33,6 +38,7 @@ def sbe_rates(ctx: FeatureContext) -> Columns:
     out = {f"sbe_rate_{k}": sbe.sum(w) / ctx.days(w) for k, w in WINDOWS.items()}
     out["sbe_growth"] = (out["sbe_rate_1d"] + 1.0) / (out["sbe_rate_7d"] + 1.0)
     out["sbe_active_hours_7d"] = sbe.rising(WEEK)
+    out["sbe_active_hours_1d"] = sbe.rising(DAY)
     return ctx.unknown_where_missing(sbe, out)
 
 
@@ -79,25 +85,85 @@ def retired_pages(ctx: FeatureContext) -> Columns:
     return out
 
 
-@family("pcie_replay_count")
+@family("pcie_replay_count", *RESET_COUNTERS[1:], "energy_mj")
 def pcie_replays(ctx: FeatureContext) -> Columns:
-    """PCIe replays per hour, their growth, and how many samples saw new ones."""
-    rep = ctx.counter("pcie_replay_count", windows=(DAY, WEEK))
-    if rep is None:
+    """PCIe replays per hour, their growth, and how many samples saw new ones, once the link
+    has settled after a reset.
+
+    After a reset (a reboot, a driver reload) the link trains again, which often costs a
+    burst of replays, on several GPUs of the node at once; so replays in the first
+    SETTLE_S after a reset are left out of these features (a degrading link keeps
+    replaying after), and the resets themselves and the node's other replaying GPUs are
+    features of their own.
+    """
+    f = ctx.f
+    raw = f.col("pcie_replay_count")
+    if raw is None or not f.usable("pcie_replay_count"):
         return {}
+    inc = f.increments(raw)
+    covered = f.per_gpu_any(~np.isnan(raw))
+    resets = [f.resets(x) for c in RESET_COUNTERS if (x := f.col(c)) is not None]
+    reset_rows = np.unique(np.concatenate(resets)) if resets else np.empty(0, dtype=np.int64)
+    inc[_settling(f, reset_rows)] = 0.0
+    rep = CounterIncreases(ctx.q, inc=inc, covered=covered)
     out = {
         "replay_rate_1d": rep.sum(DAY) / (ctx.days(DAY) * 24),
         "replay_rate_7d": rep.sum(WEEK) / (ctx.days(WEEK) * 24),
     }
     out["replay_growth"] = (out["replay_rate_1d"] + 1.0) / (out["replay_rate_7d"] + 1.0)
     out["replay_active_hours_1d"] = rep.rising(DAY)
+    out["replay_active_hours_6h"] = rep.rising(6 * HOUR)
+    # A degrading link replays a little every hour, then more and more; a flaky healthy one
+    # now and then replays hundreds at once: replays per hour that saw any tell them apart.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["replays_per_active_hour_7d"] = np.where((active := rep.rising(WEEK)) > 0, rep.sum(WEEK) / active, 0.0)
+    out["link_retrained_1d"] = ctx.q.window_count(reset_rows, DAY)
+    ident = ctx.ident
+    replaying = pd.Series(out["replay_active_hours_6h"] > 0)
+    node_count = replaying.groupby([ident["cutoff"], ident["hostname"]]).transform("sum").to_numpy(dtype=float)
+    out["node_replaying_gpus_6h"] = node_count - replaying.to_numpy(dtype=float)
     return ctx.unknown_where_missing(rep, out)
+
+
+SETTLE_S = 12 * HOUR
+"""Replays within this long after a reset belong to the link training again, not to its health."""
+
+
+def _settling(f: OrderedFrame, reset_rows: np.ndarray) -> np.ndarray:
+    """Per row (GPU, time order): whether it lies within SETTLE_S after its GPU's last reset."""
+    out = np.zeros(f.n, dtype=bool)
+    if len(reset_rows) == 0:
+        return out
+    rows = np.arange(f.n)
+    k = np.searchsorted(reset_rows, rows, side="right") - 1
+    has = k >= 0
+    last = reset_rows[np.maximum(k, 0)]
+    gpu_first = np.repeat(f.gpu_start, f.gpu_end - f.gpu_start)
+    same_gpu = has & (last >= gpu_first)
+    out[same_gpu] = (f.t_at(rows[same_gpu]) - f.t_at(last[same_gpu])) < SETTLE_S
+    return out
 
 
 @family("pcie_link_width", "pcie_link_width_max", "pcie_link_gen", "pcie_link_gen_max")
 def pcie_link(ctx: FeatureContext) -> Columns:
-    """The PCIe link's width and generation as shares of their maximum (a degraded link is below 1)."""
+    """The PCIe link's width and generation as shares of their maximum (a degraded link is below 1),
+    and how much of its bandwidth share it lost within the week (a link trained narrow at boot
+    and left so has lost nothing: a confounder, not a degrading link)."""
     out: Columns = {}
+    f = ctx.f
+    names = ("pcie_link_width", "pcie_link_width_max", "pcie_link_gen", "pcie_link_gen_max")
+    w, wm, g, gm = (f.col(c) for c in names)
+    latest = [ctx.latest(c) for c in names]
+    if w is not None and wm is not None and g is not None and gm is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = (w / wm) * (g / gm)
+        (week,) = ctx.window_means(share, WEEK, owned=True)
+        del share, w, wm, g, gm
+        lw, lwm, lg, lgm = latest
+        assert lw is not None and lwm is not None and lg is not None and lgm is not None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            now = (lw / lwm) * (lg / lgm)
+        out["link_drop_7d"] = np.maximum(week - now, 0.0)
     for feat, now, most in (("link_width_ratio", "pcie_link_width", "pcie_link_width_max"),
                             ("link_gen_ratio", "pcie_link_gen", "pcie_link_gen_max")):  # fmt: skip
         cur, top = ctx.latest(now), ctx.latest(most)

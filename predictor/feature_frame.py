@@ -197,6 +197,17 @@ class OrderedFrame:
         out[vi[1:]] = np.where(same, d, 0.0)
         return out
 
+    def resets(self, x: np.ndarray) -> np.ndarray:
+        """Positions (sorted) of the rows where a GPU's counter fell below its previous reading:
+        the GPU or its node was reset (a reboot, a driver reload) and the counter restarted."""
+        vi = self.valid_rows(x)
+        if len(vi) < 2:
+            return np.empty(0, dtype=np.int64)
+        v = x[vi]
+        code = self.code_at(vi)
+        drop = (v[1:] < v[:-1]) & (code[1:] == code[:-1])
+        return vi[1:][drop]
+
     def _increments_in_place(self, x: np.ndarray, block: int = 1 << 20) -> np.ndarray:
         """increments() of a column without NaN, written over it block by block from the end
         (a block needs the values just before it, which are still unchanged)."""

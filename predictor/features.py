@@ -32,13 +32,17 @@ from predictor.feature_errors import (
     xid_counts,
 )
 from predictor.feature_frame import OrderedFrame
+from predictor.feature_heat import heat
+from predictor.feature_history import repeat_offenders
 from predictor.feature_telemetry import peers, power_use, reporting, thermal, throttle_shares, violations
 from predictor.feature_windows import Queries
 
 STALE_S = 86400
 """A GPU whose last sample is older than this at the cutoff is not scored (it left)."""
 MODES = ("ecc", "thermal", "pcie", "any")
-WINDOW_NAMES = ("6h", "1d", "7d", "30d", "last", "all")
+XID_RISING = (48, 63, 64, 79, 92, 94, 95)
+"""XIDs whose count never lowers risk: every one of them is an error of the GPU or its memory."""
+WINDOW_NAMES = ("6h", "1d", "7d", "30d", "180d", "last", "all")
 
 
 @dataclass(frozen=True)
@@ -55,32 +59,90 @@ class FeatureSpec:
     history); a comparison names both sides, e.g. 1d/30d."""
     family: Family
     """The function that computes it (with the other features of its family)."""
+    monotonic: int = 0
+    """1: more of it never lowers its head's risk; -1: less of it never does (a link's width);
+    0: no constraint. Physics, imposed on the trees (`monotonic_cst`)."""
+    head: bool = True
+    """Whether the risk heads learn from it (False: context for reasons and findings only)."""
 
 
-# name, label (reasons), unit, mode, window, family
+# name, label (reasons), unit, mode, window, family[, monotonic][, head]
+# `monotonic` 1: more of it never lowers its head's risk (physics); -1: less of it never
+# does. `head=False`: computed (for reasons, the node finding and the API) but no head
+# learns from it: raw °C, watts and ages mean different things on different fleets
+# (issue 14), so the heads see heat only in units of the GPU's own variability and
+# against its node.
 SPECS: tuple[FeatureSpec, ...] = (
     # ECC / HBM
-    FeatureSpec("sbe_rate_1d", "SBE rate", "/day", "ecc", "1d", sbe_rates),
-    FeatureSpec("sbe_rate_7d", "SBE rate (7 d)", "/day", "ecc", "7d", sbe_rates),
-    FeatureSpec("sbe_rate_30d", "SBE rate (30 d)", "/day", "ecc", "30d", sbe_rates),
+    FeatureSpec("sbe_rate_1d", "SBE rate", "/day", "ecc", "1d", sbe_rates, 1),
+    FeatureSpec("sbe_rate_7d", "SBE rate (7 d)", "/day", "ecc", "7d", sbe_rates, 1),
+    FeatureSpec("sbe_rate_30d", "SBE rate (30 d)", "/day", "ecc", "30d", sbe_rates, 1),
     FeatureSpec("sbe_growth", "SBE rate vs its 7-day average", "x", "ecc", "1d/7d", sbe_rates),
-    FeatureSpec("sbe_active_hours_7d", "hours with new SBEs in 7 days", "h", "ecc", "7d", sbe_rates),
-    FeatureSpec("dbe_7d", "DBEs in 7 days", "", "ecc", "7d", dbe_counts),
-    FeatureSpec("dbe_30d", "DBEs in 30 days", "", "ecc", "30d", dbe_counts),
-    FeatureSpec("remapped_rows_correctable", "correctable remapped rows", "", "ecc", "last", latest_values),
-    FeatureSpec("remapped_rows_uncorrectable", "uncorrectable remapped rows", "", "ecc", "last", latest_values),
-    FeatureSpec("remaps_new_7d", "rows remapped in 7 days", "", "ecc", "7d", new_remaps),
+    FeatureSpec("sbe_active_hours_7d", "hours with new SBEs in 7 days", "h", "ecc", "7d", sbe_rates, 1),
+    FeatureSpec("sbe_active_hours_1d", "hours with new SBEs in 1 day", "h", "ecc", "1d", sbe_rates, 1),
+    FeatureSpec("dbe_7d", "DBEs in 7 days", "", "ecc", "7d", dbe_counts, 1),
+    FeatureSpec("dbe_30d", "DBEs in 30 days", "", "ecc", "30d", dbe_counts, 1),
+    FeatureSpec("remapped_rows_correctable", "correctable remapped rows", "", "ecc", "last", latest_values, 1),
+    FeatureSpec("remapped_rows_uncorrectable", "uncorrectable remapped rows", "", "ecc", "last", latest_values, 1),
+    FeatureSpec("remaps_new_7d", "rows remapped in 7 days", "", "ecc", "7d", new_remaps, 1),
     FeatureSpec("row_remap_pending", "remap pending a reset", "", "ecc", "last", latest_values),
-    FeatureSpec("row_remap_failure", "row remap failure", "", "ecc", "last", latest_values),
-    FeatureSpec("retired_pages", "retired pages (SBE+DBE)", "", "ecc", "last", retired_pages),
-    FeatureSpec("retired_pages_dbe", "retired pages (DBE)", "", "ecc", "last", latest_values),
-    FeatureSpec("retired_pages_dbe_new_7d", "DBE pages retired in 7 days", "", "ecc", "7d", retired_pages),
+    FeatureSpec("row_remap_failure", "row remap failure", "", "ecc", "last", latest_values, 1),
+    FeatureSpec("retired_pages", "retired pages (SBE+DBE)", "", "ecc", "last", retired_pages, 1),
+    FeatureSpec("retired_pages_dbe", "retired pages (DBE)", "", "ecc", "last", latest_values, 1),
+    FeatureSpec("retired_pages_dbe_new_7d", "DBE pages retired in 7 days", "", "ecc", "7d", retired_pages, 1),
     FeatureSpec("retired_pages_pending", "page retirement pending", "", "ecc", "last", latest_values),
-    # thermal
-    FeatureSpec("temp_mean_1d", "core temperature (1 d mean)", "C", "thermal", "1d", thermal),
-    FeatureSpec("temp_vs_own_30d", "core temperature vs its own 30-day mean", "C", "thermal", "1d/30d", thermal),
-    FeatureSpec("temp_vs_peers_1d", "core temperature vs same-model GPUs", "C", "thermal", "1d", peers),
-    FeatureSpec("temp_vs_node_1d", "core temperature vs its node", "C", "thermal", "1d", peers),
+    # thermal: what the heads see
+    FeatureSpec(
+        "temp_excess_vs_node_z",
+        "heat beyond its power (6 h) vs its node, in its own σ",
+        "σ",
+        "thermal",
+        "6h/30d",
+        heat,
+        1,
+    ),
+    FeatureSpec(
+        "temp_excess_vs_node_z_1d",
+        "heat beyond its power (1 d) vs its node, in its own σ",
+        "σ",
+        "thermal",
+        "1d/30d",
+        heat,
+        1,
+    ),
+    FeatureSpec(
+        "mem_spread_z", "memory-core spread vs its own 30 days, in its own σ", "σ", "thermal", "1d/30d", heat, 1
+    ),
+    FeatureSpec(
+        "throttle_share_1d", "share of samples thermally throttled (1 d)", "", "thermal", "1d", throttle_shares, 1
+    ),
+    FeatureSpec(
+        "throttle_share_7d", "share of samples thermally throttled (7 d)", "", "thermal", "7d", throttle_shares, 1
+    ),
+    FeatureSpec(
+        "thermal_violation_share_1d", "share of time in thermal violation (1 d)", "", "thermal", "1d", violations, 1
+    ),
+    # thermal: context (reasons, the node finding, the API), not learned from
+    FeatureSpec(
+        "temp_excess_own_z",
+        "heat beyond its power (6 h) vs its own 30 days",
+        "σ",
+        "thermal",
+        "6h/30d",
+        heat,
+        head=False,
+    ),
+    FeatureSpec(
+        "node_heat_z", "its node's median heat vs their own 30 days", "σ", "thermal", "6h/30d", heat, head=False
+    ),
+    FeatureSpec("node_hot_gpus", "GPUs of its node running hot (>= 2 σ)", "", "thermal", "6h/30d", heat, head=False),
+    FeatureSpec("node_gpus", "GPUs of its node scored", "", "thermal", "last", heat, head=False),
+    FeatureSpec("temp_mean_1d", "core temperature (1 d mean)", "C", "thermal", "1d", thermal, head=False),
+    FeatureSpec(
+        "temp_vs_own_30d", "core temperature vs its own 30-day mean", "C", "thermal", "1d/30d", thermal, head=False
+    ),
+    FeatureSpec("temp_vs_peers_1d", "core temperature vs same-model GPUs", "C", "thermal", "1d", peers, head=False),
+    FeatureSpec("temp_vs_node_1d", "core temperature vs its node", "C", "thermal", "1d", peers, head=False),
     FeatureSpec(
         "temp_per_load_vs_own",
         "temperature beyond what its power explains, vs its own 30 days",
@@ -88,43 +150,69 @@ SPECS: tuple[FeatureSpec, ...] = (
         "thermal",
         "1d/30d",
         thermal,
+        head=False,
     ),
     FeatureSpec(
-        "temp_excess_6h", "temperature beyond its power (6 h), vs its own 30 days", "C", "thermal", "6h/30d", thermal
+        "temp_excess_6h",
+        "temperature beyond its power (6 h), vs its own 30 days",
+        "C",
+        "thermal",
+        "6h/30d",
+        thermal,
+        head=False,
     ),
-    FeatureSpec("memtemp_mean_1d", "memory temperature (1 d mean)", "C", "thermal", "1d", thermal),
-    FeatureSpec("mem_minus_core_1d", "memory minus core temperature", "C", "thermal", "1d", thermal),
-    FeatureSpec("mem_minus_core_vs_own", "memory-core spread vs its own 30 days", "C", "thermal", "1d/30d", thermal),
+    FeatureSpec("memtemp_mean_1d", "memory temperature (1 d mean)", "C", "thermal", "1d", thermal, head=False),
+    FeatureSpec("mem_minus_core_1d", "memory minus core temperature", "C", "thermal", "1d", thermal, head=False),
     FeatureSpec(
-        "throttle_share_1d", "share of samples thermally throttled (1 d)", "", "thermal", "1d", throttle_shares
+        "mem_minus_core_vs_own", "memory-core spread vs its own 30 days", "C", "thermal", "1d/30d", thermal, head=False
     ),
-    FeatureSpec(
-        "throttle_share_7d", "share of samples thermally throttled (7 d)", "", "thermal", "7d", throttle_shares
-    ),
-    FeatureSpec(
-        "thermal_violation_share_1d", "share of time in thermal violation (1 d)", "", "thermal", "1d", violations
-    ),
+    FeatureSpec("temp_trend_7d", "core temperature 1 d vs 7 d mean", "C", "thermal", "1d/7d", thermal, head=False),
     FeatureSpec("power_violation_share_1d", "share of time in power violation (1 d)", "", "any", "1d", violations),
-    FeatureSpec("temp_trend_7d", "core temperature 1 d vs 7 d mean", "C", "thermal", "1d/7d", thermal),
     # PCIe
-    FeatureSpec("replay_rate_1d", "PCIe replay rate", "/h", "pcie", "1d", pcie_replays),
-    FeatureSpec("replay_rate_7d", "PCIe replay rate (7 d)", "/h", "pcie", "7d", pcie_replays),
+    FeatureSpec("replay_rate_1d", "PCIe replay rate", "/h", "pcie", "1d", pcie_replays, 1),
+    FeatureSpec("replay_rate_7d", "PCIe replay rate (7 d)", "/h", "pcie", "7d", pcie_replays, 1),
     FeatureSpec("replay_growth", "PCIe replay rate vs its 7-day average", "x", "pcie", "1d/7d", pcie_replays),
-    FeatureSpec("replay_active_hours_1d", "hours with new PCIe replays in 1 day", "h", "pcie", "1d", pcie_replays),
-    FeatureSpec("link_width_ratio", "PCIe link width / max", "", "pcie", "last", pcie_link),
-    FeatureSpec("link_gen_ratio", "PCIe link generation / max", "", "pcie", "last", pcie_link),
+    FeatureSpec("replay_active_hours_1d", "hours with new PCIe replays in 1 day", "h", "pcie", "1d", pcie_replays, 1),
+    FeatureSpec("replay_active_hours_6h", "hours with new PCIe replays in 6 hours", "h", "pcie", "6h", pcie_replays, 1),
+    FeatureSpec(
+        "replays_per_active_hour_7d", "PCIe replays per hour that saw any (7 d)", "", "pcie", "7d", pcie_replays
+    ),
+    FeatureSpec("link_retrained_1d", "resets (its link trained again) in 1 day", "", "pcie", "1d", pcie_replays),
+    FeatureSpec(
+        "node_replaying_gpus_6h", "other GPUs of its node with new replays in 6 h", "", "pcie", "6h", pcie_replays
+    ),
+    FeatureSpec("link_width_ratio", "PCIe link width / max", "", "pcie", "last", pcie_link, -1),
+    FeatureSpec("link_gen_ratio", "PCIe link generation / max", "", "pcie", "last", pcie_link, -1),
+    FeatureSpec("link_drop_7d", "PCIe bandwidth share lost within 7 days", "", "pcie", "7d", pcie_link, 1),
     # XID by code and class
-    *(FeatureSpec(f"xid_{c}_7d", f"XID {c} in 7 days", "", "any", "7d", xid_counts) for c in XID_FEATURES),
-    FeatureSpec("xid_79_30d", "XID 79 (fell off the bus) in 30 days", "", "any", "30d", xid_counts),
-    FeatureSpec("xid_48_30d", "XID 48 (DBE) in 30 days", "", "ecc", "30d", xid_counts),
+    *(
+        FeatureSpec(f"xid_{c}_7d", f"XID {c} in 7 days", "", "any", "7d", xid_counts, int(c in XID_RISING))
+        for c in XID_FEATURES
+    ),
+    FeatureSpec("xid_79_30d", "XID 79 (fell off the bus) in 30 days", "", "any", "30d", xid_counts, 1),
+    FeatureSpec("xid_48_30d", "XID 48 (DBE) in 30 days", "", "ecc", "30d", xid_counts, 1),
     FeatureSpec("xid_other_7d", "other XIDs in 7 days", "", "any", "7d", xid_counts),
     # power and use
-    FeatureSpec("power_mean_1d", "power (1 d mean)", "W", "any", "1d", power_use),
-    FeatureSpec("power_vs_peers_1d", "power vs same-model GPUs at their load", "W", "any", "1d", peers),
+    FeatureSpec("power_mean_1d", "power (1 d mean)", "W", "any", "1d", power_use, head=False),
+    FeatureSpec("power_vs_peers_1d", "power vs same-model GPUs at their load", "W", "any", "1d", peers, head=False),
     FeatureSpec("util_mean_1d", "utilisation (1 d mean)", "%", "any", "1d", power_use),
+    # the GPU's and its node's record (repeat offenders)
+    FeatureSpec("node_failures_30d", "failures recorded on its node in 30 days", "", "any", "30d", repeat_offenders, 1),
+    FeatureSpec(
+        "node_failures_180d", "failures recorded on its node in 180 days", "", "any", "180d", repeat_offenders, 1
+    ),
+    FeatureSpec(
+        "slot_failures_180d",
+        "failures recorded in its slot (this GPU or the one before) in 180 days",
+        "",
+        "any",
+        "180d",
+        repeat_offenders,
+        1,
+    ),
     # data coverage
-    FeatureSpec("coverage_1d", "share of expected samples present (1 d)", "", "any", "1d/7d", reporting),
-    FeatureSpec("age_days", "days since the GPU first reported", "d", "any", "all", reporting),
+    FeatureSpec("coverage_1d", "share of expected samples present (1 d)", "", "any", "1d/7d", reporting, head=False),
+    FeatureSpec("age_days", "days since the GPU first reported", "d", "any", "all", reporting, head=False),
 )
 FEATURES: tuple[str, ...] = tuple(s.name for s in SPECS)
 BY_NAME = {s.name: s for s in SPECS}
@@ -150,8 +238,12 @@ def build_features(
     frame: pd.DataFrame,
     cutoffs: pd.Timestamp | Sequence[pd.Timestamp] | pd.DatetimeIndex,
     stale_s: int = STALE_S,
+    failures: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Features of every GPU still reporting at each cutoff, using only data up to it.
+
+    `failures`: the failures and RMAs recorded so far (gpu_uuid, hostname, failed_at; e.g. the
+    store's or a simulation's); only those before each cutoff count (repeat offenders).
 
     Returns one row per (GPU, cutoff) with the identity columns `gpu_uuid, hostname,
     gpu_index, model_name, cutoff, last_seen` followed by FEATURES (NaN where the
@@ -188,7 +280,7 @@ def build_features(
     )
     # Each family runs once, when the table first reaches one of its features; big
     # per-row arrays live only while their family runs.
-    ctx = FeatureContext(f, q, ident, {s.name: s.family for s in SPECS})
+    ctx = FeatureContext(f, q, ident, {s.name: s.family for s in SPECS}, failures)
     feats = pd.DataFrame({name: ctx.feature(name) for name in FEATURES}, columns=list(FEATURES))
     return pd.concat([ident, feats], axis=1)
 
@@ -214,5 +306,5 @@ def feature_label(name: str) -> FeatureSpec:
 
 
 def iter_specs(mode: str) -> Iterable[FeatureSpec]:
-    """Features that speak to one failure mode (and the general ones)."""
-    return (s for s in SPECS if s.mode in (mode, "any"))
+    """Features a mode's head learns from: its mode's and the general ones."""
+    return (s for s in SPECS if s.mode in (mode, "any") and s.head)

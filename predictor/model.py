@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,15 +59,20 @@ class ColumnSelector(TransformerMixin, BaseEstimator):
     def __init__(self, columns: Sequence[str] = ()) -> None:
         self.columns = columns
 
-    def fit(self, X: pd.DataFrame, y: object = None) -> ColumnSelector:
+    def fit(self, X: pd.DataFrame, y: object = None, **_params: object) -> ColumnSelector:
         # A feature the training data never has (retired pages on Ampere+ fleets) cannot
-        # be learned from, and the trees cannot bin an all-NaN column: leave it out.
-        present = X[list(self.columns)].notna().any()
-        self.columns_ = [c for c in self.columns if present[c]]
+        # be learned from, and the trees cannot bin an all-NaN column: it is fed as a
+        # constant, so every head keeps the same columns (and monotonic constraints).
+        self.columns_ = list(self.columns)
+        present = X[self.columns_].notna().any()
+        self.empty_ = [c for c in self.columns_ if not present[c]]
         return self
 
     def transform(self, X: pd.DataFrame) -> np.ndarray:
-        return X[self.columns_].to_numpy(dtype=np.float64)
+        out = X[self.columns_].to_numpy(dtype=np.float64, copy=True)
+        for c in getattr(self, "empty_", ()):
+            out[:, self.columns_.index(c)] = 0.0
+        return out
 
 
 def head_features(mode: str) -> list[str]:
@@ -74,8 +80,15 @@ def head_features(mode: str) -> list[str]:
     return [s.name for s in iter_specs(mode)]
 
 
+def monotonic_cst(mode: str) -> list[int]:
+    """Per head feature: 1 where more of it must never lower the head's risk (physics), -1 where
+    less of it must never do so, else 0."""
+    return [s.monotonic for s in iter_specs(mode)]
+
+
 def make_head(mode: str, seed: int = 0) -> Pipeline:
-    """An unfitted head: feature selection + gradient-boosted trees (NaN-aware)."""
+    """An unfitted head: feature selection + gradient-boosted trees (NaN-aware), monotonic
+    in the features where physics is (more DBEs, remaps, replays or excess heat)."""
     return Pipeline(
         [
             ("select", ColumnSelector(head_features(mode))),
@@ -93,6 +106,7 @@ def make_head(mode: str, seed: int = 0) -> Pipeline:
                     class_weight="balanced",
                     l2_regularization=1.0,
                     early_stopping=False,
+                    monotonic_cst=monotonic_cst(mode),
                     random_state=seed,
                 ),
             ),
@@ -203,6 +217,22 @@ class RiskModel:
         return reasons
 
     # -- persistence ---------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The model as a skops archive in memory (what `save` writes), e.g. for the store."""
+        import skops.io as sio
+
+        return bytes(sio.dumps({"heads": self.heads, "meta_json": json.dumps(self.meta, sort_keys=True)}))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str = "model") -> RiskModel:
+        """Read a model from `to_bytes`' archive, with the same checks as `load`."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / f"{name}.skops"
+            p.write_bytes(data)
+            return cls.load(p)
+
     def save(self, path: str | Path) -> Path:
         """Write the model with skops, metadata included."""
         import skops.io as sio
@@ -290,6 +320,21 @@ def training_cutoffs(frame: pd.DataFrame, window: pd.Timedelta, every: str) -> p
     return pd.date_range(start.ceil("h"), end, freq=every)
 
 
+@dataclass(frozen=True)
+class TrainingSet:
+    """One history to learn from: a simulated fleet, or the operator's own (from the store).
+
+    `weight` is what all its rows weigh together against the other sets (the trees' sample
+    weights and the calibration's), whatever its size: a big simulated prior does not
+    drown a small real fleet by its number of rows alone.
+    """
+
+    name: str
+    frame: pd.DataFrame
+    failures: pd.DataFrame
+    weight: float = 1.0
+
+
 def train(
     frame: pd.DataFrame,
     failures: pd.DataFrame,
@@ -300,26 +345,66 @@ def train(
     folds: int = 3,
     progress: Progress | None = None,
 ) -> RiskModel:
-    """Fit and calibrate on the first 80 % of time, validate on the last 20 %.
+    """Fit and calibrate on one history (see `train_sets`)."""
+    return train_sets([TrainingSet("history", frame, failures)], lead, window, every, seed, folds, progress)
+
+
+def _set_rows(
+    ts: TrainingSet, lead: pd.Timedelta, window: pd.Timedelta, every: str, say: Progress
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Features and labels of one set at its cutoffs, rows just before a failure left out."""
+    cuts = training_cutoffs(ts.frame, window, every)
+    say(f"{ts.name}: features at {len(cuts)} cutoffs")
+    X = build_features(ts.frame, cuts, failures=ts.failures)
+    y = make_labels(X, ts.failures, lead, window)
+    usable = y["imminent"].to_numpy() == 0
+    X, y = X[usable].reset_index(drop=True), y[usable].reset_index(drop=True)
+    # Validation: each set's last 20 % of time (sets may cover different spans).
+    X["_set"] = ts.name
+    X["_fit"] = (X["cutoff"] <= X["cutoff"].quantile(0.8)).to_numpy()
+    X["_weight"] = ts.weight
+    return X, y
+
+
+def train_sets(
+    sets: Sequence[TrainingSet],
+    lead: pd.Timedelta = HOUR,
+    window: pd.Timedelta = 7 * DAY,
+    every: str = "3h",
+    seed: int = 0,
+    folds: int = 3,
+    progress: Progress | None = None,
+) -> RiskModel:
+    """Fit and calibrate on the first 80 % of each set's time, validate on the last 20 %.
 
     Calibration is cross-fitted: the training GPUs are split into `folds` groups, each
     head is fitted on the others and scores the held-out group; one isotonic calibrator
     is fitted on all those out-of-fold scores, and the head is refitted on every row. A
     GPU's score never calibrates a head that saw it, and every failure of the training
     span helps calibrate (Platt scaling on one later slice had too few failures and
-    squashed confident scores).
+    squashed confident scores). Sets are weighted by `TrainingSet.weight` per row.
     """
     say = progress or (lambda _msg: None)
-    cuts = training_cutoffs(frame, window, every)
-    say(f"features at {len(cuts)} cutoffs")
-    X = build_features(frame, cuts)
-    y = make_labels(X, failures, lead, window)
-    usable = y["imminent"].to_numpy() == 0
-    X, y = X[usable].reset_index(drop=True), y[usable].reset_index(drop=True)
-    t80 = X["cutoff"].quantile(0.8)
-    fit_rows, val_rows = (X["cutoff"] <= t80).to_numpy(), (X["cutoff"] > t80).to_numpy()
-    Xf, yf = X[fit_rows].reset_index(drop=True), y[fit_rows].reset_index(drop=True)
-    groups = Xf["gpu_uuid"].astype(str).to_numpy()
+    if not sets:
+        raise ModelError("nothing to train on: no history given")
+    names = [s.name for s in sets]
+    if len(set(names)) != len(names):
+        raise ModelError(f"training sets need distinct names, got {names}")
+    parts = [_set_rows(ts, lead, window, every, say) for ts in sets]
+    X = pd.concat([p[0] for p in parts], ignore_index=True)
+    y = pd.concat([p[1] for p in parts], ignore_index=True)
+    del parts
+    fit_rows = X.pop("_fit").to_numpy(dtype=bool)
+    weight = X.pop("_weight").to_numpy(dtype=float)
+    set_name = X.pop("_set").to_numpy()
+    # Per set, rows count as weight / (rows of the set): every set weighs what it is told,
+    # whatever its size (a 90-day prior fleet against a fortnight of real history).
+    per_set = pd.Series(set_name).map(pd.Series(set_name).value_counts()).to_numpy(dtype=float)
+    w = weight / per_set
+    w = w / w[fit_rows].mean()
+    Xf, yf, wf = X[fit_rows].reset_index(drop=True), y[fit_rows].reset_index(drop=True), w[fit_rows]
+    groups = (pd.Series(set_name[fit_rows]) + "/" + Xf["gpu_uuid"].astype(str)).to_numpy()
+    val_rows = ~fit_rows
     heads: dict[str, Any] = {}
     scores: dict[str, dict[str, float]] = {}
     for mode in MODES:
@@ -338,34 +423,65 @@ def train(
         # (all failures), then the head refitted on all rows; averaging per-fold
         # calibrators let one fold with few failures cap the risk of certain ones.
         cal = CalibratedClassifierCV(make_head(mode, seed), method="isotonic", cv=splits, ensemble=False)
-        cal.fit(Xf, yf[mode])
+        with warnings.catch_warnings():
+            # The weights reach the trees through the pipeline's step parameter below.
+            warnings.filterwarnings("ignore", message="Since Pipeline does not appear to accept sample_weight")
+            cal.fit(Xf, yf[mode], sample_weight=wf, trees__sample_weight=wf)
         heads[mode] = cal
         yv = y.loc[val_rows, mode].to_numpy()
-        pv = cal.predict_proba(X[val_rows])[:, 1]
+        pv = cal.predict_proba(X[val_rows])[:, 1] if val_rows.any() else np.empty(0)
         scores[mode] = {
             "average_precision": float(average_precision_score(yv, pv)) if yv.any() else float("nan"),
-            "brier": float(brier_score_loss(yv, pv)),
+            "brier": float(brier_score_loss(yv, pv)) if len(yv) else float("nan"),
             "positives": int(yv.sum()),
             "rows": len(yv),
         }
     model = RiskModel(heads=heads)
+    frames = [s.frame for s in sets]
+    fails = pd.concat([s.failures for s in sets], ignore_index=True)
     model.meta = {
-        "format": 1,
+        "format": 2,
         "sklearn_version": sklearn.__version__,
         "features": list(FEATURES),
         "head_features": {m: head_features(m) for m in MODES},
-        "training_window": [str(frame["timestamp"].min()), str(frame["timestamp"].max())],
-        "validation_from": str(t80),
+        "monotonic": {m: [n for n, c in zip(head_features(m), monotonic_cst(m), strict=True) if c] for m in MODES},
+        "training_window": [
+            str(min(f["timestamp"].min() for f in frames)),
+            str(max(f["timestamp"].max() for f in frames)),
+        ],
+        "training_sets": [
+            {
+                "name": s.name,
+                "weight": s.weight,
+                "gpus": int(s.frame["gpu_uuid"].nunique()),
+                "span": [str(s.frame["timestamp"].min()), str(s.frame["timestamp"].max())],
+                "failures": {str(k): int(v) for k, v in s.failures["mode"].value_counts().items()}
+                if len(s.failures)
+                else {},
+            }
+            for s in sets
+        ],
+        "validation_from": "the last 20 % of each training set's time",
         "lead_hours": lead / HOUR,
         "window_days": window / DAY,
         "cutoff_every": every,
         "calibration": f"isotonic on {folds}-fold out-of-fold scores, folds by GPU",
-        "data_hash": data_hash(frame, failures),
-        "inputs_seen": [c for c in USED_COLUMNS if c in frame.columns and frame[c].notna().any()],
+        "data_hash": _sets_hash(sets),
+        "inputs_seen": [c for c in USED_COLUMNS if any(c in f.columns and f[c].notna().any() for f in frames)],
         "rows": len(X),
-        "gpus": int(frame["gpu_uuid"].nunique()),
-        "model_names": sorted({str(m) for m in frame["model_name"].dropna().unique()}),
-        "failures": {str(k): int(v) for k, v in failures["mode"].value_counts().items()} if len(failures) else {},
+        "gpus": int(sum(f["gpu_uuid"].nunique() for f in frames)),
+        "model_names": sorted({str(m) for f in frames for m in f["model_name"].dropna().unique()}),
+        "failures": {str(k): int(v) for k, v in fails["mode"].value_counts().items()} if len(fails) else {},
         "validation": scores,
     }
     return model
+
+
+def _sets_hash(sets: Sequence[TrainingSet]) -> str:
+    """One fingerprint over every set's data and weight (one set: that set's `data_hash`)."""
+    if len(sets) == 1 and sets[0].weight == 1.0:
+        return data_hash(sets[0].frame, sets[0].failures)
+    h = hashlib.sha256()
+    for s in sets:
+        h.update(f"{s.name}:{s.weight}:{data_hash(s.frame, s.failures)}".encode())
+    return h.hexdigest()[:16]

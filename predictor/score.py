@@ -14,6 +14,7 @@ from core.catalog import IDENTITY_COLUMNS
 from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
+from predictor.node import node_findings
 from predictor.policy import Thresholds, decide
 from predictor.rules import evaluate_rules
 
@@ -47,8 +48,11 @@ def score(
     frame: pd.DataFrame,
     at: pd.Timestamp | None = None,
     thresholds: Thresholds | None = None,
+    failures: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
+
+    `failures`: failures and RMAs recorded so far (the store's), for the repeat-offender features.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
@@ -64,7 +68,7 @@ def score(
             f"--at {cutoff.isoformat()} is before the history begins ({first.isoformat()}): nothing to score"
         )
     past = _up_to(frame, cutoff)
-    x = build_features(past, cutoff, stale_s=STALE_S)
+    x = build_features(past, cutoff, stale_s=STALE_S, failures=failures)
     risk = model.predict(x)
     # Too little history: no model score, the rules still decide.
     age_s = x["age_days"].to_numpy() * 86400
@@ -82,7 +86,7 @@ def score(
     explained = model.explain(x, risk, flagged)
     risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
     hits = evaluate_rules(x)
-    decided = decide(x, risk, th, hits)
+    decided = decide(x, risk, th, hits, nodes=node_findings(x))
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)

@@ -1,0 +1,233 @@
+"""Training on randomised fleets, and the leave-one-family-out evaluation (issue 14).
+
+`family_sets` simulates the training fleets of the simulator's families (`simulator.families`),
+each with its own randomly drawn domain; `make model` trains the shipped model on all four
+families. `leave_one_family_out` asks whether that recipe holds on a world it never saw:
+for each family in turn it trains on the other three and evaluates on a 512-GPU, 90-day
+fleet of the left-out family, scored every hour, beside NVIDIA's rules alone. The
+family "unseen" is never trained on by any model: the shipped model is evaluated there too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from predictor.downtime import DowntimeParams
+from predictor.evaluate import FLOORS, check_floors, evaluate
+from predictor.model import RiskModel, TrainingSet, train_sets
+from simulator.families import FAMILIES, UNSEEN, family_config
+from simulator.run import simulate
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes and seeds of the training fleets and the held-out ones (defaults: `make model`, docs/model.md)."""
+
+    families: tuple[str, ...] = tuple(FAMILIES)
+    fleets_per_family: int = 2
+    train_nodes: int = 32
+    train_days: float = 90.0
+    train_acceleration: float = 8.0
+    """Failure rate x the field's in training fleets: rare modes (thermal, PCIe) need examples."""
+    train_seed: int = 100
+    """Training fleets use seeds train_seed, train_seed + 1, ... in every family."""
+    test_nodes: int = 64
+    test_days: float = 90.0
+    test_acceleration: float = 8.0
+    test_seed: int = 900
+    """Held-out fleets use this seed: never a training seed."""
+    every: str = "6h"
+    """Cutoff spacing of the training rows."""
+    score_every: str = "1h"
+    """How often the held-out fleets are scored."""
+
+    def __post_init__(self) -> None:
+        unknown = [f for f in self.families if f not in FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown families {unknown}: choose from {', '.join(FAMILIES)}")
+        if self.fleets_per_family < 1 or self.train_nodes < 1 or self.test_nodes < 1:
+            raise ValueError("fleets per family and nodes must be at least 1")
+        if self.train_seed <= self.test_seed < self.train_seed + self.fleets_per_family:
+            raise ValueError("the held-out fleets' seed must not be one of the training seeds")
+
+
+def family_sets(plan: Plan, exclude: str | None = None, progress: Progress | None = None) -> list[TrainingSet]:
+    """The training fleets of every family but `exclude`, simulated (each weighs 1)."""
+    say = progress or (lambda _m: None)
+    sets = []
+    for name in plan.families:
+        if name == exclude:
+            continue
+        for k in range(plan.fleets_per_family):
+            seed = plan.train_seed + k
+            say(f"simulating {name} fleet {k + 1}/{plan.fleets_per_family} ({plan.train_nodes * 8} GPUs, seed {seed})")
+            cfg = family_config(name, seed, nodes=plan.train_nodes, acceleration=plan.train_acceleration)
+            frame, failures = simulate(cfg, plan.train_days)
+            sets.append(TrainingSet(f"{name}-{seed}", frame, failures))
+    return sets
+
+
+def train_on_families(plan: Plan, exclude: str | None = None, progress: Progress | None = None) -> RiskModel:
+    """A model trained on the plan's families (all of them, or all but `exclude`)."""
+    sets = family_sets(plan, exclude, progress)
+    model = train_sets(sets, every=plan.every, progress=progress)
+    model.meta["families"] = [f for f in plan.families if f != exclude]
+    model.meta["family_plan"] = asdict(plan)
+    return model
+
+
+def held_out_fleet(plan: Plan, family: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The evaluation fleet of a family (history, failures)."""
+    cfg = family_config(family, plan.test_seed, nodes=plan.test_nodes, acceleration=plan.test_acceleration)
+    return simulate(cfg, plan.test_days)
+
+
+def evaluate_on(model: RiskModel, plan: Plan, family: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Evaluate a model on the family's held-out fleet; the report of `predictor.evaluate`."""
+    say = progress or (lambda _m: None)
+    say(f"simulating the held-out {family} fleet ({plan.test_nodes * 8} GPUs x {plan.test_days:g} days)")
+    frame, failures = held_out_fleet(plan, family)
+    return evaluate(model, frame, failures, every=plan.score_every, progress=progress, downtime=DowntimeParams())
+
+
+def leave_one_family_out(
+    plan: Plan, shipped: RiskModel | None = None, progress: Progress | None = None
+) -> list[dict[str, Any]]:
+    """Per family: train on the others, evaluate on it; then the shipped model on "unseen"."""
+    say = progress or (lambda _m: None)
+    rows = []
+    for family in plan.families:
+        say(f"== leaving out {family}: training on {', '.join(f for f in plan.families if f != family)}")
+        model = train_on_families(plan, exclude=family, progress=progress)
+        report = evaluate_on(model, plan, family, say)
+        rows.append({"family": family, "trained": "without it", **_summary(report)})
+    if shipped is not None:
+        say(f"== the shipped model on the {UNSEEN.name} family (no model trains on it)")
+        report = evaluate_on(shipped, plan, UNSEEN.name, say)
+        rows.append({"family": UNSEEN.name, "trained": "shipped model", **_summary(report)})
+    return rows
+
+
+def _summary(report: dict[str, Any]) -> dict[str, Any]:
+    """What the cross-domain table shows of one evaluation report."""
+    m, r = report["model"], report["rules"]
+    return {
+        "gpus": report["gpus"],
+        "gpu_days": report["gpu_days"],
+        "failures": report["failures"],
+        "model": {k: v for k, v in m.items() if not isinstance(v, dict)},
+        "rules": {k: v for k, v in r.items() if not isinstance(v, dict)},
+        "floors": report["floors"],
+        "pr_auc": report["pr_auc"],
+        "downtime": report.get("downtime", {}),
+    }
+
+
+def all_floors_hold(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether every floor holds on every held-out family."""
+    return all(all(v["ok"] for v in row["floors"].values()) for row in rows)
+
+
+def _f(v: Any) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}"
+
+
+def _pct(row: dict[str, Any], policy: str) -> float | None:
+    """The change in unplanned downtime against react of a policy (the downtime report's), in %."""
+    v = row.get("downtime", {}).get("unplanned_reduction_pct", {}).get(policy, {})
+    return -v["all"] if isinstance(v, dict) and "all" in v else None
+
+
+def table_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The cross-domain table: one column per held-out family, model + rules beside rules alone."""
+    head = "| measure | " + " | ".join(f"{r['family']} ({r.get('trained', '')})" for r in rows) + " | floor |"
+    lines = [head, "|---|" + "---|" * len(rows) + "---|"]
+    measures = [
+        ("recall ECC (24 h), failures that gave warning", lambda r: r["model"]["recall_ecc_warned"],
+         FLOORS["recall_ecc"]),
+        ("recall thermal (24 h), failures that gave warning", lambda r: r["model"]["recall_thermal_warned"],
+         FLOORS["recall_thermal"]),
+        ("recall PCIe (1 h), failures that gave warning", lambda r: r["model"]["recall_pcie_warned"],
+         FLOORS["recall_pcie"]),
+        ("recall ECC (24 h), all", lambda r: r["model"]["recall_ecc"], None),
+        ("recall thermal (24 h), all", lambda r: r["model"]["recall_thermal"], None),
+        ("recall PCIe (1 h), all", lambda r: r["model"]["recall_pcie"], None),
+        ("precision over alert episodes", lambda r: r["model"]["precision"], FLOORS["precision"]),
+        ("field precision (0.15 failures / 1,000 GPU-days)", lambda r: r["model"]["field_precision"],
+         FLOORS["field_precision"]),
+        ("false episodes / 1,000 GPU-days", lambda r: r["model"]["false_episodes_per_1000_gpu_days"],
+         FLOORS["false_episodes_per_1000_gpu_days"]),
+        ("rules alone: recall (precursor modes)", lambda r: r["rules"]["recall_precursor_modes"], None),
+        ("rules alone: precision", lambda r: r["rules"]["precision"], None),
+        ("model + rules: recall (precursor modes)", lambda r: r["model"]["recall_precursor_modes"], None),
+        ("unplanned downtime vs react, rules alone (% change)", lambda r: _pct(r, "rules"), None),
+        ("unplanned downtime vs react, model + rules (% change)", lambda r: _pct(r, "model"), None),
+    ]  # fmt: skip
+    for label, get, floor in measures:
+        floor_s = "—" if floor is None else (f"≤ {floor:g}" if "false" in label else f"≥ {floor:g}")
+        lines.append(f"| {label} | " + " | ".join(_f(get(r)) for r in rows) + f" | {floor_s} |")
+    lines.append(
+        "| all floors hold | "
+        + " | ".join("yes" if all(v["ok"] for v in r["floors"].values()) else "NO" for r in rows)
+        + " | |"
+    )
+    lines.append(
+        "| failures judged | "
+        + " | ".join(", ".join(f"{k} {v}" for k, v in sorted(r["failures"].items())) for r in rows)
+        + " | |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path) -> list[Path]:
+    """cross-domain.json, cross-domain.md and a plot of precision and recall per held-out family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "cross-domain.json", out_dir / "cross-domain.md", out_dir / "cross-domain.png"]
+    paths[0].write_text(json.dumps({"plan": asdict(plan), "families": list(rows)}, indent=2, default=str) + "\n")
+    paths[1].write_text(
+        "# Leave-one-family-out evaluation\n\n" + table_markdown(rows) + "\n![cross-domain](cross-domain.png)\n"
+    )
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = [r["family"] for r in rows]
+    keys = [("recall_ecc", "recall ECC"), ("recall_thermal", "recall thermal"), ("recall_pcie", "recall PCIe"),
+            ("precision", "precision"), ("field_precision", "field precision")]  # fmt: skip
+    width = 0.8 / len(keys)
+    for i, (k, label) in enumerate(keys):
+        vals = [r["model"].get(k) if r["model"].get(k) == r["model"].get(k) else 0.0 for r in rows]
+        ax.bar([j + (i - len(keys) / 2) * width + width / 2 for j in range(len(rows))], vals, width, label=label)
+    ax.axhline(0.9, color="grey", lw=0.8, ls="--")
+    ax.axhline(0.8, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(range(len(rows)), names)
+    ax.set(ylim=(0, 1.05), title="held-out families: model + rules")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.tight_layout()
+    fig.savefig(paths[2], dpi=90)
+    plt.close(fig)
+    return paths
+
+
+__all__ = [
+    "Plan",
+    "all_floors_hold",
+    "check_floors",
+    "evaluate_on",
+    "family_sets",
+    "held_out_fleet",
+    "leave_one_family_out",
+    "table_markdown",
+    "train_on_families",
+    "write_cross_domain",
+]

@@ -1,0 +1,136 @@
+"""Judging alerts: precision re-weighted to the field's failure rate, and episodes too late to judge."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from predictor.evaluate import FIELD_RATE, episodes, field_precision, judged_episodes, precision
+
+HOUR = pd.Timedelta(hours=1)
+DAY = pd.Timedelta(days=1)
+WEEK = 7 * DAY
+END = pd.Timestamp("2026-05-01T00:00:00Z")
+"""The end of the history."""
+
+
+# -- field precision ------------------------------------------------------------------------------
+
+
+def test_field_precision_by_hand() -> None:
+    # 10 predictable failures in 10,000 GPU-days: 1 per 1,000 here, 0.15 in the field, so the
+    # 9 true episodes count as 9 x 0.15 = 1.35 against the 1 false one.
+    assert field_precision(9, 1, 10, 10_000.0, field_rate=0.15) == pytest.approx(1.35 / 2.35)
+    assert field_precision(9, 1, 10, 10_000.0, field_rate=0.5) == pytest.approx(4.5 / 5.5)
+
+
+def test_the_default_field_rate_is_the_documented_one() -> None:
+    assert field_precision(9, 1, 10, 10_000.0) == field_precision(9, 1, 10, 10_000.0, field_rate=FIELD_RATE)
+
+
+def test_field_precision_at_the_field_rate_is_plain_precision() -> None:
+    # 3 failures in 20,000 GPU-days = 0.15 per 1,000: nothing to re-weight.
+    assert field_precision(3, 1, 3, 20_000.0, field_rate=0.15) == pytest.approx(0.75)
+
+
+def test_a_fleet_failing_more_often_is_judged_more_strictly() -> None:
+    """The same alerts are worth less where failures are common: fewer true ones per false one in the field."""
+    rare = field_precision(8, 2, 5, 10_000.0, field_rate=0.15)  # 0.5 per 1,000: each true episode counts 0.3
+    common = field_precision(8, 2, 50, 10_000.0, field_rate=0.15)  # 5 per 1,000: each counts 0.03
+    assert rare == pytest.approx(2.4 / 4.4)
+    assert common == pytest.approx(0.24 / 2.24)
+    assert common < rare < 8 / 10
+
+
+def test_all_true_or_all_false() -> None:
+    assert field_precision(4, 0, 10, 1_000.0) == 1.0
+    assert field_precision(0, 4, 10, 1_000.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        ((0, 0, 10, 1_000.0), "no episodes to judge"),
+        ((3, 1, 0, 1_000.0), "no predictable failures: no rate to re-weight by"),
+        ((3, 1, 10, 0.0), "no GPU-days"),
+        ((3, 1, -1, 1_000.0), "a negative count"),
+        ((3, 1, 10, -5.0), "negative GPU-days"),
+    ],
+)
+def test_field_precision_is_nan_without_something_to_judge(args: tuple, why: str) -> None:
+    assert math.isnan(field_precision(*args)), why
+
+
+def test_a_zero_field_rate_with_no_false_episodes_is_nan_not_a_division_error() -> None:
+    assert math.isnan(field_precision(3, 0, 10, 1_000.0, field_rate=0.0))
+    assert field_precision(3, 2, 10, 1_000.0, field_rate=0.0) == 0.0
+
+
+# -- episodes the history can judge ---------------------------------------------------------------
+
+
+def alerting(*rows: tuple[str, pd.Timestamp]) -> pd.DataFrame:
+    df = pd.DataFrame({"gpu_uuid": [u for u, _ in rows], "cutoff": [c for _, c in rows], "a": True})
+    return episodes(df, "a")
+
+
+def fails(*rows: tuple[str, pd.Timestamp]) -> pd.DataFrame:
+    at = pd.to_datetime([t for _, t in rows], utc=True).as_unit("ns")  # typed even when empty, as failures_frame
+    return pd.DataFrame({"gpu_uuid": [u for u, _ in rows], "failed_at": at, "mode": "ecc"})
+
+
+EPS = alerting(
+    ("GPU-late", END - 2 * DAY),  # alerting near the end, not failed (yet): unknown
+    ("GPU-old", END - 10 * DAY),  # long enough before the end: false
+    ("GPU-edge", END - WEEK),  # exactly a window before the end: judged
+    ("GPU-true", END - DAY),  # near the end, but it failed: true
+    ("GPU-true", END - 20 * HOUR),
+)
+FAILS = fails(("GPU-true", END - 2 * HOUR))
+
+
+def test_an_episode_near_the_end_without_a_failure_is_left_out() -> None:
+    kept = judged_episodes(EPS, FAILS, WEEK, END)
+    assert sorted(kept["gpu_uuid"]) == ["GPU-edge", "GPU-old", "GPU-true"]
+    assert set(kept.columns) == set(EPS.columns)
+
+
+def test_until_none_keeps_every_episode() -> None:
+    kept = judged_episodes(EPS, FAILS, WEEK, None)
+    assert len(kept) == len(EPS) == 4
+
+
+def test_a_shorter_window_judges_more() -> None:
+    kept = judged_episodes(EPS, FAILS, DAY, END)
+    assert sorted(kept["gpu_uuid"]) == ["GPU-edge", "GPU-late", "GPU-old", "GPU-true"]
+
+
+def test_an_empty_set_of_episodes() -> None:
+    none = alerting(("GPU-x", END)).iloc[0:0]
+    assert judged_episodes(none, FAILS, WEEK, END).empty
+    assert judged_episodes(none, fails(), WEEK, END).empty
+
+
+def test_without_failures_only_old_episodes_are_judged() -> None:
+    kept = judged_episodes(EPS, fails(), WEEK, END)
+    assert sorted(kept["gpu_uuid"]) == ["GPU-edge", "GPU-old"]
+
+
+def test_a_recorded_failure_makes_a_late_episode_true_and_judged() -> None:
+    """A failure on record within the window makes the episode true, whenever it was recorded."""
+    kept = judged_episodes(EPS, fails(("GPU-late", END + DAY)), WEEK, END)
+    assert "GPU-late" in set(kept["gpu_uuid"])
+
+
+def test_precision_leaves_unjudgeable_episodes_out() -> None:
+    # Judged: GPU-old (false), GPU-edge (false), GPU-true (true); GPU-late left out.
+    assert precision(EPS, FAILS, WEEK, END) == (pytest.approx(1 / 3), 1, 3)
+    assert precision(EPS, FAILS, WEEK) == (pytest.approx(1 / 4), 1, 4)
+
+
+def test_precision_when_nothing_can_be_judged_yet() -> None:
+    late = alerting(("GPU-late", END - DAY))
+    p, tp, n = precision(late, fails(), WEEK, END)
+    assert math.isnan(p) and (tp, n) == (0, 0)

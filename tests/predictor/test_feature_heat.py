@@ -1,0 +1,281 @@
+"""The `heat` features on hand-made histories: excess heat in the GPU's own σ, against its node.
+
+Every GPU here reports hourly for 35 days; its core temperature is inlet + R·power + noise,
+with power wandering between 100 and 500 W (so its own degrees-per-watt can be fitted),
+and a scenario adds heat over the last hours before the cutoff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.history import validate
+from predictor.features import build_features
+
+T0 = pd.Timestamp("2026-03-01T00:00:00Z")
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+HOURS = 35 * 24
+CUTOFF = T0 + pd.Timedelta(hours=HOURS)
+HEAT = (
+    "temp_excess_own_z", "temp_excess_vs_node_z", "temp_excess_vs_node_z_1d", "mem_spread_z",
+    "node_heat_z", "node_hot_gpus", "node_gpus",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's story: its heat sink, its noise, and what happens before the cutoff."""
+
+    host: str
+    index: int
+    noise: float = 1.0
+    r: float = 0.04
+    """Degrees per watt of its heat sink."""
+    hot_c: float = 0.0
+    """Extra °C over the last `hot_hours`."""
+    hot_hours: int = 6
+    mem_widen_c: float = 0.0
+    """Extra memory-core spread over the last day."""
+    full_load_hours: int = 0
+    """Hours before the cutoff at 700 W (a new job) instead of its usual 100-500 W."""
+    mem: bool = True
+    model: str = H100
+    stops_hours_before: int = 0
+    """Stops reporting this long before the cutoff (0: reports to the end)."""
+
+    @property
+    def uuid(self) -> str:
+        return f"GPU-{self.host}-{self.index}"
+
+
+def rows(g: Gpu, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    h = np.arange(HOURS + 1 - g.stops_hours_before)
+    n = len(h)
+    power = rng.uniform(100.0, 500.0, n)
+    to_end = HOURS - h  # hours before the cutoff
+    power[to_end < g.full_load_hours] = 700.0
+    temp = 25.0 + 2.0 * g.index + g.r * power + rng.normal(0.0, g.noise, n)
+    temp[to_end < g.hot_hours] += g.hot_c
+    mem = temp + 12.0 + rng.normal(0.0, g.noise, n)
+    mem[to_end < 24] += g.mem_widen_c
+    return pd.DataFrame(
+        {
+            "timestamp": T0 + pd.to_timedelta(h, unit="h"),
+            "hostname": g.host,
+            "gpu_uuid": g.uuid,
+            "gpu_index": g.index,
+            "model_name": g.model,
+            "gpu_temp_c": temp,
+            "power_w": power,
+            "memory_temp_c": mem if g.mem else np.nan,
+        }
+    )
+
+
+def node(host: str, n: int = 4, **kw: object) -> list[Gpu]:
+    return [Gpu(host, i, **kw) for i in range(n)]  # type: ignore[arg-type]
+
+
+def features(gpus: list[Gpu], drop: tuple[str, ...] = ()) -> pd.DataFrame:
+    frame = validate(pd.concat([rows(g, k) for k, g in enumerate(gpus)], ignore_index=True), source="test")
+    f = build_features(frame.drop(columns=list(drop)), CUTOFF)
+    return f.set_index("gpu_uuid")
+
+
+def uuids(host: str, n: int = 4) -> list[str]:
+    return [f"GPU-{host}-{i}" for i in range(n)]
+
+
+# -- (a) a node running hot together ----------------------------------------------------------
+
+
+def test_a_node_heating_together_is_a_node_finding_not_a_gpu_one() -> None:
+    f = features([*node("node-a", hot_c=8.0), *node("node-b")])
+    a, b = f.loc[uuids("node-a")], f.loc[uuids("node-b")]
+    assert (a["temp_excess_own_z"] > 5).all(), "8 C at a noise of 1 C: each GPU's own z is high"
+    assert (a["temp_excess_vs_node_z"].abs() < 1.5).all(), "but none stands out from its node"
+    assert (a["node_heat_z"] > 5).all()
+    assert (a["node_hot_gpus"] == 4).all() and (a["node_gpus"] == 4).all()
+    assert (b["temp_excess_own_z"].abs() < 2).all()
+    assert (b["node_heat_z"].abs() < 1.5).all() and (b["node_hot_gpus"] == 0).all()
+
+
+@pytest.mark.parametrize("hot_hours", [6, 20])
+def test_own_z_is_the_excess_over_the_gpus_own_sigma(hot_hours: int) -> None:
+    """8 C at a noise of 1 C is 8 σ, however long within the last day: the baseline is the
+    30 days before the last day, so the heat itself neither moves its mean nor widens its σ."""
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[0] = Gpu("node-a", 0, hot_c=8.0, hot_hours=hot_hours)
+    z = features(gpus).loc["GPU-node-a-0", "temp_excess_own_z"]
+    assert 8.0 * 0.85 < z < 8.0 * 1.15
+
+
+def test_node_values_are_the_same_for_every_gpu_of_the_node() -> None:
+    f = features([*node("node-a", hot_c=8.0), *node("node-b")])
+    for host in ("node-a", "node-b"):
+        sub = f.loc[uuids(host)]
+        assert sub["node_heat_z"].nunique() == 1
+        assert sub["node_heat_z"].iloc[0] == pytest.approx(sub["temp_excess_own_z"].median())
+
+
+# -- (b) one GPU getting hotter ---------------------------------------------------------------
+
+
+def test_one_gpu_heating_stands_out_from_its_node() -> None:
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[1] = Gpu("node-a", 1, hot_c=8.0)
+    f = features(gpus)
+    hot, rest = f.loc["GPU-node-a-1"], f.loc[["GPU-node-a-0", "GPU-node-a-2", "GPU-node-a-3"]]
+    assert hot["temp_excess_own_z"] > 5
+    assert hot["temp_excess_vs_node_z"] > 5
+    assert (rest["temp_excess_vs_node_z"].abs() < 1.5).all()
+    assert abs(hot["node_heat_z"]) < 1.5, "one hot GPU does not make a hot node"
+    assert hot["node_hot_gpus"] == 1
+    # The day's excess: 8 C over 6 of its 24 hours, a quarter as large but still standing out.
+    assert hot["temp_excess_vs_node_z_1d"] > 1.0
+    assert hot["temp_excess_vs_node_z_1d"] > rest["temp_excess_vs_node_z_1d"].max() + 1.0
+    assert hot["temp_excess_vs_node_z_1d"] < hot["temp_excess_vs_node_z"]
+
+
+def test_a_gpu_cooler_than_its_node_is_negative() -> None:
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[2] = Gpu("node-a", 2, hot_c=-8.0)
+    f = features(gpus)
+    assert f.loc["GPU-node-a-2", "temp_excess_vs_node_z"] < -5
+    assert f.loc["GPU-node-a-2", "node_hot_gpus"] == 0
+
+
+# -- (c) scale-free ---------------------------------------------------------------------------
+
+
+def _one_hot(noise: float, hot_c: float) -> pd.Series:
+    gpus = [*node("node-a", noise=noise), *node("node-b", noise=noise)]
+    gpus[1] = Gpu("node-a", 1, noise=noise, hot_c=hot_c)
+    return features(gpus).loc["GPU-node-a-1"]
+
+
+def test_z_is_in_units_of_the_gpus_own_sigma() -> None:
+    quiet, noisy = _one_hot(1.0, 8.0), _one_hot(2.0, 8.0)
+    # Same heat, twice the noise: half the z, not the same (°C) nor a tenth.
+    for name in ("temp_excess_own_z", "temp_excess_vs_node_z"):
+        assert noisy[name] == pytest.approx(quiet[name] / 2, rel=0.3), name
+    # Heat and noise both doubled: the same z.
+    scaled = _one_hot(2.0, 16.0)
+    for name in ("temp_excess_own_z", "temp_excess_vs_node_z"):
+        assert scaled[name] == pytest.approx(quiet[name], rel=0.2), name
+        assert 4 < scaled[name] < 12, name
+
+
+# -- (d) heat sinks differ --------------------------------------------------------------------
+
+
+def test_a_different_heat_sink_under_a_new_load_does_not_stand_out() -> None:
+    gpus = [*node("node-a"), *node("node-b")]
+    # Twice the degrees per watt, and at 700 W for the last 6 h instead of 100-500 W: 30 C
+    # warmer than its baseline mean, all of it explained by its own slope.
+    gpus[1] = Gpu("node-a", 1, r=0.08, full_load_hours=6)
+    f = features(gpus)
+    odd = f.loc["GPU-node-a-1"]
+    assert abs(odd["temp_excess_own_z"]) < 2
+    assert abs(odd["temp_excess_vs_node_z"]) < 2
+    assert abs(odd["temp_excess_vs_node_z_1d"]) < 2
+    assert odd["node_hot_gpus"] == 0
+
+
+def test_a_heat_sink_that_gets_worse_still_stands_out_under_a_new_load() -> None:
+    """The slope explains load, not a heat sink that degrades: 8 C more at the same power."""
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[1] = Gpu("node-a", 1, r=0.08, full_load_hours=6, hot_c=8.0)
+    assert features(gpus).loc["GPU-node-a-1", "temp_excess_vs_node_z"] > 5
+
+
+# -- (e) a node with few GPUs scored ----------------------------------------------------------
+
+
+def test_a_node_with_two_gpus_is_measured_against_its_models_gpus() -> None:
+    f = features([*node("node-a"), *node("node-b"), *node("node-c", n=2, hot_c=8.0)])
+    c = f.loc[uuids("node-c", 2)]
+    # Against its own node (both hot) it would be ~0; against the model's 10 GPUs it is hot.
+    assert (c["temp_excess_vs_node_z"] > 4).all()
+    assert c["node_heat_z"].isna().all(), "too few GPUs for a node finding"
+    assert (c["node_gpus"] == 2).all() and (c["node_hot_gpus"] == 2).all()
+    # The 4-GPU nodes are still measured against their own node.
+    assert (f.loc[uuids("node-a"), "node_gpus"] == 4).all()
+    assert f.loc[uuids("node-a"), "node_heat_z"].notna().all()
+
+
+def test_gpus_that_stopped_reporting_do_not_count_for_their_node() -> None:
+    a = node("node-a", hot_c=8.0)
+    a[2], a[3] = Gpu("node-a", 2, stops_hours_before=72), Gpu("node-a", 3, stops_hours_before=72)
+    f = features([*a, *node("node-b"), *node("node-c")])
+    assert "GPU-node-a-2" not in f.index  # stale: not scored
+    hot = f.loc[["GPU-node-a-0", "GPU-node-a-1"]]
+    assert (hot["node_gpus"] == 2).all()
+    assert (hot["temp_excess_vs_node_z"] > 4).all()
+    assert hot["node_heat_z"].isna().all()
+
+
+def test_peers_are_the_gpus_of_the_same_model() -> None:
+    """A lone hot pair of A100s has no A100 peers to stand out from: the median is their own."""
+    pair = [Gpu("node-c", i, hot_c=8.0, model=A100) for i in range(2)]
+    f = features([*node("node-a"), *node("node-b"), *pair])
+    assert (f.loc[uuids("node-c", 2), "temp_excess_vs_node_z"].abs() < 0.5).all()
+
+
+# -- (f, g) memory ----------------------------------------------------------------------------
+
+
+def test_memory_core_spread_widening_on_one_gpu() -> None:
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[3] = Gpu("node-a", 3, mem_widen_c=10.0)
+    f = features(gpus)
+    assert f.loc["GPU-node-a-3", "mem_spread_z"] > 4
+    others = f.drop(index="GPU-node-a-3")["mem_spread_z"]
+    assert others.notna().all() and (others.abs() < 2).all()
+    # Memory alone: the core's excess is untouched.
+    assert abs(f.loc["GPU-node-a-3", "temp_excess_own_z"]) < 2
+
+
+def test_missing_memory_temperature_is_unknown_not_an_error() -> None:
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[0] = Gpu("node-a", 0, mem=False)
+    f = features(gpus)
+    assert np.isnan(f.loc["GPU-node-a-0", "mem_spread_z"])
+    assert f.drop(index="GPU-node-a-0")["mem_spread_z"].notna().all()
+    assert np.isfinite(f.loc["GPU-node-a-0", "temp_excess_own_z"])
+
+
+def test_a_history_without_memory_temperature() -> None:
+    f = features([*node("node-a"), *node("node-b")], drop=("memory_temp_c",))
+    assert f["mem_spread_z"].isna().all()
+    assert f["temp_excess_own_z"].notna().all()
+
+
+def test_a_history_without_power_has_no_heat_features() -> None:
+    f = features([*node("node-a"), *node("node-b")], drop=("power_w",))
+    assert f[list(HEAT)].isna().all().all()
+
+
+@pytest.mark.parametrize(("age_h", "known"), [(12, False), (3 * 24 + 12, False), (4 * 24 + 12, True)])
+def test_a_young_gpu_is_unknown(age_h: int, known: bool) -> None:
+    """A GPU that has reported for a few days only (just replaced) has no baseline worth the
+    name: its z-scores are unknown, not 0, and its node is measured without it."""
+    young = Gpu("node-a", 0, hot_c=8.0)
+    frame = validate(
+        pd.concat([rows(g, k) for k, g in enumerate([young, *node("node-a", 4)[1:], *node("node-b")])]),
+        source="test",
+    )
+    frame = frame[(frame["gpu_uuid"] != young.uuid) | (frame["timestamp"] > CUTOFF - pd.Timedelta(hours=age_h))]
+    f = build_features(frame.reset_index(drop=True), CUTOFF).set_index("gpu_uuid")
+    heat = f.loc[young.uuid, ["temp_excess_own_z", "temp_excess_vs_node_z", "temp_excess_vs_node_z_1d", "mem_spread_z"]]
+    assert heat.notna().all() if known else heat.isna().all()
+    if known:
+        assert heat["temp_excess_own_z"] > 4
+    assert f.loc[uuids("node-b"), "temp_excess_own_z"].notna().all()
+    assert f.loc[young.uuid, "node_gpus"] == (4 if known else 3)

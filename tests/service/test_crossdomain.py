@@ -1,0 +1,83 @@
+"""The cross-domain plan, its table and the CLI's family names (the training itself runs in `make cross-domain`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuhealth.cli_crossdomain import parse_families
+from predictor.evaluate import FLOORS
+from service.crossdomain import Plan, all_floors_hold, family_sets, table_markdown, write_cross_domain
+from simulator.families import FAMILIES
+
+
+def table_row(family: str, precision: float, ok: bool = True) -> dict[str, Any]:
+    """One held-out family's summary, as `leave_one_family_out` makes it."""
+    model = {
+        "recall_ecc_warned": 0.95, "recall_thermal_warned": 0.85, "recall_pcie_warned": 1.0,
+        "recall_ecc": 0.9, "recall_thermal": 0.7, "recall_pcie": 1.0, "precision": precision,
+        "field_precision": 0.5, "false_episodes_per_1000_gpu_days": 0.2, "recall_precursor_modes": 0.9,
+    }  # fmt: skip
+    return {
+        "family": family,
+        "trained": "without it",
+        "model": model,
+        "failures": {"ecc": 40, "thermal": 9},
+        "rules": {"recall_precursor_modes": 0.7, "precision": 0.95},
+        "floors": {k: {"ok": ok, "value": 0.0, "floor": v} for k, v in FLOORS.items()},
+    }
+
+
+def test_the_table_has_a_column_per_family_and_the_floors() -> None:
+    rows = [table_row("temperate", 0.93), table_row("hot-aisle", 0.81, ok=False)]
+    text = table_markdown(rows)
+    header = text.splitlines()[0]
+    assert "temperate" in header and "hot-aisle" in header
+    assert "| precision over alert episodes | 0.93 | 0.81 | ≥ 0.9 |" in text
+    assert "| false episodes / 1,000 GPU-days | 0.20 | 0.20 | ≤ 1 |" in text
+    assert "| all floors hold | yes | NO | |" in text
+    assert not all_floors_hold(rows)
+    assert all_floors_hold(rows[:1])
+
+
+def test_nan_shows_as_n_a() -> None:
+    r = table_row("temperate", float("nan"))
+    assert "| precision over alert episodes | n/a |" in table_markdown([r])
+
+
+def test_write_cross_domain(tmp_path: Path) -> None:
+    paths = write_cross_domain([table_row("temperate", 0.93)], Plan(), tmp_path)
+    assert [p.name for p in paths] == ["cross-domain.json", "cross-domain.md", "cross-domain.png"]
+    assert paths[2].read_bytes().startswith(b"\x89PNG")
+    assert "Leave-one-family-out" in paths[1].read_text()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"families": ("temperate", "arctic")}, "unknown families"),
+        ({"fleets_per_family": 0}, "at least 1"),
+        ({"train_seed": 900, "test_seed": 900}, "training seeds"),
+    ],
+)
+def test_a_bad_plan_is_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Plan(**kwargs)
+
+
+def test_family_sets_leave_the_family_out() -> None:
+    plan = Plan(families=("temperate", "hot-aisle"), fleets_per_family=1, train_nodes=1, train_days=10)
+    sets = family_sets(plan, exclude="hot-aisle")
+    assert [s.name for s in sets] == ["temperate-100"]
+    assert sets[0].frame["hostname"].nunique() == 1
+
+
+def test_parse_families() -> None:
+    assert parse_families("all") == tuple(FAMILIES)
+    assert parse_families("hot-aisle, temperate") == ("hot-aisle", "temperate")
+    with pytest.raises(ValueError, match="unknown families"):
+        parse_families("hot-aisle,arctic")
+    with pytest.raises(ValueError, match="unknown families"):
+        parse_families(" , ")
