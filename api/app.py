@@ -28,7 +28,7 @@ from api.deps import WRITE_QUEUE_S, WRITES_IN_FLIGHT, ReadAuth
 from api.errors import HANDLERS, RETRY_AFTER_S
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit
-from api.routes import alerts, decisions, failures, gpus, health, nodes
+from api.routes import alerts, decisions, failures, gpus, health, model, nodes
 from api.routes.alerts import MAX_ERRORS_SHOWN
 from api.routes.health import READY_TIMEOUT_S
 from core import __version__
@@ -107,6 +107,7 @@ def _include_routers(app: FastAPI, cfg: ApiConfig) -> None:
     _add_routes(app, failures.reads, read)
     _add_routes(app, alerts.writes)
     _add_routes(app, alerts.reads, read)
+    _add_routes(app, model.reads, read)
 
 
 def _add_routes(app: FastAPI, router: APIRouter, dependencies: Sequence[params.Depends] = ()) -> None:

@@ -227,3 +227,77 @@ class AlertPage(Page):
 class Health(BaseModel):
     status: str
     detail: str
+
+
+class TrainingSetOut(BaseModel):
+    """One history a model learned from: a simulated prior fleet or the operator's own."""
+
+    name: str
+    weight: float | None = Field(None, description="what all its rows weighed together against the other sets")
+    gpus: int | None = None
+    span: list[str] | None = Field(None, description="first and last sample")
+    failures: dict[str, int] = Field(default_factory=dict, description="failures per mode it held")
+
+
+class TrainedOn(BaseModel):
+    sets: list[TrainingSetOut]
+    window: list[str] | None = Field(None, description="earliest and latest sample over all sets")
+    gpus: int | None = None
+    rows: int | None = Field(None, description="training rows (GPU x cutoff)")
+    failures: dict[str, int] = Field(default_factory=dict)
+    model_names: list[str] = Field(default_factory=list, description="GPU models seen in training")
+    fleet: dict[str, Any] | None = Field(None, description="the fleet's own history: weight, GPUs, span, failures")
+    prior: dict[str, Any] | None = Field(None, description="the simulated prior: fleets, size, seeds, weight")
+
+
+class Holdout(BaseModel):
+    """The newest part of the fleet's history the model was not trained on: promote judges it there."""
+
+    days: float
+    start: datetime
+    end: datetime
+    gpus: int
+    failures: dict[str, int] = Field(default_factory=dict)
+
+
+class PromotionMeasure(BaseModel):
+    name: str = Field(description="recall_ecc, recall_thermal, recall_pcie (per incident) or precision (episodes)")
+    candidate: float | None = None
+    baseline: float | None = None
+    judged: bool = Field(description="false: too few failures or alerts in the slice to compare")
+    worse: bool
+    detail: str
+
+
+class Promotion(BaseModel):
+    """`gpuhealth model promote`'s comparison on the holdout slice (the latest attempt)."""
+
+    version: str
+    baseline: str = Field(description="the model it was compared with")
+    promoted: bool
+    forced: bool
+    at: datetime
+    measures: list[PromotionMeasure] = Field(default_factory=list)
+    refusals: list[str] = Field(default_factory=list, description="why it is (or was, when forced) not promotable")
+    notes: list[str] = Field(default_factory=list, description="what the slice could not judge")
+    slice: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelCard(BaseModel):
+    """The risk model the scoring loop uses now, where it came from, what it learned and how it measured."""
+
+    version: str | None = Field(None, description="the stored model's version; null for a model file")
+    source: Literal["store", "file"] = Field(description="store: trained here and promoted; file: shipped or --model")
+    created_at: datetime | None = None
+    activated_at: datetime | None = None
+    loaded_at: datetime | None = Field(None, description="when the scoring loop loaded it")
+    pending_version: str | None = Field(None, description="the store's active version, while not (yet) loaded")
+    load_error: str | None = Field(None, description="why the last active version did not load (the old one kept)")
+    trained_on: TrainedOn
+    holdout: Holdout | None = None
+    validation: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict, description="per mode, on the last 20 % of each training set's time"
+    )
+    promotion: Promotion | None = None
+    sklearn_version: str | None = None
+    data_hash: str | None = None

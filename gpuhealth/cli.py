@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -40,8 +40,12 @@ from gpuhealth.cli_backend import (
 )
 from gpuhealth.cli_db import db_app
 from gpuhealth.cli_history import history_app
+from gpuhealth.cli_model import register_model
 from gpuhealth.cli_probe import register_probe
 from gpuhealth.cli_serve import probe_config, register_serve
+
+if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
+    from predictor.downtime import DowntimeParams
 
 app = typer.Typer(
     help="gpuhealth: GPU fleet health, failure prediction and decisions.",
@@ -57,6 +61,7 @@ app.add_typer(dashboards_app, name="dashboards")
 app.add_typer(db_app, name="db")
 register_probe(app)
 register_serve(app)
+register_model(app)
 err = Console(stderr=True)
 
 DEFAULT_METRICS_DOC = Path("docs/metrics.md")
@@ -230,34 +235,97 @@ def _progress_printer(prefix: str) -> Any:
 
 @app.command()
 def train(
-    history: Annotated[list[Path], typer.Option(help="history frame (.parquet/.csv); repeat for several fleets")],
-    failures: Annotated[list[Path], typer.Option(help="failure labels (.csv), one per --history")],
-    out: Annotated[Path, typer.Option(help="model file to write (.skops)")],
+    history: Annotated[
+        list[Path] | None, typer.Option(help="history frame (.parquet/.csv); repeat for several fleets")
+    ] = None,
+    failures: Annotated[list[Path] | None, typer.Option(help="failure labels (.csv), one per --history")] = None,
+    out: Annotated[Path | None, typer.Option(help="model file to write (.skops); with --db optional")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            help="train on this store's history and failure records, on a prior of simulated fleets, holding out the"
+            " newest days for `gpuhealth model promote`; the model is stored there, inactive (docs/closed-loop.md)"
+        ),
+    ] = None,
+    prior_fleets: Annotated[int, typer.Option(min=0, help="--db: simulated fleets in the prior")] = 4,
+    prior_nodes: Annotated[int, typer.Option(min=1, help="--db: nodes of each prior fleet (8 GPUs each)")] = 32,
+    prior_days: Annotated[float, typer.Option(min=1, help="--db: days of each prior fleet")] = 60.0,
+    prior_seed: Annotated[int, typer.Option(help="--db: first seed of the prior fleets")] = 1000,
+    prior_weight: Annotated[float, typer.Option(min=0, help="--db: what all prior fleets together weigh")] = 1.0,
+    fleet_weight: Annotated[float, typer.Option(min=0, help="--db: what the fleet's own history weighs")] = 1.0,
+    holdout_days: Annotated[
+        float, typer.Option(min=0, help="--db: newest days kept out of training, for promote to judge on")
+    ] = 14.0,
+    seed: Annotated[int, typer.Option(help="--db: random seed of the training")] = 0,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="--db: threads for the trees (default: all cores; 1 beside a busy serve)")
+    ] = None,
     lead: Annotated[str, typer.Option(help="a failure counts from this long after a cutoff")] = "1h",
     window: Annotated[str, typer.Option(help="... until this long after it")] = "7d",
     every: Annotated[str, typer.Option(help="cutoff spacing for training rows")] = "3h",
+    families: Annotated[
+        str | None,
+        typer.Option(
+            help="train on domain-randomised simulated fleets of these families ('all' or a list; "
+            "`make model` uses all): see docs/model.md"
+        ),
+    ] = None,
+    fleets_per_family: Annotated[int, typer.Option(min=1, help="--families: fleets simulated per family")] = 2,
+    family_nodes: Annotated[int, typer.Option(min=1, help="--families: nodes per fleet (8 GPUs each)")] = 32,
+    family_days: Annotated[float, typer.Option(min=10, help="--families: days per fleet")] = 90.0,
 ) -> None:
-    """Train the risk model (time-split validation inside) and save it with skops."""
+    """Train the risk model (time-split validation inside) from files, randomised simulated fleets
+    (--families), or the fleet's own store (--db)."""
     import pandas as pd
 
-    from predictor.model import ModelError
-    from predictor.model import train as fit
+    from predictor.model import ModelError, TrainingSet, train_sets
 
     lead_td, window_td, _ = _timedeltas(lead, window, every)
+    if families is not None:
+        from gpuhealth.cli_crossdomain import train_families
+
+        if out is None or history or db:
+            raise fail("--families trains on simulated fleets alone: give --out, and no --history or --db")
+        try:
+            train_families(out, families, fleets_per_family, family_nodes, family_days, every)
+        except (ModelError, ValueError) as e:
+            raise fail(str(e)) from None
+        return
+    if db is not None:
+        from gpuhealth.cli_model import DbTraining, train_from_db
+
+        if history or failures:
+            raise fail("give either --db (the fleet's own store) or --history/--failures files, not both")
+        hours, days = lead_td / pd.Timedelta(hours=1), window_td / pd.Timedelta(days=1)
+        train_from_db(
+            DbTraining(db=db, out=out, prior_fleets=prior_fleets, prior_nodes=prior_nodes, prior_days=prior_days,
+                       prior_seed=prior_seed, prior_weight=prior_weight, fleet_weight=fleet_weight,
+                       holdout_days=holdout_days, lead_hours=hours, window_days=days, every=every, seed=seed,
+                       threads=threads)
+        )  # fmt: skip
+        return
+    if not history or out is None:
+        raise fail("give --history, --failures and --out (files), or --db URL (the fleet's own store)")
+    failures = failures or []
     if len(history) != len(failures):
         raise fail(f"give one --failures per --history ({len(history)} histories, {len(failures)} failure files)")
     frames, label_sets = zip(*(_read_inputs(h, f) for h, f in zip(history, failures, strict=True)), strict=True)
     from core.history import validate
 
     # Each file is validated on reading; only several together need re-ordering and a duplicate check.
-    frame = (
+    (
         frames[0]
         if len(frames) == 1
         else validate(pd.concat(frames, ignore_index=True), source=" + ".join(map(str, history)))
     )
-    labels = pd.concat(label_sets, ignore_index=True)
+    pd.concat(label_sets, ignore_index=True)
     try:
-        model = fit(frame, labels, lead=lead_td, window=window_td, every=every, progress=_progress_printer("train"))
+        # One training set per file: each fleet's nodes and peers are its own (hostnames may repeat).
+        sets = [
+            TrainingSet(f"{i}:{h}", fr, lb)
+            for i, (h, fr, lb) in enumerate(zip(history, frames, label_sets, strict=True))
+        ]
+        model = train_sets(sets, lead=lead_td, window=window_td, every=every, progress=_progress_printer("train"))
         model.save(out)
     except ModelError as e:
         raise fail(str(e)) from None
@@ -314,15 +382,50 @@ def score(
 
 @app.command()
 def evaluate(
-    history: Annotated[Path, typer.Option(help="history frame of a fleet the model never saw")],
-    failures: Annotated[Path, typer.Option(help="its failure labels (.csv)")],
     out: Annotated[Path, typer.Option(help="folder for report.md, report.json and the plots")],
+    history: Annotated[Path | None, typer.Option(help="history frame of a fleet the model never saw")] = None,
+    failures: Annotated[Path | None, typer.Option(help="its failure labels (.csv)")] = None,
+    cross_domain: Annotated[
+        bool,
+        typer.Option(
+            help="instead: the leave-one-family-out table (train on all families but one, test on it; "
+            "and the model on the family no model trains on); takes about half an hour"
+        ),
+    ] = False,
+    families: Annotated[str, typer.Option(help="--cross-domain: 'all' or a list of families")] = "all",
+    fleets_per_family: Annotated[int, typer.Option(min=1, help="--cross-domain: training fleets per family")] = 2,
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
     lead: Annotated[str, typer.Option(help="minimum lead for ECC/thermal (PCIe and others: 1h)")] = "24h",
     window: Annotated[str, typer.Option(help="a failure is caught by alerts up to this long before it")] = "7d",
     every: Annotated[str, typer.Option(help="how often to score across the span")] = "1h",
+    checkpoint_interval: Annotated[
+        str, typer.Option(help="downtime: jobs checkpoint this often; a failure loses half of it (policy choice)")
+    ] = "1h",
+    gpus_per_job: Annotated[int, typer.Option(help="downtime: GPUs of the job a failure interrupts (policy)")] = 1024,
+    gpus_per_node: Annotated[int, typer.Option(help="downtime: GPUs down while a node is repaired or demoted")] = 8,
+    repair_unplanned: Annotated[
+        str,
+        typer.Option(help="downtime: node repair time after a failure, DURATION or MODE=DURATION,... (trace medians)"),
+    ] = "ecc=3h,thermal=3h,pcie=3d,other=3h",
+    repair_planned: Annotated[
+        str, typer.Option(help="downtime: repair time in a maintenance window, as --repair-unplanned (policy)")
+    ] = "ecc=3h,thermal=3h,pcie=3d,other=3h",
+    maintenance_window: Annotated[
+        str, typer.Option(help="downtime: interval between maintenance windows (policy choice)")
+    ] = "24h",
+    restart_time: Annotated[str, typer.Option(help="downtime: until an interrupted job runs again (policy)")] = "15m",
+    interruptible_loss: Annotated[
+        float, typer.Option(help="downtime: share of a demoted node's capacity lost to interruptible work (policy)")
+    ] = 0.5,
+    field_failure_rate: Annotated[
+        float, typer.Option(help="downtime: GPU failures per 1,000 GPU-days in the field (InfiniteHBD trace)")
+    ] = 0.14,
 ) -> None:
-    """Evaluate per incident beside the NVIDIA/DCGM rule baseline; write a report with plots."""
+    """Evaluate per incident beside the NVIDIA/DCGM rule baseline; write a report with plots.
+
+    The report includes what the alerts are worth in GPU-hours lost per 1,000 GPU-days under
+    react, rules and model (docs/downtime.md explains the cost model and each default).
+    """
 
     from core.history import HistoryError
     from predictor.evaluate import evaluate as run_eval
@@ -331,7 +434,22 @@ def evaluate(
     from predictor.policy import Thresholds
     from predictor.score import load_model
 
+    if cross_domain:
+        from gpuhealth.cli_crossdomain import evaluate_cross_domain
+
+        try:
+            ok = evaluate_cross_domain(out, model, families, fleets_per_family)
+        except (ModelError, ValueError) as e:
+            raise fail(str(e)) from None
+        raise typer.Exit(0 if ok else 1)
+    if history is None or failures is None:
+        raise fail("give --history and --failures (a fleet to evaluate on), or --cross-domain")
     lead_td, window_td, _ = _timedeltas(lead, window, every)
+    costs = downtime_params(
+        checkpoint_interval=checkpoint_interval, gpus_per_job=gpus_per_job, gpus_per_node=gpus_per_node,
+        repair_unplanned=repair_unplanned, repair_planned=repair_planned, maintenance_window=maintenance_window,
+        restart_time=restart_time, interruptible_loss=interruptible_loss, field_failure_rate=field_failure_rate,
+    )  # fmt: skip
     frame, labels = _read_inputs(history, failures)
     try:
         s = Settings()
@@ -339,12 +457,50 @@ def evaluate(
         rep = run_eval(
             m, frame, labels, lead=lead_td, window=window_td, every=every,
             thresholds=Thresholds(s.watch_threshold, s.demote_threshold), progress=_progress_printer("evaluate"),
+            downtime=costs,
         )  # fmt: skip
         paths = write_report(rep, out)
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
     held = sum(v["ok"] for v in rep["floors"].values())
     err.print(f"wrote {', '.join(str(p) for p in paths)}\nfloors held: {held}/{len(rep['floors'])}", highlight=False)
+
+
+def downtime_params(
+    *,
+    checkpoint_interval: str,
+    gpus_per_job: int,
+    gpus_per_node: int,
+    repair_unplanned: str,
+    repair_planned: str,
+    maintenance_window: str,
+    restart_time: str,
+    interruptible_loss: float,
+    field_failure_rate: float,
+) -> DowntimeParams:
+    """DowntimeParams from the `evaluate` flags (durations as text), or exit naming the flag at fault."""
+    from predictor.downtime import DowntimeParamError, DowntimeParams, parse_repair_times, parse_span
+
+    durations = {
+        "checkpoint_interval": checkpoint_interval,
+        "maintenance_window": maintenance_window,
+        "restart_time": restart_time,
+        "repair_unplanned": repair_unplanned,
+        "repair_planned": repair_planned,
+    }
+    values: dict[str, Any] = {}
+    for name, text in durations.items():
+        try:
+            values[name] = parse_repair_times(text) if name.startswith("repair_") else parse_span(text)
+        except ValueError as e:
+            raise fail(f"--{name.replace('_', '-')}: {e}") from None
+    try:
+        return DowntimeParams(
+            gpus_per_job=gpus_per_job, gpus_per_node=gpus_per_node, interruptible_loss=interruptible_loss,
+            field_failure_rate=field_failure_rate, **values,
+        )  # fmt: skip
+    except DowntimeParamError as e:
+        raise fail(f"--{e.name.split('[')[0].replace('_', '-')}: {e.detail}") from None
 
 
 @app.command("fields")

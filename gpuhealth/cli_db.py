@@ -30,7 +30,7 @@ DbOption = Annotated[
 
 
 @contextmanager
-def _opened(db: str | None) -> Iterator[Store]:
+def opened_store(db: str | None) -> Iterator[Store]:
     """The store at `db` (default: the setting), schema upgraded, closed after; its errors are one line."""
     from store import Store, StoreError
 
@@ -47,7 +47,7 @@ def _opened(db: str | None) -> Iterator[Store]:
 @db_app.command("upgrade")
 def upgrade_cmd(db: DbOption = None) -> None:
     """Create the schema or bring it to the newest migration."""
-    with _opened(db) as store:
+    with opened_store(db) as store:
         revision = store.revision()
     typer.echo(f"{store.url}: schema at revision {revision}")
 
@@ -85,7 +85,7 @@ def prune_cmd(
 ) -> None:
     """Apply the retention: roll old samples and scores into hourly rows, delete what is kept no longer."""
     keep = retention_from_settings(get_settings(), samples=retention)
-    with _opened(db) as store:
+    with opened_store(db) as store:
         done = store.apply_retention(datetime.now(UTC), keep)
     typer.echo(
         f"{store.url}: rolled {done['samples_rolled_up']} samples into {done['sample_hours_written']} hourly rows"
@@ -112,7 +112,7 @@ def import_cmd(
         labels = history.read_failures(failures) if failures is not None else None
     except history.HistoryError as e:
         raise fail(str(e)) from None
-    with _opened(db) as store:
+    with opened_store(db) as store:
         from store import CLOCK_SKEW
 
         # Samples dated past our clock would hold back fleet mode's watermark: refused, and said so.

@@ -24,7 +24,7 @@ from predictor.model import RiskModel
 from predictor.policy import Thresholds
 from service.ingest import IngestBuffer
 from service.puller import PrometheusPuller
-from service.scorer import Scorer
+from service.scorer import ModelMetrics, Scorer
 from store import Retention, Store
 
 
@@ -129,7 +129,18 @@ def build_loops(
         now=lambda: data_now(clock_of),
         retention=retention,
     )
-    return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health, extra)
+    return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
+                 _with_model_metrics(extra, scorer))  # fmt: skip
+
+
+def _with_model_metrics(extra: Callable[[], bytes] | None, scorer: Scorer) -> Callable[[], bytes]:
+    """`extra`'s series followed by the scoring model's (`ModelMetrics`): which model, reloads, load failures."""
+    model_reg = CollectorRegistry(auto_describe=False)
+    model_reg.register(ModelMetrics(scorer))
+    if extra is None:
+        return lambda: generate_latest(model_reg)
+    first = extra
+    return lambda: first() + generate_latest(model_reg)
 
 
 def _wall_clock() -> datetime:

@@ -2,6 +2,12 @@
 
 It talks to the store from its own thread; when the database is down it skips a round
 and tries again. It also applies the retention, once an hour.
+
+Each round first asks the store which stored model is active (one short row) and loads it
+when it changed since the last round (`gpuhealth model promote`), so a new model takes over
+without a restart. A model that does not load is logged and counted, and the loop keeps the
+one it has; without any active stored model it keeps the model it was started with (the
+`--model` file or the shipped one).
 """
 
 from __future__ import annotations
@@ -9,12 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pandas as pd
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from core.worker import Worker
 from predictor.model import RiskModel
@@ -46,6 +54,23 @@ class ScoreState:
     failures: int = 0
 
 
+@dataclass(frozen=True)
+class ModelState:
+    """The model the loop scores with and how reloading from the store went (replaced whole, never changed)."""
+
+    source: str = "file"
+    """"file" (the `--model` file or the shipped one) or "store" (the active stored model)."""
+    version: str | None = None
+    """The stored model's version; None for a file."""
+    loaded_at: datetime | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    reloads: int = 0
+    load_failures: int = 0
+    failed_version: str | None = None
+    """The active version that failed to load: not tried again until another one is active."""
+    last_error: str | None = None
+
+
 class Scorer(Worker):
     """Scores every GPU from the store's recent history and records risks and decisions."""
 
@@ -72,19 +97,66 @@ class Scorer(Worker):
         self.retention = retention
         self._pruned_at: datetime | None = None
         self.state = ScoreState()
+        self.model_state = ModelState(meta=dict(model.meta))
         self._lock = threading.Lock()
         super().__init__()
+
+    def refresh_model(self) -> bool:
+        """Load the store's active model if it changed since the last round; True when one was loaded.
+
+        StoreUnavailable propagates (the round is skipped as for any other read); a model that
+        cannot be loaded is logged, counted, and the current one kept.
+        """
+        st = self.model_state
+        try:
+            version = self.store.active_model_version()
+        except StoreUnavailable:
+            raise
+        except StoreError as err:  # e.g. a database not yet upgraded to the models table
+            log.warning("could not ask the store for the active model: %s", err)
+            return False
+        if version is None or version == st.version or version == st.failed_version:
+            return False
+        try:
+            stored = self.store.get_model(version)
+        except StoreUnavailable:
+            raise
+        except StoreError as err:  # gone between the two reads: ask again next round
+            log.warning("could not read the active model %s: %s", version, err)
+            return False
+        try:
+            model = RiskModel.from_bytes(stored["data"], name=version)
+        except Exception as err:  # ModelError, or whatever a damaged archive makes skops raise
+            kept = f"model {st.version}" if st.version else "the model it started with"
+            log.error("the active model %s does not load, scoring goes on with %s: %s", version, kept, err)
+            self.model_state = replace(st, load_failures=st.load_failures + 1, failed_version=version,
+                                       last_error=f"model {version}: {err}")  # fmt: skip
+            return False
+        self.model = model
+        self.model_state = replace(
+            st, source="store", version=version, loaded_at=datetime.now(UTC), meta=dict(model.meta),
+            reloads=st.reloads + 1, failed_version=None, last_error=None,
+        )  # fmt: skip
+        log.info("scoring with the active model %s from the store now", version)
+        return True
 
     def run_once(self, at: datetime | None = None) -> list[dict[str, Any]]:
         """One scoring round; returns the records stored (empty when there is no history yet)."""
         with self._lock:
             t0 = time.perf_counter()
+            self.refresh_model()
             at = at or (self.now() if self.now else None)
             until = at or datetime.now(UTC)
             frame = self.store.history(since=until - SCORE_WINDOW, until=until)
             if len(frame) == 0:
                 return []
-            scored = score(self.model, frame, at=pd.Timestamp(at) if at else None, thresholds=self.thresholds)
+            scored = score(
+                self.model,
+                frame,
+                at=pd.Timestamp(at) if at else None,
+                thresholds=self.thresholds,
+                failures=self.store.failures_frame(),  # repeat offenders: the fleet's own record
+            )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
             gpus = all_gpus(self.store)
@@ -143,6 +215,29 @@ class Scorer(Worker):
                 self.state.last_error = str(err)
                 log.exception("scoring failed")
             self._stop.wait(self.interval_s)
+
+
+class ModelMetrics(Collector):
+    """The scoring loop's model for /metrics: which one, and how reloading it goes (read from memory)."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.scorer.model_state
+        info = GaugeMetricFamily(
+            "gpuhealth_model_info", "The risk model scoring uses (always 1)", labels=["source", "version"]
+        )
+        info.add_metric([st.source, st.version or ""], 1.0)
+        yield info
+        yield CounterMetricFamily(
+            "gpuhealth_model_reloads", "Active models loaded from the store without a restart", value=st.reloads
+        )
+        yield CounterMetricFamily(
+            "gpuhealth_model_load_failures",
+            "Active stored models that failed to load (the previous model kept scoring)",
+            value=st.load_failures,
+        )
 
 
 def all_gpus(store: Store, page: int = 10_000) -> list[GpuItem]:

@@ -255,6 +255,37 @@ class ProbeResult(Base):
     )
 
 
+class ModelArchive(Base):
+    """Risk models trained here (`gpuhealth train --db`): the skops archive, its card, and which one
+    is active. The scoring loop reads `version` of the active row every round and loads the archive
+    when it changed (`service.scorer`)."""
+
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    version: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary)
+    size: Mapped[int] = mapped_column(sa.BigInteger)
+    sha256: Mapped[str] = mapped_column(sa.String(64))
+    card: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+    active: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    activated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.UniqueConstraint("version", name="uq_models_version"),
+        sa.UniqueConstraint("sha256", name="uq_models_sha256"),  # the same archive is stored once
+        # At most one active model, enforced by the database itself (as for active decisions).
+        sa.Index(
+            "ux_models_active",
+            "active",
+            unique=True,
+            sqlite_where=sa.text("active"),
+            postgresql_where=sa.text("active"),
+        ),
+    )
+
+
 metadata = Base.metadata
 
 T_NODES = metadata.tables["nodes"]
@@ -265,4 +296,5 @@ T_DECISIONS = metadata.tables["decisions"]
 T_FAILURES = metadata.tables["failures"]
 T_ALERTS = metadata.tables["alerts"]
 T_PROBES = metadata.tables["probe_results"]
+T_MODELS = metadata.tables["models"]
 """The tables as Core tables, for the store's queries (samples and samples_hourly are above)."""

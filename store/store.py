@@ -13,6 +13,7 @@ so the scoring loop, the ingest thread and API workers can share it.
 | `Decisions` | `store.decisions` | scoring rounds, the decision lifecycle, risk history |
 | `Labels` | `store.labels` | failure and RMA records, Alertmanager alerts |
 | `Probes` | `store.probes` | probe results |
+| `Models` | `store.models` | stored risk models, their cards, the active one |
 | `Pruner` | `store.retention` | roll-ups and deletes of old rows |
 """
 
@@ -30,6 +31,7 @@ from store.decisions import Decision, DecisionRule, Decisions, ScorePoint, Score
 from store.engine import Database, not_closed
 from store.gpus import GpuDetail, GpuItem, GpuRow, Gpus, Node, Sample
 from store.labels import Alert, AlertmanagerAlert, Failure, Labels
+from store.models import ModelInfo, Models, StoredModel
 from store.probes import ProbeResult, ProbeResultRow, Probes
 from store.retention import Pruner, Retention
 from store.samples import Samples
@@ -55,6 +57,7 @@ class Store:
         self._decisions = Decisions(self._db)
         self._labels = Labels(self._db)
         self._probes = Probes(self._db)
+        self._models = Models(self._db)
         self._pruner = Pruner(self._db)
 
     @classmethod
@@ -267,6 +270,51 @@ class Store:
     def recent_probe_results(self, since: datetime, until: datetime | None = None) -> list[ProbeResult]:
         """Every GPU's probe results that ran in [since, until], oldest first (for the scoring loop)."""
         return self._probes.recent_probe_results(since, until)
+
+    # -- risk models (store.models) ---------------------------------------------------------
+
+    def put_model(
+        self,
+        data: bytes,
+        card: Mapping[str, Any],
+        *,
+        created_at: datetime | None = None,
+        version: str | None = None,
+    ) -> ModelInfo:
+        """Store a model archive (skops bytes) and its JSON card, inactive; the same archive again is a no-op."""
+        return self._models.put_model(data, card, created_at=created_at, version=version)
+
+    def list_models(self, *, limit: int = 100) -> list[ModelInfo]:
+        """Stored models without their archives, newest first."""
+        return self._models.list_models(limit=limit)
+
+    def model_info(self, version: str) -> ModelInfo:
+        """One stored model without its archive; NotFound if unknown."""
+        return self._models.model_info(version)
+
+    def get_model(self, version: str) -> StoredModel:
+        """One stored model with its archive; NotFound if unknown."""
+        return self._models.get_model(version)
+
+    def active_model_version(self) -> str | None:
+        """The active stored model's version, or None (a one-row read for the scoring loop)."""
+        return self._models.active_model_version()
+
+    def active_model_info(self) -> ModelInfo | None:
+        """The active stored model without its archive, or None."""
+        return self._models.active_model_info()
+
+    def active_model(self) -> StoredModel | None:
+        """The active stored model with its archive, or None."""
+        return self._models.active_model()
+
+    def update_model_card(self, version: str, card: Mapping[str, Any]) -> ModelInfo:
+        """Replace a stored model's card."""
+        return self._models.update_model_card(version, card)
+
+    def activate_model(self, version: str, at: datetime, card: Mapping[str, Any] | None = None) -> ModelInfo:
+        """Make `version` the one active model (its card replaced when given); the others become inactive."""
+        return self._models.activate_model(version, at, card)
 
     # -- retention (store.retention) --------------------------------------------------------
 

@@ -30,10 +30,10 @@ def test_db_upgrade_creates_a_sqlite_file(tmp_path: Path) -> None:
     db = tmp_path / "g.db"
     proc = _gpuhealth("upgrade", "--db", f"sqlite:///{db}")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"sqlite:///{db}: schema at revision 0002"
+    assert proc.stdout.strip() == f"sqlite:///{db}: schema at revision 0003"
     store = Store.open(f"sqlite:///{db}", upgrade=False)
     try:
-        assert store.revision() == "0002"
+        assert store.revision() == "0003"
     finally:
         store.close()
 

@@ -1,0 +1,266 @@
+"""Train a risk model from the fleet's own history in the store, on a prior of simulated fleets.
+
+`gpuhealth train --db URL` runs `train_from_store`: it reads every GPU's stored history
+(raw samples and the hourly roll-ups beyond their retention), resamples it to hourly rows
+with the store's own roll-up arithmetic (`store.rollup`), takes the failure and RMA records
+as labels, keeps the newest `holdout_days` out of training (promote judges the model there),
+and trains on the fleet together with randomised simulated fleets (`simulator.families`).
+The model goes into the store as a new, inactive version with its card.
+
+Weights: all prior fleets together weigh `prior_weight` and the fleet's own rows
+`fleet_weight`, whatever their sizes (`predictor.model.TrainingSet`). The prior shows every
+failure mode many times over; the fleet shows its own normal (sensors, air, workload) and
+its real failures, which are few at first. Equal weights (the default) let a fleet with
+a few weeks of history already move the model as much as the whole prior; raise
+`fleet_weight` as the fleet's own failures accumulate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from threadpoolctl import threadpool_limits
+
+from core import history
+from core.catalog import IDENTITY_COLUMNS
+from predictor.model import DAY, HOUR, RiskModel, TrainingSet, train_sets
+from service.model_card import CARD_FORMAT, json_safe, trained_on
+from service.scorer import all_gpus
+from simulator.families import prior_fleets
+from store import Store
+from store.models import ModelInfo
+from store.rollup import rollup_samples
+from store.schema import METRIC_COLUMNS
+
+Progress = Callable[[str], None]
+READ_BATCH_GPUS = 32
+"""GPUs read from the store at a time: 35 days of raw 5-minute samples of 32 GPUs are ~120 MB
+as float64 before the hourly roll-up shrinks them twelvefold."""
+FLEET_SET = "fleet"
+"""The training set name of the fleet's own history (the prior's are the simulator's names)."""
+
+
+class TrainingError(RuntimeError):
+    """The store's history cannot make a model (too short, empty); the message says what to do."""
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How `train_from_store` trains; the defaults are `gpuhealth train --db`'s."""
+
+    prior_fleets: int = 4
+    """Simulated fleets in the prior (0: the fleet's own history alone)."""
+    prior_nodes: int = 32
+    prior_days: float = 60.0
+    prior_seed: int = 1000
+    """First seed of the prior's fleets; the shipped model's (101, 102) and evaluation's (7) differ."""
+    prior_weight: float = 1.0
+    """What all prior fleets together weigh."""
+    fleet_weight: float = 1.0
+    """What the fleet's own history weighs."""
+    holdout_days: float = 14.0
+    """The newest days of the fleet's history are not trained on: promote judges the model there."""
+    lead_hours: float = 1.0
+    window_days: float = 7.0
+    every: str = "3h"
+    seed: int = 0
+    folds: int = 3
+    threads: int | None = None
+    """OpenMP threads for the trees (None: all cores). On a machine the service shares, 1 is
+    faster: the trees' threads spin-wait for each other when a core is busy (measured 10x)."""
+
+
+@dataclass
+class Trained:
+    """A model trained from the store, its card, and the stored record."""
+
+    model: RiskModel
+    card: dict[str, Any]
+    info: ModelInfo
+
+
+def hourly(frame: pd.DataFrame) -> pd.DataFrame:
+    """A history frame resampled to one row per GPU and hour with the store's roll-up arithmetic:
+    gauges averaged, counters the last value, `xid` the largest code.
+
+    Each row is stamped with the newest sample rolled into it, so no value is dated before it
+    was read (a counter's end-of-hour value at the start of the hour would let features see
+    up to an hour ahead). Hourly input comes back as it was.
+    """
+    if len(frame) == 0:
+        return frame
+    present = [c for c in METRIC_COLUMNS if c in frame.columns]
+    v = np.full((len(frame), len(METRIC_COLUMNS)), np.nan)
+    for j, c in enumerate(METRIC_COLUMNS):
+        if c in frame.columns:
+            v[:, j] = frame[c].to_numpy(dtype=np.float64, na_value=np.nan)
+    u = frame["gpu_uuid"].astype(str).to_numpy(dtype=object)
+    ts = frame["timestamp"].to_numpy(dtype="datetime64[us]").astype(np.int64)
+    rolled = rollup_samples(u, ts, v)
+    ident = frame.groupby("gpu_uuid", observed=True, sort=False)[["hostname", "gpu_index", "model_name"]].last()
+    ident.index = ident.index.astype(str)
+    who = ident.reindex(rolled["gpu_uuid"].to_numpy())
+    out = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(rolled["last_at"].to_numpy(), unit="us", utc=True),
+            "hostname": who["hostname"].astype(str).to_numpy(),
+            "gpu_uuid": rolled["gpu_uuid"].to_numpy(),
+            "gpu_index": who["gpu_index"].to_numpy(),
+            "model_name": who["model_name"].astype(str).to_numpy(),
+        }
+    )
+    for c in present:
+        out[c] = rolled[c].to_numpy()
+    return history.validate(out[[*IDENTITY_COLUMNS, *present]], source="store history, hourly")
+
+
+def fleet_history(
+    store: Store, *, since: datetime | None = None, until: datetime | None = None, batch: int = READ_BATCH_GPUS
+) -> pd.DataFrame:
+    """Every GPU's stored history in [since, until] (raw and hourly roll-ups) as hourly rows, in batches of GPUs."""
+    uuids = sorted(str(g["uuid"]) for g in all_gpus(store))
+    parts = []
+    for start in range(0, len(uuids), batch):
+        part = store.history(since=since, until=until, uuids=uuids[start : start + batch], include_hourly=True)
+        if len(part):
+            parts.append(hourly(part))
+    if not parts:
+        return history.empty(())
+    return history.validate(pd.concat(parts, ignore_index=True), source="store history, hourly")
+
+
+def _counts(failures: pd.DataFrame) -> dict[str, int]:
+    return {str(k): int(v) for k, v in failures["mode"].value_counts().items()} if len(failures) else {}
+
+
+def split_holdout(
+    frame: pd.DataFrame, failures: pd.DataFrame, days: float
+) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
+    """The part to train on (history and failures up to the holdout's start) and the holdout's description."""
+    if days <= 0:
+        return frame, failures, None
+    end = frame["timestamp"].max()
+    start = end - pd.Timedelta(days=days)
+    train = frame[frame["timestamp"] <= start].reset_index(drop=True)
+    held = frame["timestamp"] > start
+    held_failures = failures[(failures["failed_at"] > start) & (failures["failed_at"] <= end)]
+    slice_ = {
+        "days": days,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "gpus": int(frame.loc[held, "gpu_uuid"].nunique()),
+        "failures": _counts(held_failures),
+    }
+    return train, failures[failures["failed_at"] <= start].reset_index(drop=True), slice_
+
+
+def _check_span(frame: pd.DataFrame, opts: TrainOptions, holdout: dict[str, Any] | None) -> None:
+    """A clear error when the fleet's history left for training is too short for the label window."""
+    need = pd.Timedelta(days=2 + opts.window_days)
+    span = frame["timestamp"].max() - frame["timestamp"].min() if len(frame) else pd.Timedelta(0)
+    if span > need:
+        return
+    held = f" after keeping the newest {opts.holdout_days:g} days out" if holdout else ""
+    raise TrainingError(
+        f"the store's history leaves {span / DAY:.1f} days to train on{held}; training needs more than "
+        f"{need / DAY:g} (2 days + the {opts.window_days:g}-day label window): lower --holdout-days or let the "
+        "fleet's history grow"
+    )
+
+
+def build_sets(
+    fleet: pd.DataFrame, failures: pd.DataFrame, opts: TrainOptions, progress: Progress
+) -> list[TrainingSet]:
+    """The prior's simulated fleets (sharing `prior_weight`) and the fleet's own history (`fleet_weight`)."""
+    sets: list[TrainingSet] = []
+    if opts.prior_fleets > 0:
+        progress(
+            f"simulating {opts.prior_fleets} prior fleet(s) of {opts.prior_nodes} nodes x {opts.prior_days:g} days"
+        )
+        each = opts.prior_weight / opts.prior_fleets
+        for name, frame, labels in prior_fleets(opts.prior_fleets, opts.prior_seed, opts.prior_nodes, opts.prior_days):
+            sets.append(TrainingSet(name, frame, labels, each))
+    if opts.fleet_weight > 0:
+        sets.append(TrainingSet(FLEET_SET, fleet, failures, opts.fleet_weight))
+    return sets
+
+
+def train_from_store(
+    store: Store,
+    opts: TrainOptions | None = None,
+    *,
+    progress: Progress | None = None,
+    now: datetime | None = None,
+) -> Trained:
+    """Train on the store's history and failures plus the prior; store the model, inactive, with its card."""
+    o = opts or TrainOptions()
+    say = progress or (lambda _msg: None)
+    if o.prior_fleets < 0 or o.prior_weight < 0 or o.fleet_weight < 0 or o.holdout_days < 0:
+        raise TrainingError("prior fleets, weights and holdout days must not be negative")
+    if o.fleet_weight == 0 and (o.prior_fleets == 0 or o.prior_weight == 0):
+        raise TrainingError("nothing to train on: the fleet weighs 0 and there is no prior")
+    say("reading the fleet's history from the store")
+    frame = fleet_history(store)
+    if len(frame) == 0:
+        raise TrainingError(
+            f"{store.url} holds no history to train on: run `gpuhealth serve` (or import history) first"
+        )
+    failures = store.failures_frame()
+    fit_frame, fit_failures, holdout = split_holdout(frame, failures, o.holdout_days)
+    _check_span(fit_frame, o, holdout)
+    say(
+        f"fleet: {frame['gpu_uuid'].nunique()} GPUs, {len(frame):,} hourly rows, {len(failures)} failure record(s); "
+        + (f"holding out {holdout['start']} .. {holdout['end']}" if holdout else "no holdout")
+    )
+    sets = build_sets(fit_frame, fit_failures, o, say)
+    lead, window = o.lead_hours * HOUR, o.window_days * DAY
+    with threadpool_limits(limits=o.threads, user_api="openmp"):
+        model = train_sets(sets, lead, window, o.every, o.seed, o.folds, say)
+    card = training_card(model, o, fit_frame, fit_failures, holdout)
+    info = store.put_model(model.to_bytes(), card, created_at=now or datetime.now(UTC))
+    return Trained(model, card, info)
+
+
+def training_card(
+    model: RiskModel,
+    opts: TrainOptions,
+    fleet: pd.DataFrame,
+    failures: pd.DataFrame,
+    holdout: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The card of a model trained from the store: what it learned from, the holdout, the weights, its scores."""
+    prior = [s for s in model.meta.get("training_sets", []) if s.get("name") != FLEET_SET]
+    return json_safe(
+        {
+            "format": CARD_FORMAT,
+            "trained_by": "gpuhealth train --db",
+            "trained_on": {
+                **trained_on(model.meta),
+                "fleet": {
+                    "weight": opts.fleet_weight,
+                    "gpus": int(fleet["gpu_uuid"].nunique()),
+                    "rows": len(fleet),
+                    "span": [fleet["timestamp"].min(), fleet["timestamp"].max()],
+                    "failures": _counts(failures),
+                },
+                "prior": {
+                    "fleets": opts.prior_fleets,
+                    "nodes": opts.prior_nodes,
+                    "days": opts.prior_days,
+                    "first_seed": opts.prior_seed,
+                    "weight": opts.prior_weight,
+                    "names": [s.get("name") for s in prior],
+                },
+            },
+            "holdout": holdout,
+            "options": asdict(opts),
+            "validation": model.meta.get("validation", {}),
+            "promotion": None,
+            "meta": model.meta,
+        }
+    )

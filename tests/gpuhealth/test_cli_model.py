@@ -1,0 +1,87 @@
+"""`gpuhealth model list|show|promote` and `gpuhealth train --db`: outputs and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuhealth.cli import app
+from store import Store
+from tests.service.tiny_model import tiny_model
+
+runner = CliRunner()
+AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
+CARD = {
+    "trained_on": {"fleet": {"gpus": 64, "span": ["2026-10-01 00:00:00+00:00", "2026-11-16 00:00:00+00:00"]}},
+    "holdout": {"days": 14, "start": "2026-11-16T00:00:00+00:00", "end": "2026-11-30T00:00:00+00:00", "gpus": 64,
+                "failures": {"ecc": 4, "pcie": 1}},
+    "promotion": None,
+}  # fmt: skip
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'models.db'}"
+
+
+def error_line(args: list[str]) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output + result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_list_and_show(url: str) -> None:
+    r = runner.invoke(app, ["model", "list", "--db", url])
+    assert r.exit_code == 0 and "no stored models" in r.stderr
+    store = Store.open(url)
+    try:
+        a = store.put_model(b"first", CARD, created_at=AT)["version"]
+        b = store.put_model(b"second", {**CARD, "promotion": {"promoted": False, "refusals": ["recall_ecc worse"]}},
+                            created_at=AT.replace(hour=13))["version"]  # fmt: skip
+        store.activate_model(a, AT)
+    finally:
+        store.close()
+    listing = json.loads(runner.invoke(app, ["model", "list", "--db", url, "--format", "json"]).stdout)
+    assert [(m["version"], m["active"], m["promotion"]) for m in listing] == [
+        (b, False, "refused: recall_ecc worse"), (a, True, "not tried")]  # fmt: skip
+    assert listing[0]["holdout_failures"] == "ecc 4, pcie 1" and listing[0]["fleet_span"] == "2026-10-01 .. 2026-11-16"
+    table = runner.invoke(app, ["model", "list", "--db", url]).stdout
+    assert a in table and b in table
+    shown = json.loads(runner.invoke(app, ["model", "show", "--db", url]).stdout)
+    assert shown["version"] == a and shown["active"] and shown["card"]["holdout"]["days"] == 14
+    assert "data" not in shown
+    assert json.loads(runner.invoke(app, ["model", "show", b, "--db", url]).stdout)["version"] == b
+
+
+def test_errors_are_one_line(url: str) -> None:
+    assert error_line(["model", "show", "nope", "--db", url]).startswith("error: model nope not found")
+    assert error_line(["model", "promote", "nope", "--db", url]).startswith("error: model nope not found")
+    r = runner.invoke(app, ["model", "show", "--db", url])
+    assert r.exit_code == 1 and "no stored model is active" in r.stderr
+    assert "either --db" in error_line(["train", "--db", url, "--history", "h.parquet"])
+    assert "or --db URL" in error_line(["train", "--history", "h.parquet"])
+    r = runner.invoke(app, ["train", "--db", url, "--prior-fleets", "0"])
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("error: ") and "holds no history to train on" in r.stderr
+
+
+def test_promote_refusal_exits_1_and_force_activates(url: str) -> None:
+    store = Store.open(url)
+    try:
+        broken = store.put_model(b"not even a model", {"holdout": None}, created_at=AT)["version"]
+        v = store.put_model(tiny_model("cli").to_bytes(), {"holdout": None}, created_at=AT)["version"]
+    finally:
+        store.close()
+    assert "not a gpuhealth model file" in error_line(["model", "promote", broken, "--db", url, "--force"])
+    r = runner.invoke(app, ["model", "promote", v, "--db", url])
+    assert r.exit_code == 1, r.stderr
+    assert f"refused: model {v} stays inactive" in r.stderr and "no holdout slice" in r.stderr
+    r = runner.invoke(app, ["model", "promote", v, "--db", url, "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert f"FORCED: model {v} is active although promote refused it" in " ".join(r.stderr.split())

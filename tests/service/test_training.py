@@ -1,0 +1,151 @@
+"""Training from the store and promote's rule, piece by piece (the loop: tests/integration/test_closed_loop.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from core import history
+from service.promote import PromoteError, compare, promote
+from service.training import TrainingError, TrainOptions, fleet_history, hourly, split_holdout, train_from_store
+from simulator.fleet import SimConfig
+from simulator.run import simulate
+from store import Store
+from tests.service.tiny_model import tiny_model
+
+T0 = pd.Timestamp("2026-03-01", tz="UTC")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'train.db'}")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def rows(minutes: list[int], **metrics: list[float]) -> pd.DataFrame:
+    n = len(minutes)
+    return history.validate(
+        pd.DataFrame(
+            {
+                "timestamp": [T0 + pd.Timedelta(minutes=m) for m in minutes],
+                "hostname": ["node-a"] * n,
+                "gpu_uuid": ["GPU-a"] * n,
+                "gpu_index": [3] * n,
+                "model_name": ["NVIDIA A100-SXM4-80GB"] * n,
+                **metrics,
+            }
+        )
+    )
+
+
+def test_hourly_rows_use_the_stores_rollup_and_are_dated_when_last_read() -> None:
+    f = rows([0, 20, 50, 70], gpu_temp_c=[40.0, 50.0, 60.0, 70.0], ecc_sbe_volatile=[1.0, 2.0, 5.0, 6.0],
+             xid=[0.0, 48.0, 0.0, 0.0])  # fmt: skip
+    h = hourly(f)
+    assert list(h["timestamp"]) == [T0 + pd.Timedelta(minutes=50), T0 + pd.Timedelta(minutes=70)]
+    assert h["gpu_temp_c"].tolist() == [50.0, 70.0]  # gauges: the hour's mean
+    assert h["ecc_sbe_volatile"].tolist() == [5.0, 6.0]  # counters: the last value read
+    assert h["xid"].tolist() == [48.0, 0.0]  # the largest code of the hour
+    assert (h["hostname"].astype(str).tolist(), int(h["gpu_index"].iloc[0])) == (["node-a", "node-a"], 3)
+
+
+def test_hourly_input_comes_back_as_it_was() -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=4, seed=2), days=2)
+    h = hourly(frame)
+
+    def norm(x: pd.DataFrame) -> pd.DataFrame:
+        x = x.astype({c: str for c in ("hostname", "gpu_uuid", "model_name")})
+        return x.sort_values(["gpu_uuid", "timestamp"]).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(norm(h), norm(frame[h.columns]))
+
+
+def test_fleet_history_reads_raw_and_rolled_up_rows_in_batches(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=3, seed=2), days=1, interval_s=600)
+    store.ingest(frame)
+    end = frame["timestamp"].max().to_pydatetime()
+    store.prune(end, timedelta(hours=12))  # the older half into samples_hourly
+    got = fleet_history(store, batch=2)
+    assert got["gpu_uuid"].nunique() == 3
+    assert len(got) == len(hourly(frame))
+    assert got["timestamp"].max() == frame["timestamp"].max()
+
+
+def test_the_holdout_is_the_newest_days_and_nothing_of_it_is_trained_on() -> None:
+    f = rows(list(range(0, 30 * 24 * 60, 60)), gpu_temp_c=[40.0] * (30 * 24))
+    at = [T0 + pd.Timedelta(days=5), T0 + pd.Timedelta(days=25)]
+    fails = pd.DataFrame({"gpu_uuid": ["GPU-a", "GPU-a"], "failed_at": at, "mode": ["ecc", "pcie"]})
+    train, train_fails, held = split_holdout(f, fails, 14)
+    assert held is not None
+    start = pd.Timestamp(held["start"])
+    assert start == f["timestamp"].max() - pd.Timedelta(days=14)
+    assert train["timestamp"].max() <= start and train_fails["mode"].tolist() == ["ecc"]
+    assert held["failures"] == {"pcie": 1} and held["gpus"] == 1
+    assert split_holdout(f, fails, 0)[2] is None
+
+
+def test_training_needs_history(store: Store) -> None:
+    with pytest.raises(TrainingError, match="holds no history"):
+        train_from_store(store, TrainOptions(prior_fleets=0))
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=12)
+    store.ingest(frame)
+    with pytest.raises(TrainingError, match=r"leaves 0\.0 days to train on after keeping the newest 14 days out"):
+        train_from_store(store, TrainOptions(prior_fleets=0))
+    with pytest.raises(TrainingError, match="the fleet weighs 0 and there is no prior"):
+        train_from_store(store, TrainOptions(prior_fleets=0, fleet_weight=0))
+
+
+def report(failures: dict[str, int], precision: float, episodes: int, **recall: float) -> dict[str, Any]:
+    model = {f"recall_{m}": recall.get(m, float("nan")) for m in ("ecc", "thermal", "pcie")}
+    return {"failures": failures, "model": {**model, "precision": precision, "episodes": episodes}}
+
+
+def test_compare_judges_each_measure_it_has_evidence_for() -> None:
+    failures = {"ecc": 5, "thermal": 2, "pcie": 3}
+    cand = report(failures, 0.80, 10, ecc=0.8, thermal=0.0, pcie=2 / 3)
+    base = report(failures, 0.75, 12, ecc=1.0, thermal=1.0, pcie=2 / 3)
+    by = {m.name: m for m in compare(cand, base, min_failures=3)}
+    assert (
+        by["recall_ecc"].worse
+        and by["recall_ecc"].judged
+        and (by["recall_ecc"].candidate, by["recall_ecc"].baseline) == (0.8, 1.0)
+    )
+    assert not by["recall_thermal"].judged and "only 2 thermal failure(s)" in by["recall_thermal"].detail
+    assert by["recall_pcie"].judged and not by["recall_pcie"].worse, "equal is no worse"
+    assert by["precision"].judged and not by["precision"].worse and "10 and 12 alert episodes" in by["precision"].detail
+    silent = report(failures, float("nan"), 0, ecc=0.0, thermal=0.0, pcie=0.0)
+    p = {m.name: m for m in compare(silent, base)}["precision"]
+    assert not p.judged and "no alert episodes from the candidate" in p.detail
+
+
+def test_promote_refuses_without_a_holdout_and_force_records_why(store: Store) -> None:
+    data = tiny_model("x").to_bytes()
+    v = store.put_model(data, {"holdout": None})["version"]
+    verdict = promote(store, v)
+    assert not verdict.promoted and "no holdout slice" in verdict.refusals[0]
+    assert store.active_model_version() is None
+    assert store.model_info(v)["card"]["promotion"]["refusals"] == verdict.refusals
+    forced = promote(store, v, force=True, now=datetime(2026, 3, 1, tzinfo=UTC))
+    assert forced.promoted and forced.forced and store.active_model_version() == v
+    card = store.model_info(v)["card"]["promotion"]
+    assert card["forced"] and card["baseline"] == "shipped default model" and card["at"].startswith("2026-03-01")
+    with pytest.raises(PromoteError, match="already the active model"):
+        promote(store, v)
+
+
+def test_promote_refuses_when_the_slice_is_gone(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=3)
+    store.ingest(frame)
+    old = {"days": 14, "start": "2025-01-01T00:00:00+00:00", "end": "2025-01-15T00:00:00+00:00", "gpus": 2,
+           "failures": {}}  # fmt: skip
+    v = store.put_model(tiny_model("y").to_bytes(), {"holdout": old})["version"]
+    verdict = promote(store, v, against=None)
+    assert not verdict.promoted and "no longer holds the holdout slice" in verdict.refusals[0]

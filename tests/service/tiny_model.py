@@ -1,0 +1,48 @@
+"""A small risk model made in a second, for tests that store, load and swap models (not for its scores)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import sklearn
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.dummy import DummyClassifier
+from sklearn.pipeline import Pipeline
+from threadpoolctl import threadpool_limits
+
+from predictor.features import FEATURES
+from predictor.model import MODES, ColumnSelector, RiskModel, head_features, make_head
+
+
+def tiny_model(tag: str = "tiny", seed: int = 0, rows: int = 300) -> RiskModel:
+    """Heads of the real kind (so the archive loads under the trusted-type checks) fitted on random rows."""
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(rng.random((rows, len(FEATURES))), columns=list(FEATURES))
+    heads = {}
+    with threadpool_limits(limits=1, user_api="openmp"):  # the trees' threads spin on a busy 2-core box
+        for mode in MODES:
+            y = (rng.random(rows) < 0.2).astype(int)
+            head = make_head(mode, seed).set_params(trees__max_iter=5)  # small and quick: only its kind matters
+            heads[mode] = CalibratedClassifierCV(head, method="isotonic", cv=2).fit(X, y)
+    meta = {
+        "sklearn_version": sklearn.__version__,
+        "tag": tag,
+        "data_hash": f"tiny-{tag}",
+        "validation": {
+            m: {"average_precision": float("nan"), "brier": 0.01, "positives": 0, "rows": rows} for m in MODES
+        },
+    }
+    return RiskModel(heads=heads, meta=meta)
+
+
+def silent_model(like: RiskModel | None = None, tag: str = "silent") -> RiskModel:
+    """A model whose risk is always 0 (only the rules alert): worse than any model that catches something."""
+    X = pd.DataFrame(np.zeros((2, len(FEATURES))), columns=list(FEATURES))
+    heads = {
+        m: Pipeline(
+            [("select", ColumnSelector(head_features(m))), ("never", DummyClassifier(strategy="constant", constant=0))]
+        ).fit(X, [0, 1])
+        for m in MODES
+    }
+    meta = {**(like.meta if like is not None else {"sklearn_version": sklearn.__version__}), "tag": tag}
+    return RiskModel(heads=heads, meta=meta)
