@@ -11,7 +11,7 @@ import pandas as pd
 
 from predictor.feature_context import Columns, FeatureContext, family
 from predictor.feature_frame import OrderedFrame
-from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, CounterIncreases, Sums
+from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Sums
 
 XID_FEATURES = (48, 63, 64, 79, 92, 94, 95)
 """XIDs counted one by one (the ECC, remap and off-bus codes of REFERENCE.md's table);
@@ -96,28 +96,43 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     replaying after), and the resets themselves and the node's other replaying GPUs are
     features of their own.
     """
-    f = ctx.f
-    raw = f.col("pcie_replay_count")
-    if raw is None or not f.usable("pcie_replay_count"):
+    f, q = ctx.f, ctx.q
+    rep = ctx.counter("pcie_replay_count", windows=(6 * HOUR, DAY, WEEK))
+    if rep is None:
         return {}
-    inc = f.increments(raw)
-    covered = f.per_gpu_any(~np.isnan(raw))
     resets = [f.resets(x) for c in RESET_COUNTERS if (x := f.col(c)) is not None]
     reset_rows = np.unique(np.concatenate(resets)) if resets else np.empty(0, dtype=np.int64)
-    inc[_settling(f, reset_rows)] = 0.0
-    rep = CounterIncreases(ctx.q, inc=inc, covered=covered)
+    # The replays of the settling rows, taken off the counter's window sums (they are few).
+    settle = _settling_rows(f, reset_rows)
+    raw = f.col("pcie_replay_count")
+    assert raw is not None
+    cur, prev = raw[settle], raw[np.maximum(settle - 1, 0)]
+    d = np.where(cur < prev, cur, cur - prev)
+    d = np.where(f.new_gpu[settle] | np.isnan(d), 0.0, d)
+    sparse = np.zeros(f.n)
+    sparse[settle] = d
+    settled = Sums(sparse)
+    rising_rows = settle[d > 0]
+
+    def total(w: int) -> np.ndarray:
+        return rep.sum(w) - q.window_sum(settled, w)
+
+    def active(w: int) -> np.ndarray:
+        return rep.rising(w) - q.window_count(rising_rows, w)
+
     out = {
-        "replay_rate_1d": rep.sum(DAY) / (ctx.days(DAY) * 24),
-        "replay_rate_7d": rep.sum(WEEK) / (ctx.days(WEEK) * 24),
+        "replay_rate_1d": total(DAY) / (ctx.days(DAY) * 24),
+        "replay_rate_7d": total(WEEK) / (ctx.days(WEEK) * 24),
     }
     out["replay_growth"] = (out["replay_rate_1d"] + 1.0) / (out["replay_rate_7d"] + 1.0)
-    out["replay_active_hours_1d"] = rep.rising(DAY)
-    out["replay_active_hours_6h"] = rep.rising(6 * HOUR)
+    out["replay_active_hours_1d"] = active(DAY)
+    out["replay_active_hours_6h"] = active(6 * HOUR)
     # A degrading link replays a little every hour, then more and more; a flaky healthy one
     # now and then replays hundreds at once: replays per hour that saw any tell them apart.
     with np.errstate(invalid="ignore", divide="ignore"):
-        out["replays_per_active_hour_7d"] = np.where((active := rep.rising(WEEK)) > 0, rep.sum(WEEK) / active, 0.0)
-    out["link_retrained_1d"] = ctx.q.window_count(reset_rows, DAY)
+        week = active(WEEK)
+        out["replays_per_active_hour_7d"] = np.where(week > 0, total(WEEK) / week, 0.0)
+    out["link_retrained_1d"] = q.window_count(reset_rows, DAY)
     ident = ctx.ident
     replaying = pd.Series(out["replay_active_hours_6h"] > 0)
     node_count = replaying.groupby([ident["cutoff"], ident["hostname"]]).transform("sum").to_numpy(dtype=float)
@@ -129,19 +144,16 @@ SETTLE_S = 12 * HOUR
 """Replays within this long after a reset belong to the link training again, not to its health."""
 
 
-def _settling(f: OrderedFrame, reset_rows: np.ndarray) -> np.ndarray:
-    """Per row (GPU, time order): whether it lies within SETTLE_S after its GPU's last reset."""
-    out = np.zeros(f.n, dtype=bool)
+def _settling_rows(f: OrderedFrame, reset_rows: np.ndarray) -> np.ndarray:
+    """Positions (GPU, time order) of the rows within SETTLE_S after a reset of their GPU
+    (the reset's row included): one search per reset over the frame's (GPU, seconds) key."""
     if len(reset_rows) == 0:
-        return out
-    rows = np.arange(f.n)
-    k = np.searchsorted(reset_rows, rows, side="right") - 1
-    has = k >= 0
-    last = reset_rows[np.maximum(k, 0)]
-    gpu_first = np.repeat(f.gpu_start, f.gpu_end - f.gpu_start)
-    same_gpu = has & (last >= gpu_first)
-    out[same_gpu] = (f.t_at(rows[same_gpu]) - f.t_at(last[same_gpu])) < SETTLE_S
-    return out
+        return np.empty(0, dtype=np.int64)
+    ends = np.searchsorted(f.key, f.key[reset_rows] + SETTLE_S, side="left")
+    mark = np.zeros(f.n + 1, dtype=np.int32)
+    np.add.at(mark, reset_rows, 1)
+    np.add.at(mark, ends, -1)
+    return np.flatnonzero(np.cumsum(mark[:-1]) > 0)
 
 
 @family("pcie_link_width", "pcie_link_width_max", "pcie_link_gen", "pcie_link_gen_max")

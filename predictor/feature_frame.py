@@ -200,6 +200,8 @@ class OrderedFrame:
     def resets(self, x: np.ndarray) -> np.ndarray:
         """Positions (sorted) of the rows where a GPU's counter fell below its previous reading:
         the GPU or its node was reset (a reboot, a driver reload) and the counter restarted."""
+        if not np.isnan(x).any():  # the usual case: consecutive rows are consecutive readings
+            return np.flatnonzero((x[1:] < x[:-1]) & ~self.new_gpu[1:]) + 1
         vi = self.valid_rows(x)
         if len(vi) < 2:
             return np.empty(0, dtype=np.int64)
