@@ -11,81 +11,22 @@ import pandas as pd
 
 from predictor.feature_context import Columns, FeatureContext, family, mean
 from predictor.feature_frame import OrderedFrame
-from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Queries, Sums, WindowRows
+from predictor.feature_windows import DAY, MONTH, WEEK, WINDOWS, Sums, WindowRows
 
 THERMAL_THROTTLE = 0x8 | 0x20 | 0x40  # hw slowdown, sw thermal, hw thermal (NVML reasons)
 
 
-@family("gpu_temp_c", "power_w", "memory_temp_c")
+@family("gpu_temp_c", "memory_temp_c")
 def thermal(ctx: FeatureContext) -> Columns:
-    """Core and memory temperature: means, against the GPU's own past and beyond its power."""
+    """Core and memory temperature in °C: means and against the GPU's own past (context for
+    people; the heads see heat in the GPU's own σ, `feature_heat`)."""
     f = ctx.f
-    temp, power = f.col("gpu_temp_c", native=True), f.col("power_w", native=True)
-    # Without NaN, a column's window sums are shared by the features below (kept in its Sums).
+    temp = f.col("gpu_temp_c", native=True)
     run_t = None if temp is None or f.nan_state("gpu_temp_c")[0] else Sums(temp)
-    run_p = None if power is None or f.nan_state("power_w")[0] else Sums(power)
     t1, t7, t30 = ctx.window_means(run_t or temp, DAY, WEEK, MONTH)
+    del run_t
     out = {"temp_mean_1d": t1, "temp_vs_own_30d": t1 - t30, "temp_trend_7d": t1 - t7}
-    if temp is not None and power is not None:
-        out |= _beyond_power(ctx, temp, power, run_t, run_p)
-    del power, run_t, run_p
     return out | _memory_temperature(ctx, temp)
-
-
-def _beyond_power(
-    ctx: FeatureContext, temp: np.ndarray, power: np.ndarray, run_t: Sums | None, run_p: Sums | None
-) -> Columns:
-    """Temperature the GPU's power does not explain, against the GPU's own 30 days."""
-    # Steady state is inlet + slot + R*P, so temp - R*P is constant for healthy cooling
-    # whatever the load. R is fitted per model over the 30 days before each cutoff.
-    slope = _thermal_slope(ctx.f, ctx.q, temp, power, run_t, run_p)
-    ws = (MONTH, DAY, 6 * HOUR)
-    if run_t is None or run_p is None:
-        both = ~np.isnan(temp) & ~np.isnan(power)
-        t_30, t_1, t_6 = ctx.window_means(np.where(both, temp, np.nan), *ws)
-        p_30, p_1, p_6 = ctx.window_means(np.where(both, power, np.nan), *ws)
-    else:
-        t_30, t_1, t_6 = ctx.window_means(run_t, *ws)
-        p_30, p_1, p_6 = ctx.window_means(run_p, *ws)
-    own = t_30 - slope * p_30
-    return {"temp_per_load_vs_own": t_1 - slope * p_1 - own, "temp_excess_6h": t_6 - slope * p_6 - own}
-
-
-def _thermal_slope(
-    f: OrderedFrame, q: Queries, temp: np.ndarray, power: np.ndarray, run_t: Sums | None, run_p: Sums | None
-) -> np.ndarray:
-    """Per query, degrees per watt of its GPU model, fitted on the 30 days before its cutoff.
-
-    A within-GPU least-squares slope (each GPU's own inlet and slot offset removed),
-    pooled over the model's GPUs at the same cutoff, from running sums: only data up
-    to the cutoff, and the same value whether one cutoff or thousands are asked for.
-    `run_t`, `run_p`: the columns' Sums when they have no NaN (None: they have).
-    """
-    w = MONTH
-    if run_t is None or run_p is None:
-        both = ~np.isnan(temp) & ~np.isnan(power)
-        t, p = np.where(both, temp, 0.0), np.where(both, power, 0.0)
-        n = q.window_count(None, w) - q.window_count(np.flatnonzero(~both), w)
-        run_t, run_p = Sums(t), Sums(p)
-    else:
-        t, p = temp, power
-        n = q.window_count(None, w)
-    sp, st = q.window_sum(run_p, w), q.window_sum(run_t, w)
-    prod = np.multiply(p, p, dtype=np.float64)  # float64 products of (maybe float32) values
-    spp = q.window_sum(Sums(prod), w)
-    np.multiply(p, t, out=prod, dtype=np.float64)  # the same buffer: one fewer big array
-    spt = q.window_sum(Sums(prod), w)
-    del prod
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sxy = np.where(n > 1, spt - sp * st / n, 0.0)
-        sxx = np.where(n > 1, spp - sp * sp / n, 0.0)
-    model_code = f.frame["model_name"].astype("category").cat.codes.to_numpy()
-    rows = q.end_row if f.identity else f.order[q.end_row]
-    key = pd.DataFrame({"c": q.c, "m": model_code[rows], "sxy": sxy, "sxx": sxx})
-    sums = key.groupby(["c", "m"])[["sxy", "sxx"]].transform("sum")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        k = np.where(sums["sxx"] > 1.0, sums["sxy"] / sums["sxx"], 0.0)  # no spread of power: no correction
-    return np.asarray(k, dtype=float)
 
 
 def _memory_temperature(ctx: FeatureContext, temp: np.ndarray | None) -> Columns:

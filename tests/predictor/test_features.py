@@ -328,14 +328,14 @@ def sim_cutoffs(frame: pd.DataFrame) -> pd.DatetimeIndex:
     return pd.date_range(frame["timestamp"].min() + pd.Timedelta(days=2), frame["timestamp"].max(), freq="12h")
 
 
-SLOPE_FEATURES = ["temp_per_load_vs_own", "temp_excess_6h"]
+SLOPE_FEATURES = ["temp_excess_own_z", "temp_excess_vs_node_z", "temp_excess_vs_node_z_1d"]
 
 
 def test_many_cutoffs_at_once_equal_one_at_a_time(sim_frame: pd.DataFrame) -> None:
     cuts = sim_cutoffs(sim_frame)
     batch, single = batch_and_single(sim_frame, cuts)
     assert len(cuts) == 16 and len(batch) == len(single) == 8 * len(cuts)
-    # The two features on the fitted temperature-per-watt slope are checked in the xfail below.
+    # The features on the fitted temperature-per-watt slope are checked on their own below.
     pd.testing.assert_frame_equal(batch.drop(columns=SLOPE_FEATURES), single.drop(columns=SLOPE_FEATURES))
 
 
