@@ -342,6 +342,10 @@ def score(
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
     at: Annotated[str | None, typer.Option(help="score as of this time (default: latest sample)")] = None,
     output: Annotated[str, typer.Option("--format", help="json or table")] = "json",
+    failures: Annotated[
+        Path | None,
+        typer.Option(help="failure/RMA records so far (.csv): the repeat-offender features (node, slot) count them"),
+    ] = None,
 ) -> None:
     """Score every GPU: risk per mode, decision and reasons (JSON is a contract)."""
     import json
@@ -360,11 +364,11 @@ def score(
         when = pd.Timestamp(at) if at else None
     except ValueError:
         raise fail(f"--at {at!r} is not a time: use ISO 8601, e.g. 2026-04-01T12:00:00Z") from None
-    frame, _ = _read_inputs(history, columns=SCORE_COLUMNS)
+    frame, records = _read_inputs(history, failures, columns=SCORE_COLUMNS)
     try:
         s = Settings()
         m = load_model(model)
-        result = run_score(m, frame, when, Thresholds(s.watch_threshold, s.demote_threshold))
+        result = run_score(m, frame, when, Thresholds(s.watch_threshold, s.demote_threshold), failures=records)
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
     if output == "json":

@@ -134,3 +134,34 @@ def test_an_error_quoting_markup_is_printed_as_is(tmp_path: Path) -> None:
     proc = _gpuhealth("score", "--history", str(bad))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert str(bad) in " ".join(proc.stderr.split())
+
+
+def test_score_takes_failure_records_for_the_repeat_offender_features(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import predictor.score as score_mod
+    from simulator.families import family_config
+    from simulator.run import simulate
+
+    frame, failures = simulate(family_config("hbm-bursts", 3, nodes=2, acceleration=60), 20)
+    assert len(failures) > 0
+    hist, labels = tmp_path / "h.parquet", tmp_path / "f.csv"
+    frame.to_parquet(hist)
+    failures.to_csv(labels, index=False)
+    seen: list[object] = []
+    real = score_mod.build_features
+
+    def spy(*args: object, **kw: object) -> object:
+        seen.append(kw.get("failures"))
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(score_mod, "build_features", spy)
+    with_records = runner.invoke(app, ["score", "--history", str(hist), "--failures", str(labels)])
+    assert with_records.exit_code == 0, with_records.output
+    assert len(seen) == 1 and len(seen[0]) == len(failures)  # type: ignore[arg-type]
+    rows = json.loads(with_records.output)
+    assert {r["gpu_uuid"] for r in rows} <= set(frame["gpu_uuid"].astype(str))
+    missing = runner.invoke(app, ["score", "--history", str(hist), "--failures", str(tmp_path / "none.csv")])
+    assert missing.exit_code != 0
