@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.feature_context import Columns, FeatureContext, family
+from predictor.feature_context import Columns, FeatureContext, family, mean
 from predictor.feature_frame import OrderedFrame
 from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Sums
 
@@ -162,20 +162,14 @@ def pcie_link(ctx: FeatureContext) -> Columns:
     and how much of its bandwidth share it lost within the week (a link trained narrow at boot
     and left so has lost nothing: a confounder, not a degrading link)."""
     out: Columns = {}
-    f = ctx.f
     names = ("pcie_link_width", "pcie_link_width_max", "pcie_link_gen", "pcie_link_gen_max")
-    w, wm, g, gm = (f.col(c) for c in names)
     latest = [ctx.latest(c) for c in names]
-    if w is not None and wm is not None and g is not None and gm is not None:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = (w / wm) * (g / gm)
-        (week,) = ctx.window_means(share, WEEK, owned=True)
-        del share, w, wm, g, gm
+    if all(x is not None for x in latest):
         lw, lwm, lg, lgm = latest
         assert lw is not None and lwm is not None and lg is not None and lgm is not None
         with np.errstate(invalid="ignore", divide="ignore"):
             now = (lw / lwm) * (lg / lgm)
-        out["link_drop_7d"] = np.maximum(week - now, 0.0)
+        out["link_drop_7d"] = np.maximum(_week_share(ctx, names) - now, 0.0)
     for feat, now, most in (("link_width_ratio", "pcie_link_width", "pcie_link_width_max"),
                             ("link_gen_ratio", "pcie_link_gen", "pcie_link_gen_max")):  # fmt: skip
         cur, top = ctx.latest(now), ctx.latest(most)
@@ -183,6 +177,23 @@ def pcie_link(ctx: FeatureContext) -> Columns:
             with np.errstate(invalid="ignore", divide="ignore"):
                 out[feat] = cur / top
     return out
+
+
+def _week_share(ctx: FeatureContext, names: tuple[str, ...]) -> np.ndarray:
+    """Mean over the week of the link's bandwidth share (width and generation over their
+    maxima); one cutoff reads only the week's rows, many take the whole columns."""
+    win = ctx.q.window(WEEK)
+    full = [ctx.f.col(c) for c in names] if win is None else []
+    cols = [win.values(c) for c in names] if win is not None else [c for c in full if c is not None]
+    if len(cols) != len(names):
+        return ctx.nan
+    w, wm, g, gm = cols
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = (w / wm) * (g / gm)
+    if win is None:
+        return ctx.window_means(share, WEEK, owned=True)[0]
+    valid = ~np.isnan(share)
+    return mean(win.sums(np.where(valid, share, 0.0)), win.sums(valid.astype(float)))
 
 
 @family("xid")
