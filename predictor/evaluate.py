@@ -23,7 +23,7 @@ from sklearn.metrics import average_precision_score
 
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_markdown, downtime_report, plot_downtime, react
 from predictor.features import build_features
-from predictor.model import MODES, RiskModel, make_labels
+from predictor.model import MODES, RiskModel, failure_counts, make_labels
 from predictor.policy import Thresholds, held_by_node
 from predictor.rules import RULES, rule_alerts
 
@@ -121,9 +121,14 @@ def caught(
     f["first_alert_lead"] = first.astype("timedelta64[ns]").reindex(f["fid"].to_numpy()).to_numpy()
     f["caught_1h"] = f["first_alert_lead"] >= HOUR
     f["caught_24h"] = f["first_alert_lead"] >= DAY
-    need = f["mode"].map({**MODE_LEAD, "ecc": lead, "thermal": lead}).fillna(HOUR)
+    need = f["mode"].map(mode_leads(lead)).fillna(HOUR)
     f["caught"] = f["first_alert_lead"] >= need
     return f
+
+
+def mode_leads(lead: pd.Timedelta) -> dict[str, pd.Timedelta]:
+    """The lead each failure mode must be caught with: `lead` for ECC and thermal, MODE_LEAD's otherwise."""
+    return {**MODE_LEAD, "ecc": lead, "thermal": lead}
 
 
 def true_episodes(eps: pd.DataFrame, failures: pd.DataFrame, window: pd.Timedelta) -> np.ndarray:
@@ -168,16 +173,28 @@ def field_precision(
     return scaled / (scaled + false_eps) if scaled + false_eps > 0 else float("nan")
 
 
-def judged_episodes(
+def judge(
     eps: pd.DataFrame, failures: pd.DataFrame, window: pd.Timedelta, until: pd.Timestamp | None
-) -> pd.DataFrame:
-    """The episodes whose truth the history can tell: true ones, and those ending at least a
-    window before `until` (the end of the history). A GPU alerting in the last week and not
-    failed by the end may yet fail: counting it false (or true) would be a guess."""
-    if until is None or eps.empty:
-        return eps
-    known = true_episodes(eps, failures, window) | (eps["end"] + window <= until).to_numpy()
-    return eps[known]
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The episodes whose truth the history can tell, and which of them are true.
+
+    Judged are the true ones and those ending at least a window before `until` (the end of
+    the history): a GPU alerting in the last week and not failed by the end may yet fail,
+    so counting it false (or true) would be a guess. `until` None judges all.
+    """
+    if eps.empty:
+        return eps, np.zeros(0, dtype=bool)
+    true = true_episodes(eps, failures, window)
+    if until is None:
+        return eps, true
+    known = true | (eps["end"] + window <= until).to_numpy()
+    return eps[known], true[known]
+
+
+def judged_gpu_days(rows: pd.DataFrame, every: pd.Timedelta, window: pd.Timedelta, until: pd.Timestamp | None) -> float:
+    """GPU-days of the scored rows whose alerts the history can judge: a window before `until`."""
+    n = len(rows) if until is None else int((rows["cutoff"] <= until - window).sum())
+    return n * (every / DAY)
 
 
 def precision(
@@ -185,10 +202,10 @@ def precision(
 ) -> tuple[float, int, int]:
     """(precision, true episodes, judged episodes): true when the GPU fails within window of it;
     with `until`, episodes whose outcome lies past the history are left out (`judged_episodes`)."""
-    eps = judged_episodes(eps, failures, window, until)
+    eps, true = judge(eps, failures, window, until)
     if eps.empty:
         return float("nan"), 0, 0
-    tp = int(true_episodes(eps, failures, window).sum())
+    tp = int(true.sum())
     return tp / len(eps), tp, len(eps)
 
 
@@ -220,7 +237,7 @@ def evaluate(
     say(f"judging {len(judged)} failures")
     gpu_days = len(rows) * (scored.every / DAY)
     # False alerts per GPU-day over the span whose alerts can be judged (a window before the end).
-    judged_days = float((rows["cutoff"] <= t1 - window).sum()) * (scored.every / DAY)
+    judged_days = judged_gpu_days(rows, scored.every, window, t1)
     report: dict[str, Any] = {
         "span": [str(begin), str(t1)],
         "every": every,
@@ -229,7 +246,7 @@ def evaluate(
         "thresholds": {"watch": th.watch, "demote": th.demote},
         "gpus": int(rows["gpu_uuid"].nunique()),
         "gpu_days": gpu_days,
-        "failures": {str(k): int(v) for k, v in judged["mode"].value_counts().items()},
+        "failures": failure_counts(judged),
     }
     systems = {"model": "alert", "rules": "rule_alert"}
     per_system: dict[str, Any] = {}
@@ -248,7 +265,7 @@ def evaluate(
         for mode in MODES:
             sub = c[c["mode"] == mode]
             res[f"recall_{mode}"] = float(sub["caught"].mean()) if len(sub) else float("nan")
-            warned = sub[gave_warning(sub, MODE_LEAD[mode] if mode == "pcie" else lead)]
+            warned = sub[gave_warning(sub, mode_leads(lead)[mode])]
             res[f"recall_{mode}_warned"] = float(warned["caught"].mean()) if len(warned) else float("nan")
             res[f"failures_{mode}_warned"] = len(warned)
         res["recall_precursor_modes"] = float(c[c["mode"].isin(MODES)]["caught"].mean()) if len(c) else float("nan")
@@ -293,11 +310,12 @@ def downtime_inputs(
     episodes (those the history can judge, over the GPU-days they come from)."""
     policies = {}
     for name, flag in (("rules", "rule_act"), ("model", "alert")):
-        eps = judged_episodes(episodes(rows, flag), failures, window, until)
-        policies[name] = Alerts(caught(rows, flag, judged, window, lead), eps[~true_episodes(eps, failures, window)])
+        eps, true = judge(episodes(rows, flag), failures, window, until)
+        policies[name] = Alerts(caught(rows, flag, judged, window, lead), eps[~true])
     per_row = every / DAY
-    false_rows = len(rows) if until is None else int((rows["cutoff"] <= until - window).sum())
-    span = Span(false_rows * per_row, float((rows["cutoff"] >= begin + window).sum() * per_row), every)
+    span = Span(
+        judged_gpu_days(rows, every, window, until), float((rows["cutoff"] >= begin + window).sum() * per_row), every
+    )
     return {"react": react(policies["model"].per_failure), **policies}, span
 
 

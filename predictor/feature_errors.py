@@ -104,9 +104,9 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     reset_rows = np.unique(np.concatenate(resets)) if resets else np.empty(0, dtype=np.int64)
     # The replays of the settling rows, taken off the counter's window sums (they are few).
     settle = _settling_rows(f, reset_rows)
-    raw = f.col("pcie_replay_count")
-    assert raw is not None
-    cur, prev = raw[settle], raw[np.maximum(settle - 1, 0)]
+    # Only those rows and the ones before them are read, not the whole column.
+    cur = f.at_rows("pcie_replay_count", settle)
+    prev = f.at_rows("pcie_replay_count", np.maximum(settle - 1, 0))
     d = np.where(cur < prev, cur, cur - prev)
     d = np.where(f.new_gpu[settle] | np.isnan(d), 0.0, d)
     sparse = np.zeros(f.n)

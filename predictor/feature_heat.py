@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.feature_context import Columns, FeatureContext, family
+from predictor.feature_context import Columns, FeatureContext, family, mean
 from predictor.feature_frame import OrderedFrame
 from predictor.feature_windows import DAY, HOUR, MONTH, Queries, Sums
 
@@ -43,8 +43,12 @@ class _Moments:
 
     def get(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         q = self.q
-        n = q.window_count(None, w) - (q.window_count(self.gaps, w) if len(self.gaps) else 0.0)
-        return n, q.window_sum(self.s1, w), q.window_sum(self.s2, w)
+        return _present(q, self.gaps, w), q.window_sum(self.s1, w), q.window_sum(self.s2, w)
+
+
+def _present(q: Queries, gaps: np.ndarray, w: int) -> np.ndarray:
+    """Samples with a value in each query's window: all of them less the gaps (sorted positions)."""
+    return q.window_count(None, w) - (q.window_count(gaps, w) if len(gaps) else 0.0)
 
 
 def _z(recent: np.ndarray, base_n: np.ndarray, base_s: np.ndarray, base_ss: np.ndarray) -> np.ndarray:
@@ -54,11 +58,6 @@ def _z(recent: np.ndarray, base_n: np.ndarray, base_s: np.ndarray, base_ss: np.n
         var = (base_ss - base_s * mean) / (base_n - 1)
         sd = np.maximum(np.sqrt(np.maximum(var, 0.0)), SD_FLOOR_C)
         return np.where(base_n > 1, (recent - mean) / sd, np.nan)
-
-
-def _mean(n: np.ndarray, s: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, s / n, np.nan)
 
 
 def _residual_moments(ctx: FeatureContext) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
@@ -76,8 +75,7 @@ def _residual_moments(ctx: FeatureContext) -> dict[int, tuple[np.ndarray, np.nda
     out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     raw = {}
     for w in (MONTH, DAY, 6 * HOUR):
-        n = q.window_count(None, w) - (q.window_count(gaps, w) if len(gaps) else 0.0)
-        raw[w] = (n, {name: q.window_sum(x, w) for name, x in sums.items()})
+        raw[w] = (_present(q, gaps, w), {name: q.window_sum(x, w) for name, x in sums.items()})
     # Degrees per watt of each GPU over its baseline (heat sinks differ), its model's pooled
     # slope where its load did not vary enough to fit one.
     bn, bs = raw[MONTH][0] - raw[DAY][0], {k: raw[MONTH][1][k] - raw[DAY][1][k] for k in sums}
@@ -119,8 +117,8 @@ def heat(ctx: FeatureContext) -> Columns:
         return {}
     base = _minus(m[MONTH], m[DAY])
     young = (ctx.q.c - ctx.f.first_t[ctx.q.gpu_pos]) < MIN_AGE_S
-    own6 = np.where(young, np.nan, _z(_mean(m[6 * HOUR][0], m[6 * HOUR][1]), *base))
-    own1 = np.where(young, np.nan, _z(_mean(m[DAY][0], m[DAY][1]), *base))
+    own6 = np.where(young, np.nan, _z(mean(m[6 * HOUR][1], m[6 * HOUR][0]), *base))
+    own1 = np.where(young, np.nan, _z(mean(m[DAY][1], m[DAY][0]), *base))
     del m
     out: Columns = {"temp_excess_own_z": own6}
     out |= _against_node(ctx, own6, "temp_excess_vs_node_z", with_node=True)
@@ -162,4 +160,4 @@ def _memory_spread(ctx: FeatureContext) -> np.ndarray:
         return ctx.nan
     mom = _Moments(q, np.subtract(mem, temp, dtype=np.float64))
     month, day = mom.get(MONTH), mom.get(DAY)
-    return _z(_mean(day[0], day[1]), *_minus(month, day))
+    return _z(mean(day[1], day[0]), *_minus(month, day))

@@ -139,6 +139,11 @@ def make_labels(ident: pd.DataFrame, failures: pd.DataFrame, lead: pd.Timedelta,
     return out
 
 
+def failure_counts(failures: pd.DataFrame) -> dict[str, int]:
+    """How many failures of each mode a failure frame holds ({} for none)."""
+    return {str(k): int(v) for k, v in failures["mode"].value_counts().items()} if len(failures) else {}
+
+
 def data_hash(frame: pd.DataFrame, failures: pd.DataFrame) -> str:
     """A short fingerprint of the training data (shape, time span, identities, labels)."""
     h = hashlib.sha256()
@@ -235,11 +240,9 @@ class RiskModel:
 
     def save(self, path: str | Path) -> Path:
         """Write the model with skops, metadata included."""
-        import skops.io as sio
-
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        sio.dump({"heads": self.heads, "meta_json": json.dumps(self.meta, sort_keys=True)}, p)
+        p.write_bytes(self.to_bytes())
         return p
 
     @classmethod
@@ -455,9 +458,7 @@ def train_sets(
                 "weight": s.weight,
                 "gpus": int(s.frame["gpu_uuid"].nunique()),
                 "span": [str(s.frame["timestamp"].min()), str(s.frame["timestamp"].max())],
-                "failures": {str(k): int(v) for k, v in s.failures["mode"].value_counts().items()}
-                if len(s.failures)
-                else {},
+                "failures": failure_counts(s.failures),
             }
             for s in sets
         ],
@@ -471,7 +472,7 @@ def train_sets(
         "rows": len(X),
         "gpus": int(sum(f["gpu_uuid"].nunique() for f in frames)),
         "model_names": sorted({str(m) for f in frames for m in f["model_name"].dropna().unique()}),
-        "failures": {str(k): int(v) for k, v in fails["mode"].value_counts().items()} if len(fails) else {},
+        "failures": failure_counts(fails),
         "validation": scores,
     }
     return model

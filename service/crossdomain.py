@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from predictor.downtime import DowntimeParams
-from predictor.evaluate import FLOORS, check_floors, evaluate
+from predictor.evaluate import FLOORS, evaluate
 from predictor.model import RiskModel, TrainingSet, train_sets
 from simulator.families import FAMILIES, UNSEEN, family_config
 from simulator.run import simulate
@@ -222,7 +222,6 @@ def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path
 __all__ = [
     "Plan",
     "all_floors_hold",
-    "check_floors",
     "evaluate_on",
     "family_sets",
     "held_out_fleet",

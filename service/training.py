@@ -28,7 +28,7 @@ from threadpoolctl import threadpool_limits
 
 from core import history
 from core.catalog import IDENTITY_COLUMNS
-from predictor.model import DAY, HOUR, RiskModel, TrainingSet, train_sets
+from predictor.model import DAY, HOUR, RiskModel, TrainingSet, failure_counts, train_sets
 from service.model_card import CARD_FORMAT, json_safe, trained_on
 from service.scorer import all_gpus
 from simulator.families import prior_fleets
@@ -134,10 +134,6 @@ def fleet_history(
     return history.validate(pd.concat(parts, ignore_index=True), source="store history, hourly")
 
 
-def _counts(failures: pd.DataFrame) -> dict[str, int]:
-    return {str(k): int(v) for k, v in failures["mode"].value_counts().items()} if len(failures) else {}
-
-
 def split_holdout(
     frame: pd.DataFrame, failures: pd.DataFrame, days: float
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any] | None]:
@@ -154,7 +150,7 @@ def split_holdout(
         "start": start.isoformat(),
         "end": end.isoformat(),
         "gpus": int(frame.loc[held, "gpu_uuid"].nunique()),
-        "failures": _counts(held_failures),
+        "failures": failure_counts(held_failures),
     }
     return train, failures[failures["failed_at"] <= start].reset_index(drop=True), slice_
 
@@ -246,7 +242,7 @@ def training_card(
                     "gpus": int(fleet["gpu_uuid"].nunique()),
                     "rows": len(fleet),
                     "span": [fleet["timestamp"].min(), fleet["timestamp"].max()],
-                    "failures": _counts(failures),
+                    "failures": failure_counts(failures),
                 },
                 "prior": {
                     "fleets": opts.prior_fleets,

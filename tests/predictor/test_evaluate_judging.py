@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FIELD_RATE, episodes, field_precision, judged_episodes, precision
+from predictor.evaluate import FIELD_RATE, episodes, field_precision, judge, precision
 
 HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)
@@ -92,35 +92,35 @@ FAILS = fails(("GPU-true", END - 2 * HOUR))
 
 
 def test_an_episode_near_the_end_without_a_failure_is_left_out() -> None:
-    kept = judged_episodes(EPS, FAILS, WEEK, END)
+    kept = judge(EPS, FAILS, WEEK, END)[0]
     assert sorted(kept["gpu_uuid"]) == ["GPU-edge", "GPU-old", "GPU-true"]
     assert set(kept.columns) == set(EPS.columns)
 
 
 def test_until_none_keeps_every_episode() -> None:
-    kept = judged_episodes(EPS, FAILS, WEEK, None)
+    kept = judge(EPS, FAILS, WEEK, None)[0]
     assert len(kept) == len(EPS) == 4
 
 
 def test_a_shorter_window_judges_more() -> None:
-    kept = judged_episodes(EPS, FAILS, DAY, END)
+    kept = judge(EPS, FAILS, DAY, END)[0]
     assert sorted(kept["gpu_uuid"]) == ["GPU-edge", "GPU-late", "GPU-old", "GPU-true"]
 
 
 def test_an_empty_set_of_episodes() -> None:
     none = alerting(("GPU-x", END)).iloc[0:0]
-    assert judged_episodes(none, FAILS, WEEK, END).empty
-    assert judged_episodes(none, fails(), WEEK, END).empty
+    assert judge(none, FAILS, WEEK, END)[0].empty
+    assert judge(none, fails(), WEEK, END)[0].empty
 
 
 def test_without_failures_only_old_episodes_are_judged() -> None:
-    kept = judged_episodes(EPS, fails(), WEEK, END)
+    kept = judge(EPS, fails(), WEEK, END)[0]
     assert sorted(kept["gpu_uuid"]) == ["GPU-edge", "GPU-old"]
 
 
 def test_a_recorded_failure_makes_a_late_episode_true_and_judged() -> None:
     """A failure on record within the window makes the episode true, whenever it was recorded."""
-    kept = judged_episodes(EPS, fails(("GPU-late", END + DAY)), WEEK, END)
+    kept = judge(EPS, fails(("GPU-late", END + DAY)), WEEK, END)[0]
     assert "GPU-late" in set(kept["gpu_uuid"])
 
 
