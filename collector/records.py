@@ -8,7 +8,10 @@ from typing import Any
 from collector.sampler import Snapshot
 from core.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
 
-METRIC_COLUMNS = frozenset(HISTORY_COLUMNS) - frozenset(IDENTITY_COLUMNS)
+METRIC_COLUMNS = (frozenset(HISTORY_COLUMNS) | {"energy_mj"}) - frozenset(IDENTITY_COLUMNS)
+"""What the service stores of a reading: the history columns, and the energy counter, which
+restarts when the driver reloads: the predictor's link features read that as a reset (the
+models are trained with it; without it they would score without it, and say so)."""
 
 
 def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
