@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,13 @@ GROUP_LABELS = ("UUID", "gpu", "device", "modelName", "Hostname", "hostname", "i
 is aggregated away with max(), so a GPU whose pod changed is still one series."""
 TIMEOUT_S = 120.0
 """A 10,000-step query over a large fleet takes seconds; two minutes allows a busy server."""
+HOST_LABELS = ("Hostname", "hostname", "instance")
+"""Where a series' host comes from, first found wins (`_collect`): dcgm-exporter's label before
+2026, its label since, and Prometheus's target (host:port, the port dropped)."""
+MAX_GET_CHARS = 4_000
+"""Longer query parameters (a replica's hosts in a matcher) go in a POST body: proxies and
+servers limit the URL, Prometheus takes the same parameters form-encoded."""
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 _PORT = re.compile(r":\d+$")
 _DIGITS = re.compile(r"(\d+)$")
 
@@ -66,7 +73,10 @@ class _Api:
     def get(self, path: str, params: dict[str, str]) -> Any:
         where = f"Prometheus at {self.url}"
         try:
-            resp = self.client.get(self.url + path, params=params)
+            if sum(len(v) for v in params.values()) > MAX_GET_CHARS:
+                resp = self.client.post(self.url + path, data=params)
+            else:
+                resp = self.client.get(self.url + path, params=params)
         except httpx.ConnectError as err:
             raise HistoryError(f"{where}: cannot connect ({_one_line(err) or 'connection refused'})") from err
         except httpx.TimeoutException as err:
@@ -111,6 +121,16 @@ def _fields(
     return [f.name for f in wanted], [f for f in wanted if f.metric_name in on_server]
 
 
+def _check_range(start: datetime, end: datetime, step_s: float, chunk_points: int) -> None:
+    """HistoryError unless the step is at least 1 ms, start <= end and the chunk is within Prometheus's limit."""
+    if round(step_s * 1000) < 1:
+        raise HistoryError(f"step must be at least 1ms, got {step_s!r}s")
+    if round(_unix(end) * 1000) < round(_unix(start) * 1000):
+        raise HistoryError(f"start {_iso(start)} is after end {_iso(end)}")
+    if not 1 <= chunk_points <= MAX_POINTS:
+        raise HistoryError(f"chunk_points must be 1..{MAX_POINTS} (Prometheus's limit), got {chunk_points}")
+
+
 def import_history(
     url: str,
     start: datetime,
@@ -120,17 +140,19 @@ def import_history(
     chunk_points: int = 10_000,
     progress: Callable[[int, int], None] | None = None,
     client: httpx.Client | None = None,
+    hosts: Mapping[str, Collection[str]] | None = None,
 ) -> pd.DataFrame:
-    """Range-query every catalogue field from Prometheus and join them into a history frame."""
+    """Range-query every catalogue field from Prometheus and join them into a history frame.
+
+    `hosts` ({label: host names}, as `list_hosts` gives them): only those hosts' series, by a
+    label matcher on the label each host reports under (a replica's share of the fleet).
+    """
     start_ms, end_ms = round(_unix(start) * 1000), round(_unix(end) * 1000)
     step_ms = round(step_s * 1000)  # Prometheus keeps milliseconds
     span = f"between {_iso(start)} and {_iso(end)}"
-    if step_ms < 1:
-        raise HistoryError(f"step must be at least 1ms, got {step_s!r}s")
-    if end_ms < start_ms:
-        raise HistoryError(f"start {_iso(start)} is after end {_iso(end)}")
-    if not 1 <= chunk_points <= MAX_POINTS:
-        raise HistoryError(f"chunk_points must be 1..{MAX_POINTS} (Prometheus's limit), got {chunk_points}")
+    _check_range(start, end, step_s, chunk_points)
+    if hosts is not None and not any(hosts.values()):
+        raise NoSeries(f"Prometheus at {url.rstrip('/')}: no host asked for {span}")
     own = client is None
     http = client or httpx.Client(timeout=TIMEOUT_S)
     try:
@@ -145,7 +167,7 @@ def import_history(
         found: dict[str, _Series] = {}
         total, done = len(fields) * len(chunks), 0
         for f in fields:
-            expr = f"max by ({', '.join(GROUP_LABELS)}) ({f.metric_name})"
+            expr = f"max by ({', '.join(GROUP_LABELS)}) ({host_selector(f.metric_name, hosts)})"
             acc = found.setdefault(f.name, _Series())
             for lo, hi in chunks:
                 data = api.get(
@@ -168,6 +190,66 @@ def import_history(
         # DCGM_FI_DEV_XID_ERRORS holds the last code ever seen; the history wants the codes
         # of each interval, or every later sample would count the same XID again.
         out["xid"] = history.xid_from_last_seen(out, out["xid"]).astype(out["xid"].dtype)
+    return out
+
+
+def _re2_alternatives(names: Collection[str]) -> str:
+    """An RE2 alternation matching exactly `names` (Prometheus anchors label regexes)."""
+    return "|".join(_RE2_SPECIAL.sub(r"\\\1", n) for n in sorted(names))
+
+
+def host_selector(metric: str, hosts: Mapping[str, Collection[str]] | None) -> str:
+    """PromQL for `metric`'s series of `hosts` ({label: names}) only; all of them for None.
+
+    The label a series' host is read from is the first of `HOST_LABELS` it has, so each
+    label's matcher also requires the labels before it to be absent: a series is selected
+    exactly when `_collect` would name one of the hosts.
+    """
+    if hosts is None:
+        return metric
+    parts = []
+    for i, label in enumerate(HOST_LABELS):
+        names = hosts.get(label) or ()
+        if not names:
+            continue
+        rx = _re2_alternatives(names)
+        if label == "instance":
+            rx = f"({rx})(:[0-9]+)?"
+        absent = "".join(f'{earlier}="",' for earlier in HOST_LABELS[:i])
+        parts.append(f"{metric}{{{absent}{label}=~{json.dumps(rx)}}}")
+    return " or ".join(parts) if parts else f'{metric}{{__name__=""}}'
+
+
+def list_hosts(url: str, start: datetime, end: datetime, *, client: httpx.Client | None = None) -> dict[str, set[str]]:
+    """The hosts with GPU series in [start, end], by the label each is named by ({label: names}).
+
+    Asks the label-values API (index only, no samples) about one metric every GPU exporter has:
+    the first of the history columns' metrics Prometheus holds (normally DCGM_FI_DEV_GPU_TEMP).
+    """
+    own = client is None
+    http = client or httpx.Client(timeout=TIMEOUT_S)
+    window = {"start": f"{_unix(start):.3f}", "end": f"{_unix(end):.3f}"}
+    out: dict[str, set[str]] = {label: set() for label in HOST_LABELS}
+    try:
+        api = _Api(url, http)
+        on_server = set(api.get("/api/v1/label/__name__/values", window) or ())
+        metric = next(
+            (f.metric_name for f in catalog.FIELDS if f.name in catalog.HISTORY_COLUMNS and f.metric_name in on_server),
+            None,
+        )
+        if metric is None:
+            return out
+        for i, label in enumerate(HOST_LABELS):
+            absent = "".join(f',{earlier}=""' for earlier in HOST_LABELS[:i])
+            match = f'{{__name__="{metric}",UUID!=""{absent}}}'
+            values = api.get(f"/api/v1/label/{label}/values", {**window, "match[]": match}) or ()
+            for v in values:
+                name = _PORT.sub("", str(v)) if label == "instance" else str(v)
+                if name:
+                    out[label].add(name)
+    finally:
+        if own:
+            http.close()
     return out
 
 

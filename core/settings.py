@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     pull_every: str = "1m"
     pull_step: str = "5m"  # the resolution stored and scored (the shipped model learned from hourly data)
     backfill: str = "2d"  # how far the first pull, and a catch-up after an outage, reaches back
+    # Several replicas of fleet mode on one PostgreSQL split the fleet by hostname (service/replicas.py).
+    # On PostgreSQL they are on by default; on SQLite only when one of these is set.
+    replica_id: str | None = None  # unique per replica; default: hostname-pid
+    lease_seconds: float | None = None  # unset: 60 s; a dead replica's hosts move to the others within it
 
     # Probes (CUDA stress kernels) run by the collector on idle GPUs.
     probe_every: str = "6h"  # "0" turns the scheduler off

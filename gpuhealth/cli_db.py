@@ -83,13 +83,13 @@ def prune_cmd(
         str | None, typer.Option(help="keep raw samples this long, e.g. 35d (default: GPUHEALTH_RETENTION)")
     ] = None,
 ) -> None:
-    """Apply the retention: roll old samples and scores into hourly rows, delete what is kept no longer."""
+    """Apply the retention: remove old raw samples, roll old scores into hourly rows, delete what is kept no longer."""
     keep = retention_from_settings(get_settings(), samples=retention)
     with opened_store(db) as store:
         done = store.apply_retention(datetime.now(UTC), keep)
     typer.echo(
-        f"{store.url}: rolled {done['samples_rolled_up']} samples into {done['sample_hours_written']} hourly rows"
-        f" and {done['scores_rolled_up']} risk scores into {done['score_hours_written']};"
+        f"{store.url}: removed {done['samples_deleted']} raw samples (their hours stay);"
+        f" rolled {done['scores_rolled_up']} risk scores into {done['score_hours_written']} hourly rows;"
         f" deleted {done['sample_hours_deleted'] + done['score_hours_deleted']} hourly rows,"
         f" {done['decisions_deleted']} closed decisions, {done['alerts_deleted']} alerts"
         f" and {done['probes_deleted']} probe results"

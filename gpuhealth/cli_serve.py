@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from gpuhealth.serve import Service
     from predictor.model import RiskModel
     from service.puller import PrometheusPuller
+    from service.replicas import Replica
     from store import Store
 
 out = Console(stderr=True)
@@ -71,6 +72,20 @@ PullEveryOpt = Annotated[str | None, typer.Option(help="--source prometheus: how
 PullStepOpt = Annotated[str | None, typer.Option(help="--source prometheus: the resolution stored, e.g. 5m")]
 BackfillOpt = Annotated[
     str | None, typer.Option(help="--source prometheus: how far the first pull (and a catch-up) reaches back, e.g. 2d")
+]
+ReplicaIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="--source prometheus: this replica's unique name among those sharing the database "
+        "(default: hostname-pid; GPUHEALTH_REPLICA_ID)"
+    ),
+]
+LeaseSecondsOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="--source prometheus: how long a replica's share outlives it, in seconds (default 60; "
+        "GPUHEALTH_LEASE_SECONDS); replicas are on by default on PostgreSQL, on SQLite with this or --replica-id"
+    ),
 ]
 
 DEMO_NODES = 4
@@ -190,6 +205,8 @@ def serve(
     pull_every: PullEveryOpt = None,
     pull_step: PullStepOpt = None,
     backfill: BackfillOpt = None,
+    replica_id: ReplicaIdOpt = None,
+    lease_seconds: LeaseSecondsOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Collect (or pull from Prometheus), keep history, score every GPU and answer over REST and /metrics."""
@@ -208,15 +225,17 @@ def serve(
         raise fail(str(e)) from None
     src, prom_url = _source(s, source, prometheus, backend=backend, no_collector=no_collector)
     pull = _pull_plan(s, src, pull_every, pull_step, backfill)
+    lease = _lease_plan(s, src, replica_id, lease_seconds)
     retention = retention_from_settings(s)
     check_port(host, port)
     token = _token(s, token_file)
     m = _load_model(s, model)
     store = _open_store(db or s.db)
-    opened = puller = None
+    opened = puller = replica = None
     if pull is not None:
         assert prom_url is not None
-        puller = _puller(store, prom_url, pull)
+        replica = _replica(store, lease, f"{host}:{port}")
+        puller = _puller(store, prom_url, pull, replica)
     elif not no_collector:
         flags = BackendFlags(
             backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
@@ -243,8 +262,9 @@ def serve(
         sim_seed=seed,
         retention=retention,
         puller=puller,
+        replica=replica,
     )
-    _announce(_feed(opened, pull, prom_url), store, score_s, host, port, token)
+    _announce(_feed(opened, pull, prom_url, replica), store, score_s, host, port, token)
     _run(svc, host, port, level, ServerLimits.from_settings(s))
 
 
@@ -288,6 +308,32 @@ def _pull_plan(
     return pull
 
 
+LeasePlan = tuple[str | None, float | None, bool]
+"""--source prometheus: replica id, lease seconds (None: the defaults) and whether they were asked for."""
+
+
+def _lease_plan(s: Settings, src: str, replica_id: str | None, lease_seconds: float | None) -> LeasePlan:
+    """The replica settings, checked: for --source prometheus only, a positive lease."""
+    rid = replica_id or s.replica_id
+    lease = lease_seconds if lease_seconds is not None else s.lease_seconds
+    asked = rid is not None or lease is not None
+    if asked and src != "prometheus":
+        raise fail("--replica-id and --lease-seconds are for --source prometheus (replicas split what they pull)")
+    if lease is not None and not lease > 0:
+        raise fail(f"--lease-seconds must be positive, got {lease:g}")
+    return rid, lease, asked
+
+
+def _replica(store: Store, lease: LeasePlan, listen: str) -> Replica | None:
+    """This replica's leases: always on PostgreSQL, on SQLite (one box) only when asked for."""
+    from service.replicas import DEFAULT_LEASE_S, Replica
+
+    rid, lease_s, asked = lease
+    if store.dialect != "postgresql" and not asked:
+        return None
+    return Replica(store, rid, lease_s if lease_s is not None else DEFAULT_LEASE_S, info={"listen": listen})
+
+
 def _load_model(s: Settings, model: Path | None) -> RiskModel:
     """The risk model (--model, else the setting, else the shipped one), or one error line."""
     from predictor.model import ModelError
@@ -299,18 +345,23 @@ def _load_model(s: Settings, model: Path | None) -> RiskModel:
         raise fail(f"cannot load the model: {e}") from None
 
 
-def _puller(store: Store, prom_url: str, pull: PullPlan) -> PrometheusPuller:
-    """The worker that pulls the fleet from Prometheus into the store."""
+def _puller(store: Store, prom_url: str, pull: PullPlan, replica: Replica | None) -> PrometheusPuller:
+    """The worker that pulls the fleet (or the replica's share of it) from Prometheus into the store."""
     from service.puller import PrometheusPuller
 
-    return PrometheusPuller(store, prom_url, every_s=pull[0], step_s=pull[1], backfill=pull[2])
+    return PrometheusPuller(store, prom_url, every_s=pull[0], step_s=pull[1], backfill=pull[2], replica=replica)
 
 
-def _feed(opened: OpenedBackend | None, pull: PullPlan | None, prom_url: str | None) -> str:
+def _feed(
+    opened: OpenedBackend | None, pull: PullPlan | None, prom_url: str | None, replica: Replica | None = None
+) -> str:
     """Where the service's samples come from, in words."""
     if opened is not None:
         return f"{opened.backend.name} backend, {len(opened.backend.gpus())} GPU(s)"
-    return f"pulling from Prometheus at {prom_url} every {pull[0]:g}s" if pull is not None else "no collector"
+    if pull is None:
+        return "no collector"
+    share = f" (replica {replica.replica_id}, lease {replica.lease_s:g}s)" if replica is not None else ""
+    return f"pulling from Prometheus at {prom_url} every {pull[0]:g}s{share}"
 
 
 def _announce(what: str, store: Store, score_s: float, host: str, port: int, token: str | None) -> None:

@@ -22,6 +22,7 @@ from service.assemble import Loops, build_loops
 from service.assemble import warm_up as warm_up_loops
 from service.ingest import IngestBuffer
 from service.puller import PrometheusPuller
+from service.replicas import Replica
 from service.scorer import Scorer
 from store import Retention, Store
 
@@ -61,6 +62,10 @@ class Service:
     def puller(self) -> PrometheusPuller | None:
         return self.loops.puller
 
+    @property
+    def replica(self) -> Replica | None:
+        return self.loops.replica
+
     def data_now(self) -> datetime:
         return self.loops.data_now()
 
@@ -85,12 +90,13 @@ def build_service(
     sim_seed: int = 0,
     retention: Retention | None = None,
     puller: PrometheusPuller | None = None,
+    replica: Replica | None = None,
 ) -> Service:
     """Assemble (not start) the loops and the API; without a backend or a puller it is API and scoring only."""
     loops = build_loops(
         store, model, backend=backend, fields=fields, interval_s=interval_s, score_interval_s=score_interval_s,
         thresholds=thresholds, buffer_samples=buffer_samples, hostname_label=hostname_label, probes=probes,
-        sim_seed=sim_seed, retention=retention, puller=puller,
+        sim_seed=sim_seed, retention=retention, puller=puller, replica=replica,
     )  # fmt: skip
     cfg = ApiConfig(
         token=token,

@@ -9,11 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.feature_context import Columns, FeatureContext, family, mean
-from predictor.feature_frame import OrderedFrame
-from predictor.feature_windows import DAY, MONTH, WEEK, WINDOWS, Sums, WindowRows
-
-THERMAL_THROTTLE = 0x8 | 0x20 | 0x40  # hw slowdown, sw thermal, hw thermal (NVML reasons)
+from core.hourly import SHARE
+from predictor.feature_context import Columns, FeatureContext, family
+from predictor.feature_windows import DAY, MONTH, WEEK, Sums
 
 
 @family("gpu_temp_c", "memory_temp_c")
@@ -45,43 +43,12 @@ def _memory_temperature(ctx: FeatureContext, temp: np.ndarray | None) -> Columns
 
 @family("clocks_event_reasons")
 def throttle_shares(ctx: FeatureContext) -> Columns:
-    """Share of samples whose clocks were held back for heat, over 1 and 7 days."""
-    if "clocks_event_reasons" not in ctx.f.columns:
+    """Share of samples whose clocks were held back for heat, over 1 and 7 days: the mean of the
+    hours' shares (`core.hourly.SHARE`, made from the bitmask), whatever the sampling interval."""
+    if SHARE not in ctx.f.columns:
         return {}
-    q = ctx.q
-    full: tuple[np.ndarray, np.ndarray] | None = None  # throttled rows, rows without a value
-    out: Columns = {}
-    for k in ("1d", "7d"):
-        w = WINDOWS[k]
-        win = q.window(w)
-        if win is not None:  # a short window: only its rows
-            hits, cnt = _throttled_in(win)
-        else:
-            if full is None:
-                full = _throttled_rows(ctx.f)
-            hits, cnt = q.window_count(full[0], w), q.window_count(None, w) - q.window_count(full[1], w)
-        out[f"throttle_share_{k}"] = mean(hits, cnt)
-    return out
-
-
-def _thermal_flags(reasons: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per sample: (thermally throttled, has a value) from the clock-event-reason bitmask."""
-    valid = ~np.isnan(reasons)
-    return ((np.nan_to_num(reasons).astype(np.int64) & THERMAL_THROTTLE) > 0) & valid, valid
-
-
-def _throttled_in(win: WindowRows) -> tuple[np.ndarray, np.ndarray]:
-    """Throttled samples and samples with a value, per query, over a short window's rows."""
-    thr, valid = _thermal_flags(win.values("clocks_event_reasons"))
-    return win.sums(thr.astype(float)), win.sums(valid.astype(float))
-
-
-def _throttled_rows(f: OrderedFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of throttled rows and of rows without a value, over the whole column."""
-    col = f.col("clocks_event_reasons")
-    assert col is not None
-    thr, valid = _thermal_flags(col)
-    return np.flatnonzero(thr), np.flatnonzero(~valid)
+    day, week = ctx.window_means(None, DAY, WEEK, name=SHARE)
+    return {"throttle_share_1d": day, "throttle_share_7d": week}
 
 
 @family("thermal_violation_us", "power_violation_us")

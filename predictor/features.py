@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from core import hourly
 from core.history import HistoryError
 from predictor.feature_context import Family, FeatureContext
 from predictor.feature_errors import (
@@ -224,6 +225,9 @@ def build_features(
 ) -> pd.DataFrame:
     """Features of every GPU still reporting at each cutoff, using only data up to it.
 
+    The history is read as hour rows (`core.hourly.to_hours`; a frame already on the hour is
+    used as it is): a feature counts hours, a rate is per hour, whatever the sampling interval.
+
     `failures`: the failures and RMAs recorded so far (gpu_uuid, hostname, failed_at; e.g. the
     store's or a simulation's); only those before each cutoff count (repeat offenders).
 
@@ -231,11 +235,12 @@ def build_features(
     gpu_index, model_name, cutoff, last_seen` followed by FEATURES (NaN where the
     history lacks the columns a feature needs).
     """
-    f = OrderedFrame(frame)
     cuts = pd.DatetimeIndex([cutoffs] if isinstance(cutoffs, pd.Timestamp) else cutoffs)
     if cuts.tz is None:
         cuts = cuts.tz_localize("UTC")
     cuts = cuts.tz_convert("UTC").as_unit("ns")  # pandas may hand out us or s resolution
+    # Every feature is defined on hour rows (core.hourly): the same numbers at any sampling rate.
+    f = OrderedFrame(hourly.to_hours(frame, until=cuts.max() if len(cuts) == 1 else None) if len(frame) else frame)
     cut_s = (cuts.asi8 - f.t0_ns) // 1_000_000_000
     # Pairs (GPU, cutoff) where the GPU had reported by the cutoff and not gone stale.
     g_grid, c_grid = np.meshgrid(np.arange(len(f.gpu_codes)), np.arange(len(cuts)), indexing="ij")

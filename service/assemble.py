@@ -5,6 +5,7 @@ No HTTP here: the command line joins these loops with the API (`gpuhealth.serve`
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,8 +25,11 @@ from predictor.model import RiskModel
 from predictor.policy import Thresholds
 from service.ingest import IngestBuffer
 from service.puller import PrometheusPuller
+from service.replicas import Replica
 from service.scorer import ModelMetrics, Scorer
-from store import Retention, Store
+from store import Retention, Store, StoreError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Loops:
     """The collector's or the puller's health (/healthz), when there is one."""
     extra_metrics: Callable[[], bytes] | None = None
     """Their own series, for the service's /metrics."""
+    replica: Replica | None = None
+    """Several replicas on one database: this one's leases (fleet mode)."""
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -57,15 +63,29 @@ class Loops:
             self.sampler.start()
         if self.probes is not None:
             self.probes.start()
+        if self.replica is not None:
+            self._first_heartbeat(self.replica)
+            self.replica.start()
         if self.puller is not None:
             self.puller.start()
         self.scorer.load_latest()
         self.scorer.start()
 
+    @staticmethod
+    def _first_heartbeat(replica: Replica) -> None:
+        """Claim shards before the first pull and round (a database that is down: the loop tries again)."""
+        try:
+            replica.tick()
+        except StoreError as err:
+            log.warning("replica %s: first heartbeat failed, retried in %gs: %s",
+                        replica.replica_id, replica.lease_s / 3, err)  # fmt: skip
+
     def stop(self) -> None:
         self.scorer.stop()
         if self.puller is not None:
             self.puller.stop()
+        if self.replica is not None:
+            self.replica.stop()  # gives the shards back: the others take them at once
         if self.probes is not None:
             self.probes.stop()
         if self.sampler is not None:
@@ -97,8 +117,12 @@ def build_loops(
     sim_seed: int = 0,
     retention: Retention | None = None,
     puller: PrometheusPuller | None = None,
+    replica: Replica | None = None,
 ) -> Loops:
-    """Assemble (not start) the loops; without a backend or a puller, scoring only."""
+    """Assemble (not start) the loops; without a backend or a puller, scoring only.
+
+    With a `replica` (several `serve --source prometheus` on one database), the scorer and the
+    puller work on its share of the fleet and the scorer keeps the database's clock."""
     sampler = registry = buffer = None
     extra: Callable[[], bytes] | None = None
     health: Callable[[], tuple[bool, str]] | None = None
@@ -118,19 +142,32 @@ def build_loops(
     elif puller is not None:  # fleet mode: the samples come from Prometheus
         pull_reg = CollectorRegistry(auto_describe=False)
         pull_reg.register(puller)
+        if replica is not None:
+            pull_reg.register(replica)
         extra = lambda: generate_latest(pull_reg)  # noqa: E731
-        health = puller.health
+        health = puller.health if replica is None else _with_replica(puller.health, replica)
     clock_of = sampler
     scorer = Scorer(
         store,
         model,
         thresholds or Thresholds(),
         score_interval_s,
-        now=lambda: data_now(clock_of),
+        now=replica.now if replica is not None else lambda: data_now(clock_of),
         retention=retention,
+        replica=replica,
     )
     return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
-                 _with_model_metrics(extra, scorer))  # fmt: skip
+                 _with_model_metrics(extra, scorer), replica)  # fmt: skip
+
+
+def _with_replica(health: Callable[[], tuple[bool, str]], replica: Replica) -> Callable[[], tuple[bool, str]]:
+    """`health` with what the replica holds added to its detail (holding no shard is not unhealthy)."""
+
+    def both() -> tuple[bool, str]:
+        ok, why = health()
+        return ok, f"{why}; {replica.health()}"
+
+    return both
 
 
 def _with_model_metrics(extra: Callable[[], bytes] | None, scorer: Scorer) -> Callable[[], bytes]:

@@ -24,8 +24,9 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from core.history import HistoryError
-from core.prom_import import NoSeries, import_history
+from core.prom_import import NoSeries, import_history, list_hosts
 from core.worker import Worker
+from service.replicas import Replica, Share
 from service.scorer import all_gpus
 from store import CLOCK_SKEW, GpuRow, Store, StoreError
 
@@ -85,6 +86,7 @@ class PrometheusPuller(Worker):
         backfill: timedelta = timedelta(days=2),
         client: httpx.Client | None = None,
         now: Callable[[], datetime] | None = None,
+        replica: Replica | None = None,
     ) -> None:
         check_settings(every_s, step_s, backfill)
         self.store = store
@@ -94,6 +96,9 @@ class PrometheusPuller(Worker):
         self.backfill = backfill
         self.client = client
         self.now = now or (lambda: datetime.now(UTC))
+        self.replica = replica
+        """Several replicas: pull (and mark lost) only the hosts of this one's shards."""
+        self._held: frozenset[int] = frozenset()
         self.state = PullState()
         self._lock = threading.Lock()
         super().__init__()
@@ -119,27 +124,58 @@ class PrometheusPuller(Worker):
                 # Never from a sample dated in the future: no pull would run again until then.
                 newest = self.store.newest_sample_time(until=end)
                 mark = None if newest is None else self._aligned(newest)
+            share = self.replica.share(timedelta(0)) if self.replica is not None else None
+            if share is not None:
+                mark = self._after_handover(share, mark, end)
             oldest = end - self.backfill
             if mark is not None and mark < oldest:
                 log.warning("catching up from %s only (the backfill): %s of history not pulled",
                             oldest.isoformat(), oldest - mark)  # fmt: skip
             start = oldest if mark is None or mark < oldest else mark
             frame = None
-            if start < end:  # else no new step yet
+            if start < end and (share is None or share.shards):  # else no new step yet, or nothing of ours
                 with contextlib.suppress(NoSeries):  # no GPU reported in the window: the mark stays
-                    frame = import_history(self.url, start, end, self.step_s, client=self.client)
+                    frame = self._fetch(start, end, share)
             n = 0
+            if share is not None and not share.shards:
+                self.state.watermark = end  # nothing of ours to pull: a share gained later starts from here
             if frame is not None:
                 new = frame if mark is None else frame[frame["timestamp"] > pd.Timestamp(mark)]
                 if len(new):
                     n = self.store.ingest(new.reset_index(drop=True), not_after=end + CLOCK_SKEW)
                     self._mark_lost(new, end)
                 self.state.watermark = end
+            if share is not None:  # pulled: what was gained is caught up with
+                self._held = share.shards
             st = self.state
             st.runs += 1
             st.samples += n
             st.last_success, st.last_error = time.time(), None
             return n
+
+    def _after_handover(self, share: Share, mark: datetime | None, end: datetime) -> datetime | None:
+        """The watermark for a share that gained shards since the last successful pull: far enough back to
+        cover the time they were another replica's that stopped pulling (its last pull, the lease, our
+        next tick and pull)."""
+        gained = share.shards - self._held
+        if not gained or mark is None or self.replica is None:
+            return mark
+        handover = timedelta(seconds=self.every_s + 2 * self.replica.lease_s + self.step_s)
+        return min(mark, self._aligned(end - handover))
+
+    def _fetch(self, start: datetime, end: datetime, share: Share | None) -> pd.DataFrame:
+        """The steps of [start, end] from Prometheus: the whole fleet, or the share's hosts only.
+
+        A share's hosts are listed first (the label-values API) and asked for by a label
+        matcher on the label each reports under, so a replica's queries carry its part of the
+        fleet only; the frame is filtered again by hostname, which costs nothing.
+        """
+        if share is None:
+            return import_history(self.url, start, end, self.step_s, client=self.client)
+        found = list_hosts(self.url, start, end, client=self.client)
+        hosts = {label: set(share.hosts(names)) for label, names in found.items()}
+        frame = import_history(self.url, start, end, self.step_s, client=self.client, hosts=hosts)
+        return share.only(frame)
 
     def _check_future(self, end: datetime) -> None:
         """Note (log, /healthz, a metric) samples in the store dated past our clock."""

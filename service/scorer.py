@@ -29,6 +29,7 @@ from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, Thresholds, decision_changes
 from predictor.probes import slow_gpus
 from predictor.score import score, to_records
+from service.replicas import Replica, Share, round_of, until_next_round
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Scorer(Worker):
         now: Callable[[], datetime] | None = None,
         retention: Retention | None = None,
         on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
+        replica: Replica | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -95,6 +97,8 @@ class Scorer(Worker):
         self.on_scored = on_scored
         """Optional hook that may add reasons or raise decisions before they are stored."""
         self.retention = retention
+        self.replica = replica
+        """Several replicas: score only this one's share, in rounds aligned on the database's clock."""
         self._pruned_at: datetime | None = None
         self.state = ScoreState()
         self.model_state = ModelState(meta=dict(model.meta))
@@ -147,8 +151,18 @@ class Scorer(Worker):
             self.refresh_model()
             at = at or (self.now() if self.now else None)
             until = at or datetime.now(UTC)
-            frame = self.store.history(since=until - SCORE_WINDOW, until=until)
+            share = self.replica.share() if self.replica is not None else None
+            gpus: list[GpuItem] | None = None
+            hosts: list[str] | None = None
+            if share is not None:  # the share's GPUs (lost ones, probe findings, actions: only ours), their hosts
+                gpus = self._gpus_of(share)
+                hosts = share.hosts([str(g["hostname"]) for g in gpus])
+            frame = self.store.scoring_history(since=until - SCORE_WINDOW, until=until, hostnames=hosts)
             if len(frame) == 0:
+                if share is not None:  # nothing of ours (no shard held): /metrics must not show GPUs given up
+                    self.state.records, self.state.identities = [], {}
+                    if 0 in share.shards:  # the retention is shard 0's holder's, whatever its hosts
+                        self.prune_if_due(until)
                 return []
             scored = score(
                 self.model,
@@ -159,20 +173,42 @@ class Scorer(Worker):
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
-            gpus = all_gpus(self.store)
+            if gpus is None:
+                gpus = all_gpus(self.store)
             records = with_lost_gpus(to_records(scored), gpus)
-            records = with_probe_findings(records, self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at))
+            probes = self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at)
+            if share is not None:
+                mine = {str(g["uuid"]) for g in gpus}
+                probes = [p for p in probes if str(p["gpu_uuid"]) in mine]
+            records = with_probe_findings(records, probes)
             if self.on_scored is not None:
                 records = self.on_scored(records, scored_at)
-            # to_records' dicts have ScoreRecord's keys; the store checks every record anyway.
-            self.store.write_scores(cast(list[ScoreRecord], records), scored_at, rule=decision_changes)
+            records = self._write(records, scored_at, share)
             ids = {str(g["uuid"]): {"gpu_index": g.get("gpu_index")} for g in gpus}
             st = self.state
             st.records, st.identities, st.scored_at = records, ids, scored_at
             st.last_run, st.last_duration_s, st.last_error = time.time(), time.perf_counter() - t0, None
             st.runs += 1
-        self.prune_if_due(scored_at)
+        if share is None or 0 in share.shards:  # one replica applies the retention: shard 0's
+            self.prune_if_due(scored_at)
         return records
+
+    def _gpus_of(self, share: Share) -> list[GpuItem]:
+        """The store's GPUs on the share's hosts."""
+        return [g for g in all_gpus(self.store) if share.has(str(g["hostname"]))]
+
+    def _write(self, records: list[dict[str, Any]], scored_at: datetime, share: Share | None) -> list[dict[str, Any]]:
+        """Store the round (one transaction); with a share, only the shards the store still admits."""
+        # to_records' dicts have ScoreRecord's keys; the store checks every record anyway.
+        rows = cast(list[ScoreRecord], records)
+        if share is None or self.replica is None:
+            self.store.write_scores(rows, scored_at, rule=decision_changes)
+            return records
+        fence = self.replica.fence(share, round_of(scored_at, self.interval_s))
+        self.store.write_scores(rows, scored_at, rule=decision_changes, fence=fence)
+        written = [r for r in records if fence.admits(str(r["hostname"]))]
+        self.replica.note_round(share, fence, len({str(r["hostname"]) for r in written}))
+        return written
 
     def prune_if_due(self, now: datetime) -> None:
         """Apply the retention to every table, at most once an hour (of data time)."""
@@ -190,6 +226,9 @@ class Scorer(Worker):
         except StoreError as err:
             log.warning("could not load the latest scores: %s", err)
             return
+        if self.replica is not None:  # the shards held now (other replicas show the rest)
+            share = self.replica.share(timedelta(0))
+            items = [it for it in items if share.has(str(it["hostname"]))]
         recs = []
         for it in items:
             if it.get("scored_at") is None:
@@ -214,7 +253,15 @@ class Scorer(Worker):
                 self.state.failures += 1
                 self.state.last_error = str(err)
                 log.exception("scoring failed")
-            self._stop.wait(self.interval_s)
+            self._stop.wait(self._until_next_round())
+
+    def _until_next_round(self) -> float:
+        """The interval; with replicas, until the next multiple of it on the database's clock, so that
+        every replica scores a round at the same time."""
+        if self.replica is None:
+            return self.interval_s
+        # A moment past the boundary: our estimate of the database's clock moves a little at each tick.
+        return until_next_round(self.replica.now(), self.interval_s) + min(1.0, self.interval_s / 100)
 
 
 class ModelMetrics(Collector):

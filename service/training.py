@@ -1,8 +1,7 @@
 """Train a risk model from the fleet's own history in the store, on a prior of simulated fleets.
 
-`gpuhealth train --db URL` runs `train_from_store`: it reads every GPU's stored history
-(raw samples and the hourly roll-ups beyond their retention), resamples it to hourly rows
-with the store's own roll-up arithmetic (`store.rollup`), takes the failure and RMA records
+`gpuhealth train --db URL` runs `train_from_store`: it reads every GPU's stored hour rows (kept
+at ingest with `core.hourly`, the arithmetic scoring and the features use), takes the failure and RMA records
 as labels, keeps the newest `holdout_days` out of training (promote judges the model there),
 and trains on the fleet together with randomised simulated fleets (`simulator.families`).
 The model goes into the store as a new, inactive version with its card.
@@ -22,25 +21,20 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from threadpoolctl import threadpool_limits
 
-from core import history
-from core.catalog import IDENTITY_COLUMNS
+from core import history, hourly
 from predictor.model import DAY, HOUR, RiskModel, TrainingSet, failure_counts, train_sets
 from service.model_card import CARD_FORMAT, json_safe, trained_on
 from service.scorer import all_gpus
 from simulator.families import prior_fleets
 from store import Store
 from store.models import ModelInfo
-from store.rollup import rollup_samples
-from store.schema import METRIC_COLUMNS
 
 Progress = Callable[[str], None]
-READ_BATCH_GPUS = 32
-"""GPUs read from the store at a time: 35 days of raw 5-minute samples of 32 GPUs are ~120 MB
-as float64 before the hourly roll-up shrinks them twelvefold."""
+READ_BATCH_GPUS = 256
+"""GPUs read from the store at a time: a year of hour rows of 256 GPUs is ~900 MB as float64."""
 FLEET_SET = "fleet"
 """The training set name of the fleet's own history (the prior's are the simulator's names)."""
 
@@ -84,54 +78,24 @@ class Trained:
     info: ModelInfo
 
 
-def hourly(frame: pd.DataFrame) -> pd.DataFrame:
-    """A history frame resampled to one row per GPU and hour with the store's roll-up arithmetic:
-    gauges averaged, counters the last value, `xid` the largest code.
-
-    Each row is stamped with the newest sample rolled into it, so no value is dated before it
-    was read (a counter's end-of-hour value at the start of the hour would let features see
-    up to an hour ahead). Hourly input comes back as it was.
-    """
-    if len(frame) == 0:
-        return frame
-    present = [c for c in METRIC_COLUMNS if c in frame.columns]
-    v = np.full((len(frame), len(METRIC_COLUMNS)), np.nan)
-    for j, c in enumerate(METRIC_COLUMNS):
-        if c in frame.columns:
-            v[:, j] = frame[c].to_numpy(dtype=np.float64, na_value=np.nan)
-    u = frame["gpu_uuid"].astype(str).to_numpy(dtype=object)
-    ts = frame["timestamp"].to_numpy(dtype="datetime64[us]").astype(np.int64)
-    rolled = rollup_samples(u, ts, v)
-    ident = frame.groupby("gpu_uuid", observed=True, sort=False)[["hostname", "gpu_index", "model_name"]].last()
-    ident.index = ident.index.astype(str)
-    who = ident.reindex(rolled["gpu_uuid"].to_numpy())
-    out = pd.DataFrame(
-        {
-            "timestamp": pd.to_datetime(rolled["last_at"].to_numpy(), unit="us", utc=True),
-            "hostname": who["hostname"].astype(str).to_numpy(),
-            "gpu_uuid": rolled["gpu_uuid"].to_numpy(),
-            "gpu_index": who["gpu_index"].to_numpy(),
-            "model_name": who["model_name"].astype(str).to_numpy(),
-        }
-    )
-    for c in present:
-        out[c] = rolled[c].to_numpy()
-    return history.validate(out[[*IDENTITY_COLUMNS, *present]], source="store history, hourly")
-
-
 def fleet_history(
     store: Store, *, since: datetime | None = None, until: datetime | None = None, batch: int = READ_BATCH_GPUS
 ) -> pd.DataFrame:
-    """Every GPU's stored history in [since, until] (raw and hourly roll-ups) as hourly rows, in batches of GPUs."""
+    """Every GPU's stored hours in (since, until] (the rows the scorer reads, `core.hourly`), in batches of GPUs."""
     uuids = sorted(str(g["uuid"]) for g in all_gpus(store))
+    end = until or store.newest_sample_time()
+    if end is None:
+        return history.empty(())
     parts = []
     for start in range(0, len(uuids), batch):
-        part = store.history(since=since, until=until, uuids=uuids[start : start + batch], include_hourly=True)
+        part = store.scoring_history(since=since, until=end, uuids=uuids[start : start + batch])
         if len(part):
-            parts.append(hourly(part))
+            parts.append(part)
     if not parts:
         return history.empty(())
-    return history.validate(pd.concat(parts, ignore_index=True), source="store history, hourly")
+    out = history.validate(pd.concat(parts, ignore_index=True), source="store history, hourly")
+    out.attrs[hourly.HOURLY_ATTR] = True
+    return out
 
 
 def split_holdout(

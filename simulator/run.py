@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from core import catalog
 from core.history import metric_dtype
+from simulator.config import FaultSpec
 from simulator.fleet import DAY, FleetSim, SimConfig
 
 HISTORY_COLUMNS: tuple[str, ...] = (
@@ -29,8 +30,12 @@ def simulate(
     days: float,
     interval_s: float = 3600.0,
     progress: Progress | None = None,
+    faults: Sequence[tuple[float, FaultSpec]] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run the fleet for `days` and return (history frame, failures frame)."""
+    """Run the fleet for `days` and return (history frame, failures frame).
+
+    `faults`: (hours after the start, fault) pairs injected on top of the drawn failures.
+    """
     if days <= 0 or interval_s <= 0:
         raise ValueError("days and interval must be positive")
     steps = round(days * DAY / interval_s)
@@ -48,7 +53,10 @@ def simulate(
     rng = np.random.default_rng(cfg.seed + 1_000_003)  # sampling gaps: independent of the physics
     every = max(1, steps // 200)
     seen_repairs = -1
+    pending = sorted(faults, key=lambda f: f[0])
     for t in range(steps):
+        while pending and pending[0][0] * 3600.0 <= t * interval_s:
+            fleet.inject(pending.pop(0)[1])
         fleet.step(interval_s)
         if fleet.repairs != seen_repairs:  # identities change only when a GPU is replaced
             seen_repairs = fleet.repairs

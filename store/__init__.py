@@ -4,12 +4,14 @@ from store.decisions import Decision, DecisionChanges, DecisionRule, ScorePoint,
 from store.errors import NotFound, StoreError, StoreUnavailable
 from store.gpus import GpuDetail, GpuItem, GpuRow, Node, Sample
 from store.labels import Alert, AlertmanagerAlert, Failure
+from store.leases import SHARDS, Lease, LeaseTick, ReplicaInfo, RoundFence, shard_of
 from store.probes import ProbeResult, ProbeResultRow
 from store.retention import Retention
 from store.store import CLOCK_SKEW, Store
 
 __all__ = [
     "CLOCK_SKEW",
+    "SHARDS",
     "Alert",
     "AlertmanagerAlert",
     "Decision",
@@ -19,15 +21,20 @@ __all__ = [
     "GpuDetail",
     "GpuItem",
     "GpuRow",
+    "Lease",
+    "LeaseTick",
     "Node",
     "NotFound",
     "ProbeResult",
     "ProbeResultRow",
+    "ReplicaInfo",
     "Retention",
+    "RoundFence",
     "Sample",
     "ScorePoint",
     "ScoreRecord",
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "shard_of",
 ]

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from store.engine import Database, not_closed
 from store.errors import NotFound, StoreError
 from store.gpus import GpuSighting, require_gpu, upsert_gpu_rows
+from store.leases import RoundFence, admit_round
 from store.rollup import RISKS
 from store.schema import DECISION_STATES, DECISIONS, T_DECISIONS, T_GPUS, T_SCORES, T_SCORES_HOURLY
 from store.validate import choice, optional_float, paging, string_list, text, utc
@@ -229,20 +230,33 @@ class Decisions:
         self.db = db
 
     def write_scores(
-        self, records: Sequence[ScoreRecord], scored_at: datetime, *, rule: DecisionRule
+        self,
+        records: Sequence[ScoreRecord],
+        scored_at: datetime,
+        *,
+        rule: DecisionRule,
+        fence: RoundFence | None = None,
     ) -> list[Decision]:
         """Store one scoring round and move each GPU's decision as `rule` says; returns the decisions opened.
 
         One transaction: the scores are stored, the scored GPUs' active decisions are read,
         `rule` chooses what to close, refresh (reasons; an acknowledgement stays) and open,
-        and that is written.
+        and that is written. With a `fence` (a replica's round, `store.leases`), only the rows
+        of the shards it admits first are stored; `fence.admitted` says which.
         """
         at = utc(scored_at, "scored_at")
         rows = _score_rows(records, at)
+        if fence is not None:
+            fence.admitted = frozenset()
         if not rows:
             return []
-        uuids = [r["gpu_uuid"] for r in rows]
         with self.db.tx(write=True) as conn:
+            if fence is not None:
+                fence.admitted = admit_round(self.db, conn, fence)
+                rows = [r for r in rows if fence.admits(r["hostname"])]
+                if not rows:
+                    return []
+            uuids = [r["gpu_uuid"] for r in rows]
             _insert_scores(self.db, conn, rows, at)
             active = _active_decisions(conn, uuids)
             changes = rule(active, [(r["gpu_uuid"], r["decision"], r["reasons"]) for r in rows])

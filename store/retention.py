@@ -1,6 +1,7 @@
 """How long each table keeps its rows, and applying that: roll-ups into hours, then deletes.
 
-Raw samples roll into `samples_hourly` (`Pruner.prune_samples`), raw risk scores into
+Raw samples are removed (`Pruner.prune_samples`: whole day partitions on PostgreSQL, see
+`store.partitions`; their hours are written at ingest, `store.hours`), raw risk scores roll into
 `risk_scores_hourly`; closed decisions, alerts and probe results are deleted when old;
 hourly rows go after `hourly`. Failure and RMA records are never deleted: they are the
 labels the next model learns from. Open decisions are never deleted either. The arithmetic
@@ -9,29 +10,19 @@ of the roll-ups is in `store.rollup`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store.engine import Database, quote
+from store.engine import Database
 from store.errors import StoreError
-from store.rollup import (
-    RISKS,
-    SAMPLE_HOUR_COLUMNS,
-    merge_sample_hours,
-    merge_score_hours,
-    rollup_samples,
-    rollup_scores,
-)
-from store.samples import fetch_block, metric_select, where_sql
+from store.partitions import drop_before
+from store.rollup import RISKS, merge_score_hours, rollup_scores
 from store.schema import (
-    METRIC_COLUMNS,
     T_ALERTS,
     T_DECISIONS,
     T_PROBES,
@@ -44,7 +35,7 @@ from store.validate import utc
 
 DAY = timedelta(days=1)
 PRUNE_GPUS_PER_TX = 64
-"""Prune rolls up this many GPUs per transaction, so a first prune of a big database stays bounded."""
+"""Prune handles this many GPUs per transaction, so a first prune of a big database stays bounded."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +43,8 @@ class Retention:
     """How long rows are kept (GPUHEALTH_RETENTION, GPUHEALTH_*_RETENTION)."""
 
     samples: timedelta = 35 * DAY
-    """Raw samples, then hourly roll-ups (35 d: the 30-day feature window and a margin)."""
+    """Raw samples (35 d: the 30-day feature window and a margin; their hours stay, made at ingest).
+    PostgreSQL drops whole days, so it keeps up to a day more."""
     scores: timedelta = 7 * DAY
     """Raw risk scores (every round: 2.9 M rows a day at 10,000 GPUs every 5 minutes), then hourly."""
     hourly: timedelta = 400 * DAY
@@ -74,43 +66,6 @@ class Retention:
                 f"hourly retention ({self.hourly}) must be at least the sample ({self.samples}) "
                 f"and score ({self.scores}) retention: roll-ups would be deleted as they are made"
             )
-
-
-def _from_us(us: int) -> datetime:
-    """Microseconds since the epoch as an exact aware UTC datetime."""
-    return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
-
-
-def _stored_sample_hours(db: Database, conn: Connection, new: pd.DataFrame, uuids: list[str]) -> pd.DataFrame:
-    """The stored hour rows (SAMPLE_HOUR_COLUMNS) that `new` may have to be merged with."""
-    lo = datetime.fromtimestamp(int(new["hour"].min()) / 1e6, UTC)
-    hi = datetime.fromtimestamp(int(new["hour"].max()) / 1e6, UTC)
-    sql, params = metric_select(db, "samples_hourly", "hour", ("n", db.ts_us("last_at")), lo, hi, uuids)
-    u, ts, v = fetch_block(db, conn, sql, params, 2, stream=False)
-    old = pd.DataFrame(v[:, 2:], columns=list(METRIC_COLUMNS))
-    old.insert(0, "last_at", v[:, 1].astype(np.int64))
-    old.insert(0, "n", v[:, 0].astype(np.int64))
-    old.insert(0, "hour", ts)
-    old.insert(0, "gpu_uuid", u)
-    return old
-
-
-def _write_sample_hours(db: Database, conn: Connection, hourly: pd.DataFrame) -> None:
-    rows = []
-    for rec in hourly.to_dict("records"):
-        row: dict[str, Any] = {
-            "gpu_uuid": rec["gpu_uuid"],
-            "hour": datetime.fromtimestamp(int(rec["hour"]) / 1e6, UTC),
-            "n": int(rec["n"]),
-            "last_at": _from_us(int(rec["last_at"])),
-        }
-        for c in METRIC_COLUMNS:
-            x = float(rec[c])
-            row[c] = None if math.isnan(x) else x
-        rows.append(row)
-    ins = db.insert(samples_hourly)
-    set_ = {c: ins.excluded[c] for c in SAMPLE_HOUR_COLUMNS[2:]}
-    conn.execute(ins.on_conflict_do_update(index_elements=["gpu_uuid", "hour"], set_=set_), rows)
 
 
 def _score_hour_rows(conn: Connection, gone: list[dict[str, Any]], part: list[str]) -> list[dict[str, Any]]:
@@ -135,38 +90,34 @@ def _score_hour_rows(conn: Connection, gone: list[dict[str, Any]], part: list[st
 
 
 class Pruner:
-    """Applies a Retention: rolls old raw rows into hours and deletes what is kept no longer."""
+    """Applies a Retention: removes old raw samples, rolls old scores into hours, deletes what is kept no longer."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def prune_samples(self, now: datetime, retention: timedelta) -> tuple[int, int]:
-        """Roll raw samples older than now - retention (whole hours) into samples_hourly and delete them.
+    def prune_samples(self, now: datetime, retention: timedelta) -> int:
+        """Remove the raw samples older than now - retention; returns how many rows went.
 
-        Returns (hour rows written, raw samples deleted). The rows rolled up are exactly those
-        deleted (DELETE … RETURNING), so a sample ingested meanwhile is never lost; a late sample
-        for an hour already rolled up is merged into it. Running it again changes nothing.
+        Their hours are in samples_hourly already (written at ingest, `store.hours`), so this only
+        removes. PostgreSQL drops every day partition that ends at or before the cutoff, its rows
+        counted (count(*)) just before: the rest of the cutoff's own day stays until that whole day
+        has passed, so up to a day more than the retention is kept. SQLite deletes the rows before
+        the cutoff (whole hours), PRUNE_GPUS_PER_TX GPUs per transaction. Running it again changes
+        nothing.
         """
         now = utc(now, "now")
         if not isinstance(retention, timedelta) or retention <= timedelta(0):
             raise StoreError(f"retention must be a positive timedelta, got {retention!r}")
+        if self.db.dialect == "postgresql":
+            return drop_before(self.db, now - retention)
         cutoff = (now - retention).replace(minute=0, second=0, microsecond=0)
-        db = self.db
-        rolled = deleted = 0
-        cols = ", ".join(quote(c) for c in METRIC_COLUMNS)
-        for part in self._gpu_batches(samples.c.gpu_uuid, samples.c.timestamp, cutoff):
-            with db.tx(write=True) as conn:
-                where, params = where_sql(db, "timestamp", None, cutoff, part, until_inclusive=False)
-                sql = f"DELETE FROM samples{where} RETURNING gpu_uuid, {db.ts_us(quote('timestamp'))}, {cols}"
-                u, ts, v = fetch_block(db, conn, sql, params, 0, stream=False)
-                if not len(u):
-                    continue
-                hourly = rollup_samples(u, ts, v)
-                hourly = merge_sample_hours(hourly, _stored_sample_hours(db, conn, hourly, part))
-                _write_sample_hours(db, conn, hourly)
-                rolled += len(hourly)
-                deleted += len(u)
-        return rolled, deleted
+        s = samples.c
+        deleted = 0
+        for part in self._gpu_batches(s.gpu_uuid, s.timestamp, cutoff):
+            with self.db.tx(write=True) as conn:
+                gone = conn.execute(sa.delete(samples).where(s.timestamp < cutoff, s.gpu_uuid.in_(part)))
+                deleted += int(gone.rowcount or 0)
+        return deleted
 
     def prune_scores(self, before: datetime) -> tuple[int, int]:
         """Roll raw scores older than `before` (whole hours) into risk_scores_hourly and delete them.
@@ -216,7 +167,7 @@ class Pruner:
         """
         now = utc(now, "now")
         out: dict[str, int] = {}
-        out["sample_hours_written"], out["samples_rolled_up"] = self.prune_samples(now, retention.samples)
+        out["samples_deleted"] = self.prune_samples(now, retention.samples)
         out["score_hours_written"], out["scores_rolled_up"] = self.prune_scores(now - retention.scores)
         d, a, p = T_DECISIONS.c, T_ALERTS.c, T_PROBES.c
         deletes = {

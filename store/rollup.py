@@ -1,8 +1,8 @@
 """Roll-ups into hours, as pure table arithmetic (no database): raw samples and raw risk scores.
 
-`store.retention` deletes old rows and writes what these functions make of them; a later
-roll-up of the same hour (a late sample or score) is merged with the stored one, never
-replaces it.
+Sample hours are made at ingest (`store.hours`, with `core.hourly`'s arithmetic, the same
+the features use); score hours by the retention (`store.retention`). A later roll-up of the
+same hour (a late sample or score) is merged with the stored one, never replaces it.
 """
 
 from __future__ import annotations
@@ -12,41 +12,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core import catalog
+from core import hourly
 from store.schema import DECISIONS, METRIC_COLUMNS
 
 _SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
 RISKS = ("risk", "risk_ecc", "risk_thermal", "risk_pcie")
-HOUR_US = 3_600_000_000
-_GAUGES = frozenset(c for c in METRIC_COLUMNS if catalog.BY_NAME[c].kind == "gauge")
-SAMPLE_HOUR_COLUMNS = ("gpu_uuid", "hour", "n", "last_at", *METRIC_COLUMNS)
-"""A sample hour row: GPU, hour and newest sample (µs since the epoch), count, then the metrics."""
+HOUR_US = hourly.HOUR_US
+HOUR_VALUES = (*METRIC_COLUMNS, hourly.SHARE)
+"""What an hour row holds besides its key: the metrics and the share of samples thermally throttled."""
+SAMPLE_HOUR_COLUMNS = ("gpu_uuid", "hour", "n", "last_at", *HOUR_VALUES)
+"""A sample hour row: GPU, hour (the start of (hour, hour + 1 h]) and newest sample (µs since the
+epoch), count, then the values."""
 
 
-def rollup_samples(u: np.ndarray, ts: np.ndarray, v: np.ndarray) -> pd.DataFrame:
-    """Hour rows from raw samples (uuids, µs, metric values): gauges averaged, counters the last value
-    seen, xid the largest code; `<gauge>__n` columns count each gauge's values (weights for a merge)."""
-    hour = ts - ts % HOUR_US
-    df = pd.DataFrame(v, columns=list(METRIC_COLUMNS))
-    df.insert(0, "ts", ts)
-    df.insert(0, "hour", hour)
-    df.insert(0, "gpu_uuid", u)
-    df = df.sort_values(["gpu_uuid", "ts"], kind="stable")
-    grouped = df.groupby(["gpu_uuid", "hour"], sort=True)
-    gauges = [c for c in METRIC_COLUMNS if c in _GAUGES and c != "xid"]
-    counters = [c for c in METRIC_COLUMNS if c not in _GAUGES]
-    out = pd.concat(
-        [
-            grouped.size().rename("n"),
-            grouped["ts"].max().rename("last_at"),
-            grouped[gauges].mean(),
-            grouped[counters].last(),  # last non-null: the counter's value at the end of the hour
-            grouped[["xid"]].max(),
-            grouped[gauges].count().add_suffix("__n"),  # per-column weights for a later merge
-        ],
-        axis=1,
-    ).reset_index()
-    return out[[*SAMPLE_HOUR_COLUMNS, *(f"{c}__n" for c in gauges)]]
+def rollup_samples(u: np.ndarray, ts: np.ndarray, v: np.ndarray | pd.DataFrame) -> pd.DataFrame:
+    """Hour rows (SAMPLE_HOUR_COLUMNS and the `<gauge>__n` weights) from raw samples: uuids, µs, and
+    metric values (an array in METRIC_COLUMNS order, or a frame of some of them; the others are
+    NaN); the arithmetic is `core.hourly.rollup`."""
+    values = v if isinstance(v, pd.DataFrame) else pd.DataFrame(v, columns=list(METRIC_COLUMNS))
+    out = hourly.rollup(u, ts, values)
+    for c in HOUR_VALUES:
+        if c not in out.columns:
+            out[c] = np.nan
+        if hourly.how(c) == "mean" and f"{c}__n" not in out.columns:
+            out[f"{c}__n"] = 0
+    return out
 
 
 def merge_sample_hours(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
@@ -60,11 +50,12 @@ def merge_sample_hours(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
     n_new, n_old = m["n"].to_numpy(np.float64), m["n_old"].to_numpy(np.float64)
     newer = m["last_at"].to_numpy() >= m["last_at_old"].to_numpy(np.float64, na_value=-np.inf)
     out = m[["gpu_uuid", "hour"]].copy()
-    for c in METRIC_COLUMNS:
+    for c in HOUR_VALUES:
         a, b = m[c].to_numpy(np.float64), m[f"{c}_old"].to_numpy(np.float64)
-        if c == "xid":
-            merged = np.fmax(a, b)
-        elif c in _GAUGES:
+        if hourly.how(c) == "code":  # the newer part's code if it saw one, else the older part's
+            a0, b0 = np.where(a == 0, np.nan, a), np.where(b == 0, np.nan, b)
+            merged = np.where(newer, np.where(np.isnan(a0), b, a), np.where(np.isnan(b0), a, b))
+        elif hourly.how(c) == "mean":
             # Mean of the two parts weighted by their sample counts: exact for the new part (its
             # non-null count is known); the stored hour keeps only its row count n, so a stored
             # hour with gaps in this column is weighted a little too much.

@@ -19,11 +19,15 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from core import history
+from core import history, hourly
 from core.history import HistoryError
 from store.engine import Database, quote
 from store.errors import StoreError
 from store.gpus import GpuSighting, upsert_gpu_rows
+from store.hours import BY_GPU_UP_TO, add_hours
+from store.partitions import ensure_for
+from store.rawsql import fetch_block, metric_select, where_sql
+from store.rollup import HOUR_VALUES, rollup_samples
 from store.schema import METRIC_COLUMNS, T_GPUS, samples
 from store.validate import text, utc
 
@@ -31,79 +35,9 @@ log = logging.getLogger(__name__)
 
 INGEST_BATCH = 20_000
 """Rows converted to Python objects at a time: bounds ingest memory, big enough to amortise calls."""
-FETCH_BATCH = 50_000
+HOURS_BATCH = 500_000
+"""Rows rolled into hours at a time (a big import: hours split between batches are merged)."""
 _METRIC_SET = frozenset(METRIC_COLUMNS)
-
-
-def where_sql(
-    db: Database,
-    ts_col: str,
-    since: datetime | None,
-    until: datetime | None,
-    uuids: Sequence[str] | None,
-    until_inclusive: bool = True,
-) -> tuple[str, list[Any]]:
-    """A raw-SQL WHERE clause on a time column and GPUs, and its parameters ("" when it has none)."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if since is not None:
-        clauses.append(f"{quote(ts_col)} >= {db.ph}")
-        params.append(db.bind_ts(since))
-    if until is not None:
-        clauses.append(f"{quote(ts_col)} {'<=' if until_inclusive else '<'} {db.ph}")
-        params.append(db.bind_ts(until))
-    if uuids is not None:
-        clauses.append(f"gpu_uuid IN ({', '.join([db.ph] * len(uuids))})")
-        params.extend(uuids)
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
-def metric_select(
-    db: Database,
-    table: str,
-    ts_col: str,
-    extra: Sequence[str],
-    since: datetime | None,
-    until: datetime | None,
-    uuids: Sequence[str] | None,
-) -> tuple[str, list[Any]]:
-    """Raw SQL for (gpu_uuid, time in µs, extra…, metrics…) of `table`, and its parameters."""
-    where, params = where_sql(db, ts_col, since, until, uuids)
-    cols = ", ".join(quote(c) for c in METRIC_COLUMNS)
-    lead = ", ".join(["gpu_uuid", db.ts_us(quote(ts_col)), *extra])
-    return f"SELECT {lead}, {cols} FROM {table}{where}", params
-
-
-def fetch_block(
-    db: Database, conn: Connection, sql: str, params: Sequence[Any], n_extra: int, *, stream: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run `sql` (gpu_uuid, ts_us, extra…, metrics…) through the driver into arrays.
-
-    Returns (uuids as objects, ts_us int64, values float64 of shape (rows, n_extra + metrics)),
-    NULL as NaN. Rows are fetched FETCH_BATCH at a time (server-side cursor on PostgreSQL).
-    """
-    raw: Any = conn.connection.driver_connection
-    width = n_extra + len(METRIC_COLUMNS)
-    u_parts: list[np.ndarray] = []
-    t_parts: list[np.ndarray] = []
-    v_parts: list[np.ndarray] = []
-    if db.dialect == "postgresql" and stream:
-        assert isinstance(raw, psycopg.Connection)
-        cur: Any = raw.cursor(name="gpuhealth_fetch")
-    else:
-        cur = raw.cursor()
-    try:
-        cur.execute(sql, tuple(params))
-        while chunk := cur.fetchmany(FETCH_BATCH):
-            a = np.array(chunk, dtype=object)
-            u_parts.append(a[:, 0])
-            t_parts.append(a[:, 1].astype(np.int64))
-            v_parts.append(a[:, 2:].astype(np.float64))  # None -> NaN
-    finally:
-        cur.close()
-    if not u_parts:
-        return np.empty(0, dtype=object), np.empty(0, dtype=np.int64), np.empty((0, width))
-    return np.concatenate(u_parts), np.concatenate(t_parts), np.concatenate(v_parts)
 
 
 def _sample_rows(
@@ -185,8 +119,14 @@ def _sightings(f: pd.DataFrame) -> list[GpuSighting]:
     ]
 
 
-def _frame(u: np.ndarray, ts: np.ndarray, v: np.ndarray, ident: Mapping[str, tuple[str, int, str]]) -> pd.DataFrame:
-    """Arrays from the database as a history frame with validate()'s dtypes."""
+def _frame(
+    u: np.ndarray,
+    ts: np.ndarray,
+    v: np.ndarray,
+    ident: Mapping[str, tuple[str, int, str]],
+    columns: Sequence[str] = METRIC_COLUMNS,
+) -> pd.DataFrame:
+    """Arrays from the database (values in `columns` order) as a history frame with validate()'s dtypes."""
     if len(u) == 0:
         return history.empty(())
     codes, uniques = pd.factorize(u, sort=True)
@@ -206,7 +146,7 @@ def _frame(u: np.ndarray, ts: np.ndarray, v: np.ndarray, ident: Mapping[str, tup
         "model_name": category([i[2] for i in info]),
     }
     v = v[order]
-    for j, name in enumerate(METRIC_COLUMNS):
+    for j, name in enumerate(columns):
         col = v[:, j]
         if not np.isnan(col).all():
             data[name] = col.astype(history.metric_dtype(name))
@@ -226,6 +166,44 @@ def _identities(conn: Connection, uuids: list[str]) -> dict[str, tuple[str, int,
                 row.model_name or "unknown",
             )
     return out
+
+
+def _arrays(f: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """(uuids, µs since the epoch, the metric columns as float64) of a valid history frame."""
+    u = f["gpu_uuid"].astype(str).to_numpy(dtype=object)
+    ts = f["timestamp"].to_numpy(dtype="datetime64[us]").astype(np.int64)
+    return u, ts, pd.DataFrame({c: f[c].to_numpy(np.float64, na_value=np.nan) for c in cols})
+
+
+def _not_stored(db: Database, conn: Connection, f: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a valid history frame whose (GPU, time) is not stored yet: a repeated sample is
+    skipped before it reaches the table or its hour (it would count twice there)."""
+    u, ts, _ = _arrays(f, [])
+    lo, hi = f["timestamp"].min().to_pydatetime(), f["timestamp"].max().to_pydatetime()
+    ids = sorted(set(u.tolist()))
+    where, params = where_sql(db, "timestamp", lo, hi, ids if len(ids) <= BY_GPU_UP_TO else None)
+    raw: Any = conn.connection.driver_connection
+    cur = raw.cursor()
+    try:
+        cur.execute(f"SELECT gpu_uuid, {db.ts_us(quote('timestamp'))} FROM samples{where}", tuple(params))
+        stored = cur.fetchall()
+    finally:
+        cur.close()
+    if not stored:
+        return f
+    have = pd.MultiIndex.from_tuples([(str(a), int(b)) for a, b in stored])
+    seen = pd.MultiIndex.from_arrays([u, ts]).isin(have)
+    return f[~seen].reset_index(drop=True) if seen.any() else f
+
+
+def _uuids_on(conn: Connection, hostnames: list[str]) -> list[str]:
+    """The GPUs whose current record names one of these hosts."""
+    g = T_GPUS.c
+    out: list[str] = []
+    for start in range(0, len(hostnames), 1000):
+        part = hostnames[start : start + 1000]
+        out.extend(r[0] for r in conn.execute(sa.select(g.uuid).where(g.hostname.in_(part))))
+    return sorted(out)
 
 
 class Samples:
@@ -260,9 +238,16 @@ class Samples:
             log.warning("ingest: ignoring column(s) not in the catalogue: %s", ", ".join(new_unknown))
         cols = [c for c in METRIC_COLUMNS if c in f.columns]
         gpus = _sightings(f)
+        ensure_for(self.db, f["timestamp"])  # PostgreSQL: the days' partitions, in a transaction of their own
         with self.db.tx(write=True) as conn:
             upsert_gpu_rows(self.db, conn, gpus, explicit_state=False)
-            return _insert_samples(self.db, conn, f, cols)
+            f = _not_stored(self.db, conn, f)
+            inserted = _insert_samples(self.db, conn, f, cols) if len(f) else 0
+            # Their hours in the same transaction: the scorer's roll-ups never miss a stored sample.
+            for start in range(0, len(f), HOURS_BATCH):
+                part = f.iloc[start : start + HOURS_BATCH]
+                add_hours(self.db, conn, *_arrays(part, cols))
+            return inserted
 
     @staticmethod
     def _refuse_future(f: pd.DataFrame, not_after: datetime) -> pd.DataFrame:
@@ -283,13 +268,11 @@ class Samples:
         since: datetime | None = None,
         until: datetime | None = None,
         uuids: Sequence[str] | None = None,
-        include_hourly: bool = False,
     ) -> pd.DataFrame:
-        """Stored telemetry as a valid history frame, sorted by (gpu_uuid, timestamp).
+        """Stored raw telemetry as a valid history frame, sorted by (gpu_uuid, timestamp).
 
         Identity columns come from the GPU's current record; metric columns that are NULL in
-        every returned row are left out. `include_hourly` adds the hourly roll-ups older than
-        each GPU's first raw sample (timestamp = start of the hour).
+        every returned row are left out. Hour rows: `scoring_history`.
         """
         t0 = None if since is None else utc(since, "since")
         t1 = None if until is None else utc(until, "until")
@@ -300,18 +283,56 @@ class Samples:
         with db.tx() as conn:
             sql, params = metric_select(db, "samples", "timestamp", (), t0, t1, ids)
             u, ts, v = fetch_block(db, conn, sql, params, 0, stream=True)
-            if include_hourly:
-                sql, params = metric_select(db, "samples_hourly", "hour", (), t0, t1, ids)
-                hu, hts, hv = fetch_block(db, conn, sql, params, 0, stream=True)
-                if len(hu):
-                    first_raw = pd.Series(ts).groupby(u).min() if len(u) else pd.Series(dtype=np.int64)
-                    limit = pd.Series(hu).map(first_raw).to_numpy(dtype=np.float64, na_value=np.inf)
-                    keep = hts < limit
-                    u = np.concatenate([u, hu[keep]])
-                    ts = np.concatenate([ts, hts[keep]])
-                    v = np.concatenate([v, hv[keep]])
             ident = _identities(conn, sorted(set(u.tolist())))
         return _frame(u, ts, v, ident)
+
+    def scoring_history(
+        self,
+        *,
+        since: datetime | None,
+        until: datetime,
+        hostnames: Sequence[str] | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """What the scorer reads: the stored hours of (since, until] and the raw tail of the hour
+        `until` falls in rolled up the same way, as a history frame of hour rows (`core.hourly`).
+
+        A whole hour is stamped at its end, the tail at its newest sample. `hostnames`: only the
+        GPUs whose current record names one of them (a replica's share); `uuids`: only these
+        GPUs (training reads a fleet in batches). Reads GPUs × hours
+        rows, not GPUs × samples: the cost does not grow with the sampling rate.
+        """
+        t0, t1 = None if since is None else utc(since, "since"), utc(until, "until")
+        boundary = t1.replace(minute=0, second=0, microsecond=0)  # hours before it are whole
+        db = self.db
+        with db.tx() as conn:
+            ids = None if uuids is None else [text(u, "uuid", max_len=64) for u in uuids]
+            if hostnames is not None:
+                on_hosts = _uuids_on(conn, [text(h, "hostname") for h in hostnames])
+                ids = on_hosts if ids is None else sorted(set(ids) & set(on_hosts))
+            if ids is not None and not ids:
+                return history.empty(())
+            lo = None if t0 is None else t0.replace(minute=0, second=0, microsecond=0)
+            extra = ("n", db.ts_us(quote("last_at")))
+            sql, params = metric_select(
+                db, "samples_hourly", "hour", extra, lo, boundary, ids, HOUR_VALUES, until_inclusive=False
+            )
+            hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+            sql, params = metric_select(db, "samples", "timestamp", (), boundary, t1, ids, since_inclusive=False)
+            ru, rts, rv = fetch_block(db, conn, sql, params, 0, stream=True)
+            ident = _identities(conn, sorted(set(hu.tolist()) | set(ru.tolist())))
+        last_at, values = hv[:, 1].astype(np.int64), hv[:, 2:]
+        if len(ru):
+            tail = rollup_samples(ru, rts, rv)
+            hu = np.concatenate([hu, tail["gpu_uuid"].to_numpy(dtype=object)])
+            start = np.concatenate([start, tail["hour"].to_numpy(np.int64)])
+            last_at = np.concatenate([last_at, tail["last_at"].to_numpy(np.int64)])
+            values = np.concatenate([values, tail[list(HOUR_VALUES)].to_numpy(np.float64)])
+        end = start + hourly.HOUR_US
+        until_us = int(t1.timestamp()) * 1_000_000 + t1.microsecond
+        frame = _frame(hu, np.where(end <= until_us, end, last_at), values, ident, HOUR_VALUES)
+        frame.attrs[hourly.HOURLY_ATTR] = True
+        return frame
 
     def newest_sample_time(self, until: datetime | None = None) -> datetime | None:
         """The timestamp of the newest raw sample of any GPU, at or before `until` if given (None when none)."""

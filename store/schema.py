@@ -103,7 +103,8 @@ samples = sa.Table(
     sa.Index("ix_samples_timestamp", "timestamp"),
 )
 """Raw telemetry, one row per GPU per sample. No foreign key on the hot path: ingest upserts
-the GPU in the same transaction."""
+the GPU in the same transaction. On PostgreSQL partitioned by range of "timestamp", one partition
+per UTC day (migration 0005, `store.partitions`); the metadata leaves that out, as autogenerate does."""
 
 samples_hourly = sa.Table(
     "samples_hourly",
@@ -113,9 +114,11 @@ samples_hourly = sa.Table(
     sa.Column("n", sa.Integer, nullable=False),
     sa.Column("last_at", UTCDateTime(), nullable=False),  # newest raw sample rolled in: merges keep counters right
     *_metric_columns(),
+    sa.Column("thermal_throttle_share", sa.Float, nullable=True),  # share of the hour's samples throttled for heat
     sa.Index("ix_samples_hourly_hour", "hour"),
 )
-"""Roll-ups of samples older than the retention: gauges averaged, counters last, xid max."""
+"""Hour rows of the samples, kept at ingest (`store.hours`): `hour` H covers (H, H + 1 h]; gauges
+averaged, counters and states last, xid max (`core.hourly`). The scorer reads these."""
 
 
 class RiskScore(Base):
@@ -298,3 +301,33 @@ T_ALERTS = metadata.tables["alerts"]
 T_PROBES = metadata.tables["probe_results"]
 T_MODELS = metadata.tables["models"]
 """The tables as Core tables, for the store's queries (samples and samples_hourly are above)."""
+
+
+# -- replicas of `serve --source prometheus` and their shard leases (store.leases) ------------
+
+
+class Replica(Base):
+    """A running `serve --source prometheus` replica: when it started and last said it is alive."""
+
+    __tablename__ = "replicas"
+
+    replica_id: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    info: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+
+
+class ShardLease(Base):
+    """One shard of the fleet's hostnames: which replica holds it until when, and the last scoring
+    round written for it (so a shard that changes hands is not scored twice in one round)."""
+
+    __tablename__ = "shard_leases"
+
+    shard: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=False)
+    owner: Mapped[str | None] = mapped_column(sa.String(255))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    scored_round: Mapped[int | None] = mapped_column(sa.BigInteger)
+
+
+T_REPLICAS = metadata.tables["replicas"]
+T_LEASES = metadata.tables["shard_leases"]

@@ -15,6 +15,7 @@ so the scoring loop, the ingest thread and API workers can share it.
 | `Probes` | `store.probes` | probe results |
 | `Models` | `store.models` | stored risk models, their cards, the active one |
 | `Pruner` | `store.retention` | roll-ups and deletes of old rows |
+| `Leases` | `store.leases` | replicas' heartbeats and their leases on shards of the fleet |
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from store.decisions import Decision, DecisionRule, Decisions, ScorePoint, Score
 from store.engine import Database, not_closed
 from store.gpus import GpuDetail, GpuItem, GpuRow, Gpus, Node, Sample
 from store.labels import Alert, AlertmanagerAlert, Failure, Labels
+from store.leases import SHARDS, Lease, Leases, LeaseTick, ReplicaInfo, RoundFence
 from store.models import ModelInfo, Models, StoredModel
 from store.probes import ProbeResult, ProbeResultRow, Probes
 from store.retention import Pruner, Retention
@@ -59,6 +61,7 @@ class Store:
         self._probes = Probes(self._db)
         self._models = Models(self._db)
         self._pruner = Pruner(self._db)
+        self._leases = Leases(self._db)
 
     @classmethod
     def open(cls, url: str, *, upgrade: bool = True) -> Store:
@@ -139,10 +142,20 @@ class Store:
         since: datetime | None = None,
         until: datetime | None = None,
         uuids: Sequence[str] | None = None,
-        include_hourly: bool = False,
     ) -> pd.DataFrame:
         """Stored telemetry as a valid history frame, sorted by (gpu_uuid, timestamp)."""
-        return self._samples.history(since=since, until=until, uuids=uuids, include_hourly=include_hourly)
+        return self._samples.history(since=since, until=until, uuids=uuids)
+
+    def scoring_history(
+        self,
+        *,
+        since: datetime | None,
+        until: datetime,
+        hostnames: Sequence[str] | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Hour rows of (since, until]: the stored hours and the raw tail of the last one rolled up."""
+        return self._samples.scoring_history(since=since, until=until, hostnames=hostnames, uuids=uuids)
 
     def newest_sample_time(self, until: datetime | None = None) -> datetime | None:
         """The timestamp of the newest raw sample of any GPU, at or before `until` if given (None when none)."""
@@ -181,10 +194,17 @@ class Store:
     # -- scores and decisions (store.decisions) ---------------------------------------------
 
     def write_scores(
-        self, records: Sequence[ScoreRecord], scored_at: datetime, *, rule: DecisionRule
+        self,
+        records: Sequence[ScoreRecord],
+        scored_at: datetime,
+        *,
+        rule: DecisionRule,
+        fence: RoundFence | None = None,
     ) -> list[Decision]:
-        """Store one scoring round and move each GPU's decision as `rule` says; returns the decisions opened."""
-        return self._decisions.write_scores(records, scored_at, rule=rule)
+        """Store one scoring round and move each GPU's decision as `rule` says; returns the decisions opened.
+
+        With a `fence` (a replica's round), only the shards it still holds and nobody wrote in the round."""
+        return self._decisions.write_scores(records, scored_at, rule=rule, fence=fence)
 
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
@@ -318,10 +338,36 @@ class Store:
 
     # -- retention (store.retention) --------------------------------------------------------
 
-    def prune(self, now: datetime, retention: timedelta) -> tuple[int, int]:
-        """Roll raw samples older than now - retention (whole hours) into samples_hourly and delete them."""
+    def prune(self, now: datetime, retention: timedelta) -> int:
+        """Remove raw samples older than now - retention (PostgreSQL: whole days); returns the rows removed."""
         return self._pruner.prune_samples(now, retention)
 
     def apply_retention(self, now: datetime, retention: Retention) -> dict[str, int]:
         """Roll up and delete what each table keeps no longer (see `store.retention`); rows per kind."""
         return self._pruner.apply(now, retention)
+
+    # -- replicas and shard leases (store.leases) -------------------------------------------
+
+    def lease_tick(
+        self,
+        replica_id: str,
+        lease: timedelta,
+        *,
+        shards: int = SHARDS,
+        info: Mapping[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> LeaseTick:
+        """Heartbeat, renew, give back what is over the fair share, claim free or expired shards (one transaction)."""
+        return self._leases.tick(replica_id, lease, shards=shards, info=info, now=now)
+
+    def release_leases(self, replica_id: str) -> int:
+        """Give back every shard `replica_id` holds and forget the replica (clean shutdown); returns the shards."""
+        return self._leases.release(replica_id)
+
+    def leases(self) -> list[Lease]:
+        """Every shard's lease: owner, expiry, the last round written."""
+        return self._leases.leases()
+
+    def replicas(self) -> list[ReplicaInfo]:
+        """The replicas that heartbeated lately, by id."""
+        return self._leases.replicas()

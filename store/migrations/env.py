@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from store.partitions import include_object
 from store.schema import metadata
 
 config = context.config
@@ -19,6 +20,7 @@ def run_migrations_online() -> None:
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_object=include_object,  # the day partitions of samples are made at ingest
     )
     with context.begin_transaction():
         context.run_migrations()

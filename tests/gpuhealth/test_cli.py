@@ -63,6 +63,9 @@ def test_bad_flags_give_one_line_errors(args: list[str], needle: str) -> None:
         (["--source", "prometheus", "--prometheus", "http://p:9090", "--pull-step", "often"], "invalid duration"),
         (["--source", "prometheus", "--prometheus", "http://p:9090", "--pull-step", "1h", "--backfill", "1m"],
          "backfill must be at least one step"),
+        (["--replica-id", "r1"], "--replica-id and --lease-seconds are for --source prometheus"),
+        (["--source", "prometheus", "--prometheus", "http://p:9090", "--lease-seconds", "0"],
+         "--lease-seconds must be positive"),
     ],
 )  # fmt: skip
 def test_bad_serve_source_flags_give_one_line_errors(args: list[str], needle: str, tmp_path: object) -> None:

@@ -152,17 +152,19 @@ IRREGULAR = [0.0, 1.0, 5.0, 5.5, 30.0]
 
 
 @pytest.mark.parametrize(
-    ("cut_h", "temp", "sbe_new", "days"),
+    ("cut_h", "temp", "sbe_new", "days", "seen_h"),
     [
-        (5.0, (50 + 60 + 70) / 3, 1 + 2, 5 / 24),  # (.., 5 h]: 0 h, 1 h and 5 h (right end included)
-        (5.5, (50 + 60 + 70 + 80) / 4, 1 + 2 + 3, 5.5 / 24),
-        (29.0, 80.0, 3, 1.0),  # (5 h, 29 h]: 5.5 h only
-        (29.5, np.nan, 0, 1.0),  # (5.5 h, 29.5 h]: nothing (left end excluded); still not stale
-        (30.0, 90.0, 4, 1.0),  # (6 h, 30 h]: 30 h only
+        # Features read hour rows: the hour (H - 1 h, H] is stamped H, the hour the cutoff
+        # falls in at its newest sample up to the cutoff (core.hourly).
+        (5.0, (50 + 60 + 70) / 3, 1 + 2, 5 / 24, 5.0),  # (.., 5 h]: 0 h, 1 h and 5 h (right end included)
+        (5.5, (50 + 60 + 70 + 80) / 4, 1 + 2 + 3, 5.5 / 24, 5.5),  # the hour (5 h, 6 h] so far
+        (29.0, 80.0, 3, 1.0, 6.0),  # (5 h, 29 h]: the hour (5 h, 6 h], stamped 6 h
+        (29.5, 80.0, 3, 1.0, 6.0),  # (5.5 h, 29.5 h]: that hour still (its end is in the window)
+        (30.0, 90.0, 4, 1.0, 30.0),  # (6 h, 30 h]: 30 h only (left end excluded)
     ],
 )
-def test_windows_use_only_samples_in_the_half_open_window(
-    cut_h: float, temp: float, sbe_new: float, days: float
+def test_windows_use_only_hours_in_the_half_open_window(
+    cut_h: float, temp: float, sbe_new: float, days: float, seen_h: float
 ) -> None:
     frame = history(
         gpu("GPU-i", IRREGULAR, gpu_temp_c=[50, 60, 70, 80, 90], ecc_sbe_aggregate=[0, 1, 3, 6, 10], power_w=300)
@@ -175,7 +177,7 @@ def test_windows_use_only_samples_in_the_half_open_window(
     # A GPU younger than the window is rated over the time it has been around.
     assert r["sbe_rate_1d"] == pytest.approx(sbe_new / days)
     assert r["age_days"] == pytest.approx(cut_h / 24)
-    assert r["last_seen"] == at(max(h for h in IRREGULAR if h <= cut_h))
+    assert r["last_seen"] == at(seen_h)
 
 
 def test_coverage_reflects_missing_samples() -> None:

@@ -258,7 +258,7 @@ def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
     scorer.run_once(at=end)
     kept = store.history()
     assert kept["timestamp"].min() >= pd.Timestamp(end - timedelta(hours=7))
-    with_hourly = store.history(include_hourly=True)
+    with_hourly = store.scoring_history(since=None, until=end)
     assert with_hourly["timestamp"].min() == pd.Timestamp(T0)  # older data lives on as hourly rows
     assert len(with_hourly) < len(frame)
 

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from core import history
+from core.hourly import to_hours
 from service.promote import PromoteError, compare, promote
-from service.training import TrainingError, TrainOptions, fleet_history, hourly, split_holdout, train_from_store
+from service.training import TrainingError, TrainOptions, fleet_history, split_holdout, train_from_store
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 from store import Store
@@ -46,37 +47,21 @@ def rows(minutes: list[int], **metrics: list[float]) -> pd.DataFrame:
     )
 
 
-def test_hourly_rows_use_the_stores_rollup_and_are_dated_when_last_read() -> None:
-    f = rows([0, 20, 50, 70], gpu_temp_c=[40.0, 50.0, 60.0, 70.0], ecc_sbe_volatile=[1.0, 2.0, 5.0, 6.0],
-             xid=[0.0, 48.0, 0.0, 0.0])  # fmt: skip
-    h = hourly(f)
-    assert list(h["timestamp"]) == [T0 + pd.Timedelta(minutes=50), T0 + pd.Timedelta(minutes=70)]
-    assert h["gpu_temp_c"].tolist() == [50.0, 70.0]  # gauges: the hour's mean
-    assert h["ecc_sbe_volatile"].tolist() == [5.0, 6.0]  # counters: the last value read
-    assert h["xid"].tolist() == [48.0, 0.0]  # the largest code of the hour
-    assert (h["hostname"].astype(str).tolist(), int(h["gpu_index"].iloc[0])) == (["node-a", "node-a"], 3)
-
-
-def test_hourly_input_comes_back_as_it_was() -> None:
-    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=4, seed=2), days=2)
-    h = hourly(frame)
-
-    def norm(x: pd.DataFrame) -> pd.DataFrame:
-        x = x.astype({c: str for c in ("hostname", "gpu_uuid", "model_name")})
-        return x.sort_values(["gpu_uuid", "timestamp"]).reset_index(drop=True)
-
-    pd.testing.assert_frame_equal(norm(h), norm(frame[h.columns]))
-
-
-def test_fleet_history_reads_raw_and_rolled_up_rows_in_batches(store: Store) -> None:
+def test_fleet_history_reads_the_stored_hours_in_batches(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=3, seed=2), days=1, interval_s=600)
     store.ingest(frame)
     end = frame["timestamp"].max().to_pydatetime()
-    store.prune(end, timedelta(hours=12))  # the older half into samples_hourly
+    store.prune(end, timedelta(hours=12))  # the older raw half goes; its hours stay
     got = fleet_history(store, batch=2)
+    want = to_hours(frame)
     assert got["gpu_uuid"].nunique() == 3
-    assert len(got) == len(hourly(frame))
+    assert len(got) == len(want)
     assert got["timestamp"].max() == frame["timestamp"].max()
+    key = ["gpu_uuid", "timestamp"]
+    a = got.astype({"gpu_uuid": str}).sort_values(key).reset_index(drop=True)
+    b = want.astype({"gpu_uuid": str}).sort_values(key).reset_index(drop=True)
+    assert (a["timestamp"] == b["timestamp"]).all()
+    assert a["gpu_temp_c"].to_numpy() == pytest.approx(b["gpu_temp_c"].to_numpy(), rel=1e-5)
 
 
 def test_the_holdout_is_the_newest_days_and_nothing_of_it_is_trained_on() -> None:

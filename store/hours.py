@@ -1,0 +1,100 @@
+"""Hourly roll-ups of telemetry, kept at ingest: `samples_hourly` is what the scorer reads.
+
+Every batch a writer stores is rolled into its hours (`core.hourly`, the arithmetic the
+features use) and merged with the hours already stored (`store.rollup.merge_sample_hours`):
+a late sample joins its hour, a repeated one was skipped before it got here. The scorer then
+reads 31 days of hour rows and only the raw tail of the hour it scores in
+(`Samples.scoring_history`), whatever the sampling interval.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store.engine import Sql
+from store.rawsql import fetch_block, metric_select
+from store.rollup import HOUR_VALUES, SAMPLE_HOUR_COLUMNS, merge_sample_hours, rollup_samples
+from store.schema import samples_hourly
+
+BY_GPU_UP_TO = 500
+"""Reading the stored hours a batch merges with: by GPU for up to this many GPUs, else every
+GPU's rows in the batch's hours (one range scan instead of a huge IN list)."""
+BACKFILL_GPUS = 64
+
+
+def _dt(us: int) -> datetime:
+    """Microseconds since the epoch as an exact aware UTC datetime."""
+    return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
+
+
+def stored_hours(sql: Sql, conn: Connection, new: pd.DataFrame) -> pd.DataFrame:
+    """The stored hour rows (SAMPLE_HOUR_COLUMNS) that the hour rows `new` may be merged with."""
+    if new.empty:
+        return pd.DataFrame(columns=list(SAMPLE_HOUR_COLUMNS))
+    uuids = sorted(set(new["gpu_uuid"].tolist()))
+    lo, hi = _dt(int(new["hour"].min())), _dt(int(new["hour"].max()))
+    extra = ("n", sql.ts_us("last_at"))
+    q, params = metric_select(
+        sql, "samples_hourly", "hour", extra, lo, hi, uuids if len(uuids) <= BY_GPU_UP_TO else None, HOUR_VALUES
+    )
+    u, ts, v = fetch_block(sql, conn, q, params, 2, stream=False, n_values=len(HOUR_VALUES))
+    old = pd.DataFrame(v[:, 2:], columns=list(HOUR_VALUES))
+    old.insert(0, "last_at", v[:, 1].astype(np.int64))
+    old.insert(0, "n", v[:, 0].astype(np.int64))
+    old.insert(0, "hour", ts)
+    old.insert(0, "gpu_uuid", u)
+    return old
+
+
+def write_hours(sql: Sql, conn: Connection, hours: pd.DataFrame) -> None:
+    """Upsert hour rows (SAMPLE_HOUR_COLUMNS): a stored (GPU, hour) is overwritten by its merge."""
+    if hours.empty:
+        return
+    n = len(hours)
+    cols: dict[str, list[Any]] = {
+        "gpu_uuid": hours["gpu_uuid"].astype(str).tolist(),
+        "hour": [_dt(int(x)) for x in hours["hour"].to_numpy()],
+        "n": hours["n"].astype(np.int64).tolist(),
+        "last_at": [_dt(int(x)) for x in hours["last_at"].to_numpy()],
+    }
+    for c in HOUR_VALUES:
+        x = hours[c].to_numpy(np.float64) if c in hours.columns else np.full(n, np.nan)
+        obj = x.astype(object)
+        obj[np.isnan(x)] = None
+        cols[c] = obj.tolist()
+    keys = list(cols)
+    rows = [dict(zip(keys, r, strict=True)) for r in zip(*cols.values(), strict=True)]
+    ins = sql.insert(samples_hourly)
+    set_ = {c: ins.excluded[c] for c in SAMPLE_HOUR_COLUMNS[2:]}
+    conn.execute(ins.on_conflict_do_update(index_elements=["gpu_uuid", "hour"], set_=set_), rows)
+
+
+def add_hours(sql: Sql, conn: Connection, u: np.ndarray, ts_us: np.ndarray, v: np.ndarray) -> int:
+    """Roll newly stored samples (uuids, µs, values in METRIC_COLUMNS order) into their stored hours;
+    returns the hour rows written."""
+    if not len(u):
+        return 0
+    new = rollup_samples(u, ts_us, v)
+    merged = merge_sample_hours(new, stored_hours(sql, conn, new))
+    write_hours(sql, conn, merged)
+    return len(merged)
+
+
+def backfill_hours(conn: Connection) -> int:
+    """Roll every raw sample stored into its hour (migration 0004: before it, hours were made only
+    for samples past their retention, so the raw ones still stored have none); returns hours written."""
+    sql = Sql(conn.dialect.name)
+    gpus = [r[0] for r in conn.execute(sa.text("SELECT DISTINCT gpu_uuid FROM samples"))]
+    written = 0
+    for start in range(0, len(gpus), BACKFILL_GPUS):
+        part = gpus[start : start + BACKFILL_GPUS]
+        q, params = metric_select(sql, "samples", "timestamp", (), None, None, part)
+        u, ts, v = fetch_block(sql, conn, q, params, 0, stream=False)
+        written += add_hours(sql, conn, u, ts, v)
+    return written
