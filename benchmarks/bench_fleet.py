@@ -5,12 +5,12 @@ For each fleet size (default 1,000, 10,000 and 30,000 GPUs, a 5-minute step):
 - **pull cycle**: one steady-state `PrometheusPuller.pull_once()` of the whole fleet (one new
   5-minute step of every history field, answered in-process as in bench_pull.py) into the
   PostgreSQL store: validation, the insert, and the roll-up of the new samples into their hour.
-- **read (baseline)**: the scorer's SELECT of the 31 days of hour rows through the driver into
-  arrays, nothing else (`store.rawsql.fetch_block`).
+- **read (baseline)**: the scorer's SELECT of the 31 days of hour rows, streamed as COPY and
+  parsed into one array per column (`store.rawsql.copy_columns`), nothing else.
 - **round (ours)**: `Scorer.run_once()`: that read and the raw tail of the current hour, rolled
   up, features, the three heads, rules, policy, decisions, and the scores written back.
-- **memory**: the round's peak traced allocation (tracemalloc, a separate untimed round) against
-  the hour rows held in memory as the history frame.
+- **memory**: the round's peak traced allocation (tracemalloc, a separate untimed round) plus
+  pyarrow's pool peak, against the hour rows held in memory as the history frame.
 
 Hour rows are generated inside PostgreSQL (generate_series): plausible gauges and counters that
 grow, so every feature computes; the raw tail is the two pulled steps. Targets (issue 15): round
@@ -33,7 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_pull's in-process Prometheus
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import sqlalchemy as sa
 from bench_pull import STEP_S, T0, answers, client
 
@@ -42,7 +44,7 @@ from predictor.score import load_model
 from service.puller import PrometheusPuller
 from service.scorer import SCORE_WINDOW, Scorer
 from store import Store
-from store.rawsql import fetch_block, metric_select
+from store.rawsql import copy_columns, metric_select
 from store.rollup import HOUR_VALUES
 
 GEN_BATCH = 2000
@@ -110,9 +112,10 @@ def read_hours(store: Store, until: pd.Timestamp) -> float:
             db, "samples_hourly", "hour", ("n", db.ts_us('"last_at"')), since, boundary, None, HOUR_VALUES,
             until_inclusive=False,
         )  # fmt: skip
-        u, _, _ = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+        names = ["n", "last_at", *HOUR_VALUES]
+        codes, _, _, _ = copy_columns(conn, sql, params, names, [np.dtype(np.float64)] * len(names))
     took = time.perf_counter() - t
-    assert len(u), "no hour rows read"
+    assert len(codes), "no hour rows read"
     return took
 
 
@@ -132,10 +135,17 @@ def one_size(url: str, gpus: int, days: float) -> dict[str, float]:
     frame = store.scoring_history(since=(until - SCORE_WINDOW).to_pydatetime(), until=until.to_pydatetime())
     frame_bytes = float(frame.memory_usage(deep=True).sum())
     del frame
+    parent = pa.default_memory_pool()
+    pool = pa.proxy_memory_pool(parent)  # a pool of its own: its peak is this round's
+    pa.set_memory_pool(pool)
     tracemalloc.start()
     scorer.run_once(at=until.to_pydatetime())
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    pa.set_memory_pool(parent)
+    # pyarrow's buffers are not traced: its pool's peak is added (an upper bound: both peaks
+    # need not fall at the same moment).
+    peak += pool.max_memory() or 0
     store.close()
     out = {
         "gpus": gpus, "hour_rows": rows, "pull_s": pull_s, "read_s": min(reads), "round_s": min(rounds),

@@ -17,10 +17,9 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store.engine import Sql
+from store.engine import Sql, quote
 from store.rawsql import fetch_block, metric_select
 from store.rollup import HOUR_VALUES, SAMPLE_HOUR_COLUMNS, merge_sample_hours, rollup_samples
-from store.schema import samples_hourly
 
 BY_GPU_UP_TO = 500
 """Reading the stored hours a batch merges with: by GPU for up to this many GPUs, else every
@@ -52,27 +51,49 @@ def stored_hours(sql: Sql, conn: Connection, new: pd.DataFrame) -> pd.DataFrame:
     return old
 
 
+def _stamps(sql: Sql, us: np.ndarray) -> list[Any]:
+    """µs since the epoch as the driver takes them: datetimes (psycopg) or SQLite's stored text."""
+    if sql.dialect == "postgresql":
+        return [_dt(int(x)) for x in us]
+    text = np.datetime_as_string(us.astype("datetime64[us]"), unit="us")  # 2026-01-31T12:00:00.000000
+    chars = text.view(np.uint32).reshape(len(text), -1)
+    chars[:, 10] = ord(" ")  # SQLAlchemy's SQLite DATETIME text has a space
+    return text.tolist()
+
+
 def write_hours(sql: Sql, conn: Connection, hours: pd.DataFrame) -> None:
-    """Upsert hour rows (SAMPLE_HOUR_COLUMNS): a stored (GPU, hour) is overwritten by its merge."""
+    """Upsert hour rows (SAMPLE_HOUR_COLUMNS): a stored (GPU, hour) is overwritten by its merge.
+
+    One executemany through the driver (psycopg pipelines it), no Python object per value beyond
+    the row tuples: ingest does this for every batch.
+    """
     if hours.empty:
         return
     n = len(hours)
-    cols: dict[str, list[Any]] = {
-        "gpu_uuid": hours["gpu_uuid"].astype(str).tolist(),
-        "hour": [_dt(int(x)) for x in hours["hour"].to_numpy()],
-        "n": hours["n"].astype(np.int64).tolist(),
-        "last_at": [_dt(int(x)) for x in hours["last_at"].to_numpy()],
-    }
+    cols: list[list[Any]] = [
+        hours["gpu_uuid"].astype(str).tolist(),
+        _stamps(sql, hours["hour"].to_numpy(np.int64)),
+        hours["n"].astype(np.int64).tolist(),
+        _stamps(sql, hours["last_at"].to_numpy(np.int64)),
+    ]
     for c in HOUR_VALUES:
         x = hours[c].to_numpy(np.float64) if c in hours.columns else np.full(n, np.nan)
         obj = x.astype(object)
         obj[np.isnan(x)] = None
-        cols[c] = obj.tolist()
-    keys = list(cols)
-    rows = [dict(zip(keys, r, strict=True)) for r in zip(*cols.values(), strict=True)]
-    ins = sql.insert(samples_hourly)
-    set_ = {c: ins.excluded[c] for c in SAMPLE_HOUR_COLUMNS[2:]}
-    conn.execute(ins.on_conflict_do_update(index_elements=["gpu_uuid", "hour"], set_=set_), rows)
+        cols.append(obj.tolist())
+    names = list(SAMPLE_HOUR_COLUMNS)
+    quoted = ", ".join(quote(c) for c in names)
+    updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in names[2:])
+    stmt = (
+        f"INSERT INTO samples_hourly ({quoted}) VALUES ({', '.join([sql.ph] * len(names))}) "
+        f"ON CONFLICT (gpu_uuid, hour) DO UPDATE SET {updates}"
+    )
+    raw: Any = conn.connection.driver_connection
+    cur = raw.cursor()
+    try:
+        cur.executemany(stmt, list(zip(*cols, strict=True)))
+    finally:
+        cur.close()
 
 
 def add_hours(sql: Sql, conn: Connection, u: np.ndarray, ts_us: np.ndarray, v: np.ndarray) -> int:

@@ -26,7 +26,7 @@ from store.errors import StoreError
 from store.gpus import GpuSighting, upsert_gpu_rows
 from store.hours import BY_GPU_UP_TO, add_hours
 from store.partitions import ensure_for
-from store.rawsql import fetch_block, metric_select, where_sql
+from store.rawsql import copy_columns, fetch_block, metric_select, where_sql
 from store.rollup import HOUR_VALUES, rollup_samples
 from store.schema import METRIC_COLUMNS, T_GPUS, samples
 from store.validate import text, utc
@@ -124,15 +124,30 @@ def _frame(
     ts: np.ndarray,
     v: np.ndarray,
     ident: Mapping[str, tuple[str, int, str]],
-    columns: Sequence[str] = METRIC_COLUMNS,
 ) -> pd.DataFrame:
-    """Arrays from the database (values in `columns` order) as a history frame with validate()'s dtypes."""
-    if len(u) == 0:
+    """Arrays from the database (values in METRIC_COLUMNS order) as a history frame with validate()'s dtypes."""
+    codes, uniques = pd.factorize(u)
+    cols = {name: v[:, j] for j, name in enumerate(METRIC_COLUMNS)}  # views: each is copied once, in order
+    return _columns_frame(codes, [str(x) for x in uniques], ts, cols, ident)
+
+
+def _columns_frame(
+    codes: np.ndarray,
+    gpus: list[str],
+    ts: np.ndarray,
+    cols: dict[str, np.ndarray],
+    ident: Mapping[str, tuple[str, int, str]],
+) -> pd.DataFrame:
+    """Rows from the database (GPU codes into `gpus`, µs, one array per metric) as a history frame
+    with validate()'s dtypes, in (GPU, time) order; `cols` is emptied as each column is placed."""
+    if len(codes) == 0:
         return history.empty(())
-    codes, uniques = pd.factorize(u, sort=True)
-    order = np.lexsort((ts, codes))
-    codes = codes[order]
-    info = [ident.get(x, ("unknown", -1, "unknown")) for x in uniques]
+    rank = np.argsort(np.argsort(np.asarray(gpus, dtype=object)))  # codes in uuid order: GPUs sorted
+    sorted_codes = rank[codes].astype(np.int64)
+    order = np.lexsort((ts, sorted_codes))
+    codes = sorted_codes[order]
+    names = sorted(gpus)
+    info = [ident.get(x, ("unknown", -1, "unknown")) for x in names]
 
     def category(values: list[str]) -> pd.Categorical:
         c, cats = pd.factorize(np.asarray(values, dtype=object), sort=True)
@@ -141,15 +156,14 @@ def _frame(
     data: dict[str, Any] = {
         "timestamp": pd.to_datetime(ts[order], unit="us", utc=True).astype("datetime64[ns, UTC]"),
         "hostname": category([i[0] for i in info]),
-        "gpu_uuid": pd.Categorical.from_codes(codes, categories=pd.Index(list(uniques), dtype=str)),
+        "gpu_uuid": pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype=str)),
         "gpu_index": np.asarray([i[1] for i in info], dtype=np.int32)[codes],
         "model_name": category([i[2] for i in info]),
     }
-    v = v[order]
-    for j, name in enumerate(columns):
-        col = v[:, j]
+    for name in list(cols):
+        col = np.take(cols.pop(name), order).astype(history.metric_dtype(name), copy=False)
         if not np.isnan(col).all():
-            data[name] = col.astype(history.metric_dtype(name))
+            data[name] = col
     return pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
 
 
@@ -317,20 +331,33 @@ class Samples:
             sql, params = metric_select(
                 db, "samples_hourly", "hour", extra, lo, boundary, ids, HOUR_VALUES, until_inclusive=False
             )
-            hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+            names = ["n", "last_at", *HOUR_VALUES]
+            dtypes = [np.dtype(np.float64)] * 2 + [history.metric_dtype(c) for c in HOUR_VALUES]
+            if db.dialect == "postgresql":  # fleet size: COPY parsed by pyarrow, column by column
+                codes, gpus, start, cols = copy_columns(conn, sql, params, names, dtypes)
+            else:
+                hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+                codes, uniq = pd.factorize(hu)
+                codes, gpus = codes.astype(np.int32), [str(x) for x in uniq]
+                cols = {c: hv[:, k].astype(d) for k, (c, d) in enumerate(zip(names, dtypes, strict=True))}
+                del hv
             sql, params = metric_select(db, "samples", "timestamp", (), boundary, t1, ids, since_inclusive=False)
             ru, rts, rv = fetch_block(db, conn, sql, params, 0, stream=True)
-            ident = _identities(conn, sorted(set(hu.tolist()) | set(ru.tolist())))
-        last_at, values = hv[:, 1].astype(np.int64), hv[:, 2:]
-        if len(ru):
+            ident = _identities(conn, sorted(set(gpus) | set(ru.tolist())))
+        if len(ru):  # the current hour so far, rolled up as the stored hours were
             tail = rollup_samples(ru, rts, rv)
-            hu = np.concatenate([hu, tail["gpu_uuid"].to_numpy(dtype=object)])
+            code_of = {g: k for k, g in enumerate(gpus)}
+            tail_codes = np.array([code_of.setdefault(str(g), len(code_of)) for g in tail["gpu_uuid"]], np.int32)
+            gpus = list(code_of)
+            codes = np.concatenate([codes, tail_codes])
             start = np.concatenate([start, tail["hour"].to_numpy(np.int64)])
-            last_at = np.concatenate([last_at, tail["last_at"].to_numpy(np.int64)])
-            values = np.concatenate([values, tail[list(HOUR_VALUES)].to_numpy(np.float64)])
+            for c, d in zip(names, dtypes, strict=True):
+                cols[c] = np.concatenate([cols[c], tail[c].to_numpy(np.float64).astype(d)])
         end = start + hourly.HOUR_US
+        last_at = cols.pop("last_at").astype(np.int64)
+        cols.pop("n")
         until_us = int(t1.timestamp()) * 1_000_000 + t1.microsecond
-        frame = _frame(hu, np.where(end <= until_us, end, last_at), values, ident, HOUR_VALUES)
+        frame = _columns_frame(codes, gpus, np.where(end <= until_us, end, last_at), cols, ident)
         frame.attrs[hourly.HOURLY_ATTR] = True
         return frame
 

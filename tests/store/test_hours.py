@@ -43,3 +43,14 @@ def test_a_replicas_share_reads_only_its_hosts(store: Store) -> None:
     got = store.scoring_history(since=None, until=end, hostnames=[host])
     assert set(got["hostname"].astype(str)) == {host} and got["gpu_uuid"].nunique() == 2
     assert len(store.scoring_history(since=None, until=end, hostnames=["no-such-host"])) == 0
+
+
+def test_the_first_hour_is_read_from_its_raw_samples_alone(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=4), days=0.5, interval_s=300)
+    first = frame[frame["timestamp"] <= frame["timestamp"].min() + pd.Timedelta(minutes=30)]
+    store.ingest(first.reset_index(drop=True))
+    end = first["timestamp"].max().to_pydatetime()
+    got = store.scoring_history(since=None, until=end - timedelta(minutes=1))  # no whole hour stored yet
+    assert got["gpu_uuid"].nunique() == 2 and len(got) == 2
+    before = first["timestamp"].min().to_pydatetime() - timedelta(hours=2)
+    assert len(store.scoring_history(since=None, until=before)) == 0  # nothing at all: an empty frame
