@@ -95,7 +95,9 @@ def rollup(uuids: np.ndarray, ts_us: np.ndarray, values: pd.DataFrame) -> pd.Dat
     df.insert(0, "ts", np.asarray(ts_us, dtype=np.int64))
     df.insert(0, "hour", hour_start(df["ts"].to_numpy()))
     df.insert(0, "gpu_uuid", np.asarray(uuids, dtype=object))
-    df = df.sort_values(["gpu_uuid", "ts"], kind="stable")
+    ts_sorted = df["ts"].to_numpy()
+    if len(ts_sorted) > 1 and bool(np.any(ts_sorted[1:] < ts_sorted[:-1])):  # groups keep row order: time order
+        df = df.iloc[np.argsort(ts_sorted, kind="stable")]
     grouped = df.groupby(["gpu_uuid", "hour"], sort=True)
     means = [c for c in cols if how(c) == "mean"]
     lasts = [c for c in cols if how(c) == "last"]
