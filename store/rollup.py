@@ -17,7 +17,6 @@ from store.schema import DECISIONS, METRIC_COLUMNS
 
 _SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
 RISKS = ("risk", "risk_ecc", "risk_thermal", "risk_pcie")
-HOUR_US = hourly.HOUR_US
 HOUR_VALUES = (*METRIC_COLUMNS, hourly.SHARE)
 """What an hour row holds besides its key: the metrics and the share of samples thermally throttled."""
 SAMPLE_HOUR_COLUMNS = ("gpu_uuid", "hour", "n", "last_at", *HOUR_VALUES)

@@ -339,8 +339,7 @@ class Samples:
                 hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
                 codes, uniq = pd.factorize(hu)
                 codes, gpus = codes.astype(np.int32), [str(x) for x in uniq]
-                cols = {c: hv[:, k].astype(d) for k, (c, d) in enumerate(zip(names, dtypes, strict=True))}
-                del hv
+                cols = {c: hv[:, k] for k, c in enumerate(names)}  # views: _columns_frame casts each once
             sql, params = metric_select(db, "samples", "timestamp", (), boundary, t1, ids, since_inclusive=False)
             ru, rts, rv = fetch_block(db, conn, sql, params, 0, stream=True)
             ident = _identities(conn, sorted(set(gpus) | set(ru.tolist())))

@@ -6,28 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import history
 from core.hourly import HOURLY_ATTR, SHARE, is_hourly, rollup, to_hours
 from simulator.fleet import SimConfig
 from simulator.run import simulate
-
-T0 = pd.Timestamp("2026-03-01", tz="UTC")
-
-
-def rows(minutes: list[int], **metrics: list[float]) -> pd.DataFrame:
-    n = len(minutes)
-    return history.validate(
-        pd.DataFrame(
-            {
-                "timestamp": [T0 + pd.Timedelta(minutes=m) for m in minutes],
-                "hostname": ["node-a"] * n,
-                "gpu_uuid": ["GPU-a"] * n,
-                "gpu_index": [3] * n,
-                "model_name": ["NVIDIA A100-SXM4-80GB"] * n,
-                **metrics,
-            }
-        )
-    )
+from tests.frames import T0, rows
 
 
 def test_an_hour_covers_its_samples_after_the_hour_and_is_stamped_at_its_end() -> None:

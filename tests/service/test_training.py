@@ -10,16 +10,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from core import history
 from core.hourly import to_hours
 from service.promote import PromoteError, compare, promote
 from service.training import TrainingError, TrainOptions, fleet_history, split_holdout, train_from_store
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 from store import Store
+from tests.frames import T0, rows
 from tests.service.tiny_model import tiny_model
-
-T0 = pd.Timestamp("2026-03-01", tz="UTC")
 
 
 @pytest.fixture
@@ -29,22 +27,6 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield s
     finally:
         s.close()
-
-
-def rows(minutes: list[int], **metrics: list[float]) -> pd.DataFrame:
-    n = len(minutes)
-    return history.validate(
-        pd.DataFrame(
-            {
-                "timestamp": [T0 + pd.Timedelta(minutes=m) for m in minutes],
-                "hostname": ["node-a"] * n,
-                "gpu_uuid": ["GPU-a"] * n,
-                "gpu_index": [3] * n,
-                "model_name": ["NVIDIA A100-SXM4-80GB"] * n,
-                **metrics,
-            }
-        )
-    )
 
 
 def test_fleet_history_reads_the_stored_hours_in_batches(store: Store) -> None:
