@@ -20,12 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core.decisions import DECISIONS, SEVERITY
 from predictor.node import NodeHeat, held_reason, node_findings, node_reason
 from predictor.rules import evaluate_rules
 
-DECISIONS = ("ok", "watch", "demote", "drain", "rma")
-"""Decisions, least severe first: a GPU's decision is the worst that applies."""
-SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
 DECISION_DTYPE = pd.CategoricalDtype(DECISIONS, ordered=True)
 """Ordered, so decisions sort and compare by severity (rma > drain > ...)."""
 

@@ -15,12 +15,13 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from core.decisions import DECISIONS
 from store.engine import Database, not_closed
 from store.errors import NotFound, StoreError
 from store.gpus import GpuSighting, require_gpu, upsert_gpu_rows
 from store.leases import RoundFence, admit_round
 from store.rollup import RISKS
-from store.schema import DECISION_STATES, DECISIONS, T_DECISIONS, T_GPUS, T_SCORES, T_SCORES_HOURLY
+from store.schema import DECISION_STATES, T_DECISIONS, T_GPUS, T_SCORES, T_SCORES_HOURLY
 from store.validate import choice, optional_float, paging, string_list, text, utc
 
 

@@ -19,9 +19,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core import catalog
+from core.decisions import DECISIONS
 from store.engine import Compiled, Database, not_closed
 from store.errors import NotFound, StoreError
-from store.schema import DECISIONS, GPU_STATES, METRIC_COLUMNS, T_DECISIONS, T_GPUS, T_NODES, T_SCORES, samples
+from store.schema import GPU_STATES, METRIC_COLUMNS, T_DECISIONS, T_GPUS, T_NODES, T_SCORES, samples
 from store.validate import MAX_LIMIT, choice, non_negative_int, optional_float, paging, text, utc
 
 _GAUGE_POSITIONS = tuple(i for i, c in enumerate(METRIC_COLUMNS) if catalog.BY_NAME[c].kind == "gauge")

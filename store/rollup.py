@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from core import hourly
-from store.schema import DECISIONS, METRIC_COLUMNS
+from core.decisions import DECISIONS
+from store.schema import METRIC_COLUMNS
 
 _SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
 RISKS = ("risk", "risk_ecc", "risk_thermal", "risk_pcie")
