@@ -1,6 +1,7 @@
 # gpuhealth: `make demo` runs it on a simulated fleet, `make test` checks everything.
 # Both set up .venv from scratch; `make test` also installs the Debian packages the
-# integration tests need (prometheus, prometheus-alertmanager, postgresql) when root.
+# integration tests need (prometheus, prometheus-alertmanager, postgresql, slurmctld,
+# slurmd, slurm-client, munge) when root.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -60,6 +61,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_ingest.py
 	$(BIN)/python benchmarks/bench_api.py
 	$(BIN)/python benchmarks/bench_pull.py
+	$(BIN)/python benchmarks/bench_actuate.py
 
 # The shipped model: trained on domain-randomised simulated fleets of the four families in
 # simulator/families.py (2 fleets each, seeds 100 and 101, 256 GPUs x 90 days); evaluation

@@ -28,7 +28,7 @@ from api.deps import WRITE_QUEUE_S, WRITES_IN_FLIGHT, ReadAuth
 from api.errors import HANDLERS, RETRY_AFTER_S
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit
-from api.routes import alerts, decisions, failures, gpus, health, model, nodes
+from api.routes import actuator, alerts, decisions, failures, gpus, health, model, nodes
 from api.routes.alerts import MAX_ERRORS_SHOWN
 from api.routes.health import READY_TIMEOUT_S
 from core import __version__
@@ -83,7 +83,7 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
     )
     app.state.store = store
     app.state.config = cfg
-    app.state.metrics = ApiMetrics(store, cfg.scorer, cfg.buffer, cfg.host_label)
+    app.state.metrics = ApiMetrics(store, cfg.scorer, cfg.buffer, cfg.host_label, cfg.actuator)
     app.state.ping_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpuhealth-readyz")
     app.state.write_places = asyncio.Semaphore(WRITES_IN_FLIGHT)
     app.add_middleware(BodyLimit, limit=cfg.max_request_bytes, timeout_s=cfg.body_timeout_s)
@@ -108,6 +108,10 @@ def _include_routers(app: FastAPI, cfg: ApiConfig) -> None:
     _add_routes(app, alerts.writes)
     _add_routes(app, alerts.reads, read)
     _add_routes(app, model.reads, read)
+    _add_routes(app, actuator.actions_reads, read)
+    _add_routes(app, actuator.actuator_reads, read)
+    _add_routes(app, actuator.actuator_writes)
+    _add_routes(app, actuator.node_writes)
 
 
 def _add_routes(app: FastAPI, router: APIRouter, dependencies: Sequence[params.Depends] = ()) -> None:

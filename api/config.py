@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from service.actuator import Actuator
 from service.ingest import IngestBuffer
 from service.scorer import Scorer
 
@@ -23,6 +24,8 @@ class ApiConfig:
     host_label: str = "Hostname"
     scorer: Scorer | None = None
     buffer: IngestBuffer | None = None
+    actuator: Actuator | None = None
+    """The actuator loop, when `serve --actuate` runs one (its breaker is reset through the API)."""
     collector_health: Callable[[], tuple[bool, str]] | None = None
     """The in-process collector's health (/healthz), when one runs."""
     extra_metrics: Callable[[], bytes] | None = None

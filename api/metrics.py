@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from core.history import FAILURE_MODES
 from predictor.node import cooling_suspected
 from predictor.policy import DECISIONS
+from service.actuator import Actuator
 from service.ingest import IngestBuffer
 from service.scorer import Scorer, decision_counts
 from store import Store, StoreError
@@ -33,8 +34,16 @@ PING_CACHE_S = 5.0
 class ApiMetrics(Collector):
     """Collects the service's series from memory (no database query per scrape, except a cached ping)."""
 
-    def __init__(self, store: Store, scorer: Scorer | None, buffer: IngestBuffer | None, host_label: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        scorer: Scorer | None,
+        buffer: IngestBuffer | None,
+        host_label: str,
+        actuator: Actuator | None = None,
+    ) -> None:
         self.store = store
+        self.actuator = actuator
         self.scorer = scorer
         self.buffer = buffer
         self.host_label = host_label
@@ -65,7 +74,6 @@ class ApiMetrics(Collector):
         return up
 
     def collect(self) -> Iterator[Metric]:
-        hl = self.host_label
         yield GaugeMetricFamily(
             "gpuhealth_store_up", "1 when the database answered recently", value=float(self._store_up())
         )
@@ -77,32 +85,16 @@ class ApiMetrics(Collector):
                 fails.add_metric([m, k], n)
         yield fails
         if self.buffer is not None:
-            st = self.buffer.stats
-            yield GaugeMetricFamily("gpuhealth_buffer_samples", "Samples waiting to be written", value=len(self.buffer))
-            yield GaugeMetricFamily(
-                "gpuhealth_buffer_capacity", "Samples the buffer holds before dropping", value=self.buffer.capacity
-            )
-            yield CounterMetricFamily(
-                "gpuhealth_buffer_dropped_samples", "Samples dropped: buffer full while the database was down",
-                value=st.dropped,
-            )  # fmt: skip
-            yield CounterMetricFamily(
-                "gpuhealth_buffer_received_samples", "Samples the collector handed over", value=st.received
-            )
-            yield CounterMetricFamily(
-                "gpuhealth_buffer_written_samples", "Samples written to the store", value=st.written
-            )
-            yield GaugeMetricFamily(
-                "gpuhealth_buffer_probe_results", "Probe results waiting to be written", value=self.buffer.probes_held()
-            )
-            yield CounterMetricFamily(
-                "gpuhealth_buffer_dropped_probe_results",
-                "Probe results dropped: buffer full while the database was down, or rejected by it",
-                value=st.probes_dropped,
-            )
-        if self.scorer is None:
-            return
-        state = self.scorer.state
+            yield from _buffer(self.buffer)
+        if self.actuator is not None:
+            yield from _actuator(self.actuator)
+        if self.scorer is not None:
+            yield from self._scoring(self.scorer)
+
+    def _scoring(self, scorer: Scorer) -> Iterator[Metric]:
+        """The scoring loop's series: rounds, risk and decision per GPU, node findings."""
+        hl = self.host_label
+        state = scorer.state
         yield CounterMetricFamily("gpuhealth_score_runs", "Scoring rounds completed", value=state.runs)
         yield CounterMetricFamily("gpuhealth_score_failures", "Scoring rounds that failed", value=state.failures)
         if state.last_run is not None:
@@ -164,3 +156,67 @@ def _node_cooling(records: list[dict[str, Any]], host_label: str) -> GaugeMetric
     for host, yes in sorted(suspected.items()):
         family.add_metric([host], float(yes))
     return family
+
+
+def _actuator(act: Actuator) -> Iterator[Metric]:
+    """The actuator's series: breaker, actions by result, nodes per state of ours, passes."""
+    st = act.state
+    target = act.target.name
+    breaker = GaugeMetricFamily(
+        "gpuhealth_actuator_breaker_open",
+        "1 while the actuator's breaker is open (it acts no more until POST /v1/actuator/reset)",
+        labels=["target"],
+    )
+    breaker.add_metric([target], float(st.breaker_open))
+    yield breaker
+    mode = GaugeMetricFamily("gpuhealth_actuator_mode", "1 for the actuator's mode", labels=["target", "mode"])
+    for m in ("dry-run", "on"):
+        mode.add_metric([target, m], float(act.mode == m))
+    yield mode
+    actions = CounterMetricFamily(
+        "gpuhealth_actions", "Node actions planned or applied, by result", labels=["target", "action", "result"]
+    )
+    for (action, result), n in sorted(st.actions.items()):
+        actions.add_metric([target, action, result], n)
+    yield actions
+    nodes = GaugeMetricFamily(
+        "gpuhealth_actuator_nodes",
+        "Nodes per state of ours, from the last look at the scheduler",
+        labels=["target", "state"],
+    )
+    for d in DECISIONS:
+        nodes.add_metric([target, d], st.nodes_by_state.get(d, 0))
+    yield nodes
+    yield CounterMetricFamily("gpuhealth_actuator_passes", "Reconciliation passes completed", value=st.passes)
+    yield CounterMetricFamily(
+        "gpuhealth_actuator_failures", "Passes that failed (scheduler or database unreachable)", value=st.failures
+    )
+    if st.last_pass is not None:
+        yield GaugeMetricFamily(
+            "gpuhealth_actuator_last_pass_timestamp_seconds", "When the last pass finished", value=st.last_pass
+        )
+
+
+def _buffer(buffer: IngestBuffer) -> Iterator[Metric]:
+    """The ingest buffer's series."""
+    st = buffer.stats
+    yield GaugeMetricFamily("gpuhealth_buffer_samples", "Samples waiting to be written", value=len(buffer))
+    yield GaugeMetricFamily(
+        "gpuhealth_buffer_capacity", "Samples the buffer holds before dropping", value=buffer.capacity
+    )
+    yield CounterMetricFamily(
+        "gpuhealth_buffer_dropped_samples", "Samples dropped: buffer full while the database was down",
+        value=st.dropped,
+    )  # fmt: skip
+    yield CounterMetricFamily(
+        "gpuhealth_buffer_received_samples", "Samples the collector handed over", value=st.received
+    )
+    yield CounterMetricFamily("gpuhealth_buffer_written_samples", "Samples written to the store", value=st.written)
+    yield GaugeMetricFamily(
+        "gpuhealth_buffer_probe_results", "Probe results waiting to be written", value=buffer.probes_held()
+    )
+    yield CounterMetricFamily(
+        "gpuhealth_buffer_dropped_probe_results",
+        "Probe results dropped: buffer full while the database was down, or rejected by it",
+        value=st.probes_dropped,
+    )

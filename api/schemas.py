@@ -301,3 +301,59 @@ class ModelCard(BaseModel):
     promotion: Promotion | None = None
     sklearn_version: str | None = None
     data_hash: str | None = None
+
+
+# -- the actuator ------------------------------------------------------------------------------
+
+
+class ActionOut(BaseModel):
+    """One planned or applied change of a node (the actuator's audit)."""
+
+    id: int
+    at: datetime
+    target: str = Field(description="slurm | kubernetes")
+    mode: str = Field(description="dry-run (recorded, nothing touched) | on")
+    hostname: str
+    action: str = Field(description="watch | demote | drain | rma | release (back to ok)")
+    from_state: Decision
+    to_state: Decision
+    why: str
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None
+    result: str = Field(description="planned | applied | pending | failed | blocked | skipped")
+    error: str | None = None
+    workloads: list[str] | None = Field(None, description="jobs or pods on the node at that moment")
+    summary: str = Field(description='one line: "would drain sim-node-01: GPU 3 rma (row remap failure)"')
+
+
+class ActionPage(Page):
+    items: list[ActionOut]
+
+
+class NodeControlIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(min_length=1, max_length=200, description="who holds or releases the node")
+
+
+class NodeControlOut(BaseModel):
+    hostname: str
+    held: bool
+    held_by: str | None = None
+    held_at: datetime | None = None
+    released_at: datetime | None = None
+    released_by: str | None = None
+
+
+class ActuatorOut(BaseModel):
+    """The actuator of this service: mode, target, breaker, last pass."""
+
+    mode: str = Field(description="off | dry-run | on")
+    target: str | None = None
+    breaker_open: bool = False
+    opened_at: datetime | None = None
+    reason: str | None = None
+    reset_at: datetime | None = None
+    reset_by: str | None = None
+    passes: int = 0
+    failures: int = 0
+    last_error: str | None = None

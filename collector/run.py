@@ -17,6 +17,7 @@ from collector.sampler import Sampler
 from core.catalog import Field
 
 if TYPE_CHECKING:
+    from collector.nfd import NfdConfig, NfdLabeler
     from collector.probes import ProbeConfig, ProbeScheduler
     from collector.webconfig import WebConfigFile
 
@@ -31,14 +32,20 @@ class RunningCollector:
     server: ExporterServer
     probes: ProbeScheduler | None = None
     """The probe scheduler, when probing is on."""
+    nfd: NfdLabeler | None = None
+    """The loop writing Node Feature Discovery labels, when on (`--nfd-features-dir`)."""
 
     def start(self) -> None:
         self.sampler.start()
         self.server.start()
         if self.probes is not None:
             self.probes.start()
+        if self.nfd is not None:
+            self.nfd.start()
 
     def stop(self) -> None:
+        if self.nfd is not None:
+            self.nfd.stop()
         if self.probes is not None:
             self.probes.stop()
         self.server.stop()
@@ -113,17 +120,26 @@ def build_collector(
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
     sim_seed: int = 0,
     web: WebConfigFile | None = None,
+    nfd: NfdConfig | None = None,
 ) -> RunningCollector:
     """Assemble (but do not start) a collector serving `backend` on host:port (see `build_sampling`).
 
     With `web` (a loaded `--web-config-file`), the endpoint serves TLS and/or basic auth as it says.
+    With `nfd`, a loop writes the node's decision from the service as NFD feature labels
+    (`collector.nfd`), and its gpuhealth_nfd_* series join the collector's.
     """
     s = build_sampling(
         backend, fields, interval_s, hostname_label, probes=probes, probe_runner=probe_runner,
         on_probe_results=on_probe_results, sim_seed=sim_seed,
     )  # fmt: skip
+    labeler = None
+    if nfd is not None:
+        from collector.nfd import NfdCollector, NfdLabeler
+
+        labeler = NfdLabeler(nfd)
+        s.registry.register(NfdCollector(labeler))
     server = ExporterServer(s.registry, s.sampler.health, host, port, web)
-    return RunningCollector(backend, s.sampler, s.registry, server, s.probes)
+    return RunningCollector(backend, s.sampler, s.registry, server, s.probes, labeler)
 
 
 def run_until_signalled(collector: RunningCollector) -> None:

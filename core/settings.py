@@ -41,6 +41,7 @@ class Settings(BaseSettings):
     decision_retention: str = "365d"
     alert_retention: str = "90d"
     probe_retention: str = "90d"
+    action_retention: str = "365d"  # the actuator's audit
     model: str | None = None  # risk model file (.skops); default: the shipped model
     max_request_bytes: int = 1_048_576
     # Slow or many clients (uvicorn): a body must arrive within body_timeout; an idle keep-alive
@@ -60,13 +61,38 @@ class Settings(BaseSettings):
     replica_id: str | None = None  # unique per replica; default: hostname-pid
     lease_seconds: float | None = None  # unset: 60 s; a dead replica's hosts move to the others within it
 
+    # The actuator (`serve --actuate`, `gpuhealth actuate --once`): decisions acted on by the scheduler.
+    actuate: Literal["off", "dry-run", "on"] = "off"  # dry-run records what it would do and touches nothing
+    actuate_target: Literal["slurm", "kubernetes", "sim"] | None = None  # sim: the simulated fleet, in memory
+    actuate_interval: str = "1m"  # one reconciliation pass per interval (backing off while the scheduler is down)
+    actuate_settle: str = "1h"  # a node is lowered (ours undone) once its lower state held this long
+    breaker_max_fraction: float = 0.10  # at most this share of the nodes newly demoted or drained per window …
+    breaker_max_nodes: int = 5  # … and at most this many (the 400-server trace: 3 per hour at most)
+    breaker_window: str = "1h"
+    unmanaged_nodes: str = (
+        ""  # nodes never touched: "gpu[001-004],login1" (Kubernetes also: gpuhealth.io/managed=false)
+    )
+    slurm_reliable_feature: str = "reliable"  # the feature non-interruptible jobs ask for (--constraint)
+    slurm_demoted_weight: int = 1000  # Slurm uses low weights first: a demoted node is used last
+    slurm_bin_dir: str | None = None  # where scontrol and squeue are; default: PATH
+    kube_server: str | None = None  # API server URL without credentials (tests); default: in-cluster or kubeconfig
+    kubeconfig: str | None = None
+    kube_event_namespace: str = "default"  # where the actuator's Events about nodes go
+
     # Probes (CUDA stress kernels) run by the collector on idle GPUs.
     probe_every: str = "6h"  # "0" turns the scheduler off
     probe_budget: str = "60s"  # per GPU per run
     probe_tests: str = "gemm,memtest,bandwidth,pcie"
     probe_idle_util_pct: float = 5.0  # a GPU busier than this is never probed
 
-    @field_validator("token")
+    # Kubernetes labels through Node Feature Discovery (`collect --nfd-features-dir`, collector/nfd.py):
+    # the collector asks the central service for this node's decisions and writes NFD's local feature file.
+    nfd_features_dir: str | None = None  # e.g. /etc/kubernetes/node-feature-discovery/features.d; unset: off
+    nfd_interval: str = "60s"  # how often to ask; labels expire after 3 intervals
+    service_url: str | None = None  # the central `gpuhealth serve` as a node reaches it, e.g. http://gpuhealth:8080
+    service_token: str | None = None  # bearer token for the service's reads, when it closes them (read_open=False)
+
+    @field_validator("token", "service_token")
     @classmethod
     def _empty_token_is_none(cls, v: str | None) -> str | None:
         """GPUHEALTH_TOKEN= (empty) means no token: writes disabled, said at start-up, not 403 on every write."""

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from core import catalog
 from core.settings import Settings
 from core.units import parse_duration, parse_listen
 from gpuhealth import __version__
+from gpuhealth.cli_actuate import register_actuate
 from gpuhealth.cli_alerts import alerts_app, dashboards_app
 from gpuhealth.cli_backend import (
     BackendFlags,
@@ -45,6 +47,8 @@ from gpuhealth.cli_probe import register_probe
 from gpuhealth.cli_serve import probe_config, register_serve
 
 if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
+    from collector.backends.base import Backend
+    from collector.nfd import NfdConfig
     from predictor.downtime import DowntimeParams
 
 app = typer.Typer(
@@ -61,6 +65,7 @@ app.add_typer(dashboards_app, name="dashboards")
 app.add_typer(db_app, name="db")
 register_probe(app)
 register_serve(app)
+register_actuate(app)
 register_model(app)
 err = Console(stderr=True)
 
@@ -99,6 +104,31 @@ def collect(
             " (GPUHEALTH_WEB_CONFIG_FILE)"
         ),
     ] = None,
+    nfd_features_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="write this node's decision from --service-url as Kubernetes labels through Node Feature Discovery:"
+            " the feature file 'gpuhealth' in this directory, e.g. /etc/kubernetes/node-feature-discovery/features.d"
+            " (GPUHEALTH_NFD_FEATURES_DIR)"
+        ),
+    ] = None,
+    service_url: Annotated[
+        str | None,
+        typer.Option(help="the central gpuhealth serve, e.g. http://gpuhealth:8080 (GPUHEALTH_SERVICE_URL)"),
+    ] = None,
+    service_token: Annotated[
+        str | None,
+        typer.Option(
+            help="bearer token for the service's reads, when it closes them; better GPUHEALTH_SERVICE_TOKEN"
+            " (a flag shows in ps)"
+        ),
+    ] = None,
+    nfd_interval: Annotated[
+        str | None,
+        typer.Option(
+            help="how often to ask the service; labels expire after 3 intervals (60s; GPUHEALTH_NFD_INTERVAL)"
+        ),
+    ] = None,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
     from collector.run import build_collector, run_until_signalled
@@ -106,6 +136,7 @@ def collect(
 
     s = load_settings()
     setup_logging(log_level or s.log_level)
+    nfd_flags = _nfd_flags(nfd_features_dir, service_url, service_token, nfd_interval, s)
     try:
         host, port = parse_listen(listen or s.listen)
     except ValueError as e:
@@ -122,10 +153,14 @@ def collect(
     opened = open_from_flags(flags, s)
     b, interval_s = opened.backend, opened.interval_s
     try:
+        nfd = _nfd_config(nfd_flags, b, hostname or s.hostname) if nfd_flags is not None else None
         running = build_collector(
             b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed,
-            web=web,
+            web=web, nfd=nfd,
         )  # fmt: skip
+    except typer.Exit:
+        b.close()
+        raise
     except OSError as e:
         b.close()
         raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
@@ -133,13 +168,68 @@ def collect(
     base = f"{running.server.scheme}://{shown}:{running.server.port}"
     guard = f" ({web.summary})" if web is not None else ""
     n = len(b.gpus())
+    labels = (
+        escape(f"\n  labels:  {nfd.path} (NFD), node {nfd.hostname} from {nfd.service_url} every {nfd.interval_s:g}s")
+        if nfd is not None
+        else ""
+    )
     err.print(
         f"gpuhealth collect: {b.name} backend, {n} GPU(s), sampling every {interval_s:g}s\n"
         f"  metrics: {base}/metrics{guard}\n"
-        f"  health:  {base}/healthz{guard}",
+        f"  health:  {base}/healthz{guard}{labels}",
         highlight=False,
+        soft_wrap=True,
     )
     run_until_signalled(running)
+
+
+def _nfd_flags(
+    features_dir: Path | None, service_url: str | None, service_token: str | None, interval: str | None, s: Settings
+) -> tuple[Path, str, str | None, float] | None:
+    """(directory, service URL, token, interval) for NFD labels, None when off; checked before the backend opens."""
+    import os
+    import re
+
+    directory = features_dir or (Path(s.nfd_features_dir) if s.nfd_features_dir else None)
+    if directory is None:
+        if service_url is not None:
+            raise fail("--service-url is for --nfd-features-dir (Kubernetes labels through Node Feature Discovery)")
+        return None
+    url = service_url or s.service_url
+    if not url:
+        raise fail("--nfd-features-dir needs --service-url: the central gpuhealth serve, e.g. http://gpuhealth:8080")
+    if not re.match(r"https?://[^/\s]", url):
+        raise fail(f"--service-url {url!r}: use an http:// or https:// URL, e.g. http://gpuhealth:8080")
+    try:
+        interval_s = parse_duration(interval or s.nfd_interval)
+    except ValueError as e:
+        raise fail(f"--nfd-interval: {e}") from None
+    if not directory.is_dir():
+        raise fail(
+            f"--nfd-features-dir {directory}: no such directory (nfd-worker reads"
+            " /etc/kubernetes/node-feature-discovery/features.d on the host; mount it into the collector)"
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise fail(f"--nfd-features-dir {directory}: not writable by this user")
+    token = (service_token or "").strip() or s.service_token
+    return directory, url, token, interval_s
+
+
+def _nfd_config(flags: tuple[Path, str, str | None, float], backend: Backend, hostname: str | None) -> NfdConfig:
+    """The NFD labeler's config; the node is the host the backend reports its GPUs under (the host label)."""
+    import socket
+
+    from collector.nfd import NfdConfig
+
+    hosts = sorted({g.hostname for g in backend.gpus()})
+    if len(hosts) > 1:
+        raise fail(
+            f"--nfd-features-dir labels one node, but the {backend.name} backend reports {len(hosts)} hosts"
+            f" ({', '.join(hosts[:3])}{', …' if len(hosts) > 3 else ''}); run one collector per node"
+        )
+    directory, url, token, interval_s = flags
+    node = hosts[0] if hosts else (hostname or socket.gethostname())
+    return NfdConfig(directory=directory, service_url=url, hostname=node, token=token, interval_s=interval_s)
 
 
 @app.command()

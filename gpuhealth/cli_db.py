@@ -63,6 +63,7 @@ def retention_from_settings(s: Settings, samples: str | None = None) -> Retentio
         "decisions": ("GPUHEALTH_DECISION_RETENTION", s.decision_retention),
         "alerts": ("GPUHEALTH_ALERT_RETENTION", s.alert_retention),
         "probes": ("GPUHEALTH_PROBE_RETENTION", s.probe_retention),
+        "actions": ("GPUHEALTH_ACTION_RETENTION", s.action_retention),
     }
     parsed = {}
     for kind, (name, text) in spans.items():

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from core.settings import Settings
 from core.units import parse_duration, parse_listen
+from gpuhealth.cli_actuate import ActuateOpt, ActuateTargetOpt, actuation_from_settings, actuator_plan
 from gpuhealth.cli_backend import (
     BackendFlags,
     BackendOpt,
@@ -98,8 +99,11 @@ DEMO_SPARE_NODES = 1
 """The last node is a spare pool: idle, so the collector probes it (GEMM, memtest, bandwidth, PCIe)."""
 DEMO_PROBE_EVERY = "20s"
 """Probe each idle simulated GPU every 20 s, so the probe series and a slow GPU show within the minute."""
-DEMO_FAULTS = ("3:ecc:50", "28:offbus:50.5", "17:pcie:62", "10:thermal:57", "21:ecc:55", "26:thermal:70")
-"""Fault times in simulated hours from the start of the (warm-up) history: they ripen within the first minute."""
+DEMO_FAULTS = ("11:ecc:50", "28:offbus:50.5", "17:pcie:62", "2:thermal:57", "21:ecc:55", "26:thermal:70")
+"""GPU (global index: node × 8 + GPU) and fault times in simulated hours from the start of the (warm-up)
+history: they ripen within the first minute; GPU 11 is sim-node-01's GPU 3, whose row remapping fails."""
+DEMO_ACTUATE_EVERY = "5s"
+"""The demo's actuator (dry-run on the simulated fleet) looks every 5 s: its plans show within the minute."""
 
 
 def probe_config(s: Settings, every: str | None = None) -> ProbeConfig:
@@ -207,6 +211,8 @@ def serve(
     backfill: BackfillOpt = None,
     replica_id: ReplicaIdOpt = None,
     lease_seconds: LeaseSecondsOpt = None,
+    actuate: ActuateOpt = None,
+    actuate_target: ActuateTargetOpt = None,
     log_level: LogLevelOpt = None,
 ) -> None:
     """Collect (or pull from Prometheus), keep history, score every GPU and answer over REST and /metrics."""
@@ -227,6 +233,7 @@ def serve(
     pull = _pull_plan(s, src, pull_every, pull_step, backfill)
     lease = _lease_plan(s, src, replica_id, lease_seconds)
     retention = retention_from_settings(s)
+    acting = actuator_plan(s, actuate, actuate_target)
     check_port(host, port)
     token = _token(s, token_file)
     m = _load_model(s, model)
@@ -243,6 +250,7 @@ def serve(
             sim_spare_nodes=sim_spare_nodes,
         )  # fmt: skip
         opened = open_from_flags(flags, s)
+    actuation = actuation_from_settings(s, store, acting)
     svc = build_service(
         store,
         m,
@@ -263,8 +271,12 @@ def serve(
         retention=retention,
         puller=puller,
         replica=replica,
+        actuation=actuation,
     )
     _announce(_feed(opened, pull, prom_url, replica), store, score_s, host, port, token)
+    if actuation is not None:
+        out.print(f"  actuator: {actuation[1].mode} on {actuation[0].name}; {host_url(host, port)}/v1/actions",
+                  highlight=False, soft_wrap=True)  # fmt: skip
     _run(svc, host, port, level, ServerLimits.from_settings(s))
 
 
@@ -364,10 +376,14 @@ def _feed(
     return f"pulling from Prometheus at {prom_url} every {pull[0]:g}s{share}"
 
 
+def host_url(host: str, port: int) -> str:
+    """The URL a person on this machine opens for a listen address."""
+    return f"http://{'localhost' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
 def _announce(what: str, store: Store, score_s: float, host: str, port: int, token: str | None) -> None:
     """Tell stderr what is served where, and whether writes are enabled."""
-    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
-    base = f"http://{shown}:{port}"
+    base = host_url(host, port)
     out.print(
         f"gpuhealth serve: {what}, database {store.url}, scoring every {score_s:g}s\n"
         f"  API docs: {base}/docs\n  GPUs:     {base}/v1/gpus\n  metrics:  {base}/metrics",
@@ -413,6 +429,7 @@ def demo(
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")
+    actuation = actuation_from_settings(s, store, actuator_plan(s, "dry-run", "sim", interval=DEMO_ACTUATE_EVERY))
     svc = build_service(
         store,
         load_model(s.model),
@@ -425,6 +442,7 @@ def demo(
         hostname_label=opened.hostname_label,
         probes=probe_config(s, every=DEMO_PROBE_EVERY),
         sim_seed=seed,
+        actuation=actuation,
     )
     out.print(
         f"gpuhealth demo: simulating two days of history for {nodes * gpus_per_node} GPUs …",
@@ -439,6 +457,7 @@ Faults ripen within about a minute: watch it move GPUs to watch, demote, drain a
   API docs:   {base}/docs
   GPUs:       {base}/v1/gpus
   RMA list:   {base}/v1/decisions?decision=rma
+  actions:    {base}/v1/actions  (the actuator, dry-run: what it would do to the nodes)
   metrics:    {base}/metrics
   database:   {db} (SQLite)
   token:      {token}

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from fastapi import FastAPI
 
+from actuate.target import Target
 from api.app import BODY_TIMEOUT_S, ApiConfig, create_app
 from collector.backends.base import Backend
 from collector.probes import ProbeConfig, ProbeScheduler
@@ -18,6 +19,7 @@ from collector.sampler import Sampler
 from core.catalog import Field
 from predictor.model import RiskModel
 from predictor.policy import Thresholds
+from service.actuator import Actuator, ActuatorConfig
 from service.assemble import Loops, build_loops
 from service.assemble import warm_up as warm_up_loops
 from service.ingest import IngestBuffer
@@ -66,6 +68,10 @@ class Service:
     def replica(self) -> Replica | None:
         return self.loops.replica
 
+    @property
+    def actuator(self) -> Actuator | None:
+        return self.loops.actuator
+
     def data_now(self) -> datetime:
         return self.loops.data_now()
 
@@ -91,12 +97,13 @@ def build_service(
     retention: Retention | None = None,
     puller: PrometheusPuller | None = None,
     replica: Replica | None = None,
+    actuation: tuple[Target, ActuatorConfig] | None = None,
 ) -> Service:
     """Assemble (not start) the loops and the API; without a backend or a puller it is API and scoring only."""
     loops = build_loops(
         store, model, backend=backend, fields=fields, interval_s=interval_s, score_interval_s=score_interval_s,
         thresholds=thresholds, buffer_samples=buffer_samples, hostname_label=hostname_label, probes=probes,
-        sim_seed=sim_seed, retention=retention, puller=puller, replica=replica,
+        sim_seed=sim_seed, retention=retention, puller=puller, replica=replica, actuation=actuation,
     )  # fmt: skip
     cfg = ApiConfig(
         token=token,
@@ -107,6 +114,7 @@ def build_service(
         host_label=hostname_label,
         scorer=loops.scorer,
         buffer=loops.buffer,
+        actuator=loops.actuator,
         collector_health=loops.health,
         extra_metrics=loops.extra_metrics,
         on_start=[loops.start],

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests run for real: Prometheus (and
-# promtool), Alertmanager (and amtool), PostgreSQL. Only as root and only what is
-# missing; otherwise says what is missing (the tests then skip locally, fail in CI).
+# promtool), Alertmanager (and amtool), PostgreSQL, Slurm (slurmctld, slurmd, slurm-client)
+# and munge. Only as root and only what is missing; otherwise says what is missing (the
+# tests then skip locally, fail in CI).
 set -euo pipefail
 
 missing=()
@@ -10,6 +11,11 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 { command -v prometheus-alertmanager >/dev/null 2>&1 || command -v alertmanager >/dev/null 2>&1; } \
   || missing+=(prometheus-alertmanager)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
+# slurmctld, slurmd and munged live in /usr/sbin, which a non-root PATH may lack.
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || missing+=(slurmd)
+command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || missing+=(munge)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from actuate.target import Target
 from collector.backends.base import Backend
 from collector.exporter import render
 from collector.probes import ProbeConfig, ProbeScheduler
@@ -23,6 +24,7 @@ from collector.sampler import Sampler
 from core.catalog import Field
 from predictor.model import RiskModel
 from predictor.policy import Thresholds
+from service.actuator import Actuator, ActuatorConfig
 from service.ingest import IngestBuffer
 from service.puller import PrometheusPuller
 from service.replicas import Replica
@@ -50,6 +52,8 @@ class Loops:
     """Their own series, for the service's /metrics."""
     replica: Replica | None = None
     """Several replicas on one database: this one's leases (fleet mode)."""
+    actuator: Actuator | None = None
+    """The decisions acted on by the scheduler (`serve --actuate dry-run|on`)."""
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -70,6 +74,8 @@ class Loops:
             self.puller.start()
         self.scorer.load_latest()
         self.scorer.start()
+        if self.actuator is not None:
+            self.actuator.start()
 
     @staticmethod
     def _first_heartbeat(replica: Replica) -> None:
@@ -81,6 +87,8 @@ class Loops:
                         replica.replica_id, replica.lease_s / 3, err)  # fmt: skip
 
     def stop(self) -> None:
+        if self.actuator is not None:
+            self.actuator.stop()
         self.scorer.stop()
         if self.puller is not None:
             self.puller.stop()
@@ -118,11 +126,13 @@ def build_loops(
     retention: Retention | None = None,
     puller: PrometheusPuller | None = None,
     replica: Replica | None = None,
+    actuation: tuple[Target, ActuatorConfig] | None = None,
 ) -> Loops:
     """Assemble (not start) the loops; without a backend or a puller, scoring only.
 
     With a `replica` (several `serve --source prometheus` on one database), the scorer and the
-    puller work on its share of the fleet and the scorer keeps the database's clock."""
+    puller work on its share of the fleet and the scorer keeps the database's clock. With
+    `actuation` (a scheduler and how to act on it), an actuator runs on the scorer's clock."""
     sampler = registry = buffer = None
     extra: Callable[[], bytes] | None = None
     health: Callable[[], tuple[bool, str]] | None = None
@@ -147,17 +157,23 @@ def build_loops(
         extra = lambda: generate_latest(pull_reg)  # noqa: E731
         health = puller.health if replica is None else _with_replica(puller.health, replica)
     clock_of = sampler
+    now = replica.now if replica is not None else lambda: data_now(clock_of)
     scorer = Scorer(
-        store,
-        model,
-        thresholds or Thresholds(),
-        score_interval_s,
-        now=replica.now if replica is not None else lambda: data_now(clock_of),
-        retention=retention,
-        replica=replica,
+        store, model, thresholds or Thresholds(), score_interval_s, now=now, retention=retention, replica=replica
     )
+    actuator = None
+    if actuation is not None:
+        # On the scorer's clock: the settle period and the breaker's window are measured in the time
+        # the decisions were made in (simulated time in the demo).
+        target, config = actuation
+        actuator = Actuator(store, target, config, now=now, owns=_share_of(replica) if replica is not None else None)
     return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
-                 _with_model_metrics(extra, scorer), replica)  # fmt: skip
+                 _with_model_metrics(extra, scorer), replica, actuator)  # fmt: skip
+
+
+def _share_of(replica: Replica) -> Callable[[], Callable[[str], bool]]:
+    """Asked once per actuator pass: which hostnames the replica holds now."""
+    return lambda: replica.share().has
 
 
 def _with_replica(health: Callable[[], tuple[bool, str]], replica: Replica) -> Callable[[], tuple[bool, str]]:

@@ -1,5 +1,6 @@
 """Store: SQLAlchemy models, sessions, migrations and queries (SQLite or PostgreSQL)."""
 
+from store.actuation import ActionRow, ActiveDecision, BreakerState, NodeControl
 from store.decisions import Decision, DecisionChanges, DecisionRule, ScorePoint, ScoreRecord
 from store.errors import NotFound, StoreError, StoreUnavailable
 from store.gpus import GpuDetail, GpuItem, GpuRow, Node, Sample
@@ -12,8 +13,11 @@ from store.store import CLOCK_SKEW, Store
 __all__ = [
     "CLOCK_SKEW",
     "SHARDS",
+    "ActionRow",
+    "ActiveDecision",
     "Alert",
     "AlertmanagerAlert",
+    "BreakerState",
     "Decision",
     "DecisionChanges",
     "DecisionRule",
@@ -24,6 +28,7 @@ __all__ = [
     "Lease",
     "LeaseTick",
     "Node",
+    "NodeControl",
     "NotFound",
     "ProbeResult",
     "ProbeResultRow",

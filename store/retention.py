@@ -2,7 +2,7 @@
 
 Raw samples are removed (`Pruner.prune_samples`: whole day partitions on PostgreSQL, see
 `store.partitions`; their hours are written at ingest, `store.hours`), raw risk scores roll into
-`risk_scores_hourly`; closed decisions, alerts and probe results are deleted when old;
+`risk_scores_hourly`; closed decisions, alerts, probe results and the actuator's audit are deleted when old;
 hourly rows go after `hourly`. Failure and RMA records are never deleted: they are the
 labels the next model learns from. Open decisions are never deleted either. The arithmetic
 of the roll-ups is in `store.rollup`.
@@ -23,6 +23,7 @@ from store.errors import StoreError
 from store.partitions import drop_before
 from store.rollup import RISKS, merge_score_hours, rollup_scores
 from store.schema import (
+    T_ACTIONS,
     T_ALERTS,
     T_DECISIONS,
     T_PROBES,
@@ -55,6 +56,8 @@ class Retention:
     """Alerts received from Alertmanager, from when they were last received."""
     probes: timedelta = 90 * DAY
     """Probe results (the scorer reads the last 7 days)."""
+    actions: timedelta = 365 * DAY
+    """The actuator's audit: a year, as decisions (what the cluster was made to do, and why)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -178,6 +181,7 @@ class Pruner:
             ),
             "alerts_deleted": sa.delete(T_ALERTS).where(a.received_at < now - retention.alerts),
             "probes_deleted": sa.delete(T_PROBES).where(p.ran_at < now - retention.probes),
+            "actions_deleted": sa.delete(T_ACTIONS).where(T_ACTIONS.c.at < now - retention.actions),
         }
         with self.db.tx(write=True) as conn:
             for kind, stmt in deletes.items():

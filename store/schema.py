@@ -25,8 +25,6 @@ METRIC_COLUMNS: tuple[str, ...] = (
 """Every catalogue field, the fixed history columns first: what a sample row can hold."""
 
 GPU_STATES = ("active", "lost", "retired")
-DECISIONS = ("ok", "watch", "demote", "drain", "rma")
-"""predictor.policy.DECISIONS, repeated here because the store must not import the predictor."""
 DECISION_STATES = ("open", "acknowledged", "closed")
 FAILURE_KINDS = ("failure", "rma")
 ALERT_STATUSES = ("firing", "resolved")
@@ -331,3 +329,76 @@ class ShardLease(Base):
 
 T_REPLICAS = metadata.tables["replicas"]
 T_LEASES = metadata.tables["shard_leases"]
+
+
+# -- the actuator: its audit, its per-node controls and its breaker (store.actuation) ----------
+
+ACTION_RESULTS = ("planned", "applied", "pending", "failed", "blocked", "skipped")
+"""planned: dry-run; pending: started, not finished (an eviction refused for now); blocked: the
+breaker stopped it; skipped: not ours to do (the node is drained or cordoned by someone else)."""
+
+
+class ActionRecord(Base):
+    """One planned or applied change of a node by the actuator, and what ran on the node then."""
+
+    __tablename__ = "actions"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    target: Mapped[str] = mapped_column(sa.String(32))
+    mode: Mapped[str] = mapped_column(sa.String(16))
+    hostname: Mapped[str] = mapped_column(sa.String(255))
+    action: Mapped[str] = mapped_column(sa.String(16))
+    from_state: Mapped[str] = mapped_column(sa.String(16))
+    to_state: Mapped[str] = mapped_column(sa.String(16))
+    why: Mapped[str] = mapped_column(sa.Text)
+    gpu_uuid: Mapped[str | None] = mapped_column(sa.String(64))
+    gpu_index: Mapped[int | None] = mapped_column(sa.Integer)
+    result: Mapped[str] = mapped_column(sa.String(16))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    workloads: Mapped[list[str] | None] = mapped_column(sa.JSON)
+    escalates: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+
+    __table_args__ = (
+        sa.CheckConstraint(
+            "result IN ('planned', 'applied', 'pending', 'failed', 'blocked', 'skipped')", name="ck_actions_result"
+        ),
+        sa.CheckConstraint("mode IN ('dry-run', 'on')", name="ck_actions_mode"),
+        sa.Index("ix_actions_at", "at"),
+        sa.Index("ix_actions_host_at", "hostname", "at"),
+    )
+
+
+class ActuatorNode(Base):
+    """What the actuator keeps per node between passes: an operator's hold or release, the settle
+    clock of a lowering, and what it changed that it must put back (the Slurm weight)."""
+
+    __tablename__ = "actuator_nodes"
+
+    hostname: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    held: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    held_by: Mapped[str | None] = mapped_column(sa.String(255))
+    held_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    released_by: Mapped[str | None] = mapped_column(sa.String(255))
+    lowering_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    lowering_to: Mapped[str | None] = mapped_column(sa.String(16))
+    saved: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+
+
+class ActuatorState(Base):
+    """The breaker (one row per target): open or closed, since when, why, and the last reset."""
+
+    __tablename__ = "actuator_state"
+
+    target: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    breaker_open: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    opened_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+    reset_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    reset_by: Mapped[str | None] = mapped_column(sa.String(255))
+
+
+T_ACTIONS = metadata.tables["actions"]
+T_ACTUATOR_NODES = metadata.tables["actuator_nodes"]
+T_ACTUATOR_STATE = metadata.tables["actuator_state"]

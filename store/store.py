@@ -16,6 +16,7 @@ so the scoring loop, the ingest thread and API workers can share it.
 | `Models` | `store.models` | stored risk models, their cards, the active one |
 | `Pruner` | `store.retention` | roll-ups and deletes of old rows |
 | `Leases` | `store.leases` | replicas' heartbeats and their leases on shards of the fleet |
+| `Actuation` | `store.actuation` | the actuator's audit, holds, settle clocks, breaker (`Store.actuation`) |
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from core.decisions import DECISIONS
+from store.actuation import Actuation
 from store.decisions import Decision, DecisionRule, Decisions, ScorePoint, ScoreRecord
 from store.engine import Database, not_closed
 from store.gpus import GpuDetail, GpuItem, GpuRow, Gpus, Node, Sample
@@ -37,7 +40,7 @@ from store.models import ModelInfo, Models, StoredModel
 from store.probes import ProbeResult, ProbeResultRow, Probes
 from store.retention import Pruner, Retention
 from store.samples import Samples
-from store.schema import DECISIONS, T_ALERTS, T_DECISIONS, T_FAILURES, T_GPUS, T_NODES, T_PROBES, T_SCORES
+from store.schema import T_ALERTS, T_DECISIONS, T_FAILURES, T_GPUS, T_NODES, T_PROBES, T_SCORES
 from store.schema import samples as t_samples
 from store.schema import samples_hourly as t_samples_hourly
 
@@ -62,6 +65,8 @@ class Store:
         self._models = Models(self._db)
         self._pruner = Pruner(self._db)
         self._leases = Leases(self._db)
+        self.actuation = Actuation(self._db)
+        """The actuator's part, handed over whole: only the actuator and its routes use it."""
 
     @classmethod
     def open(cls, url: str, *, upgrade: bool = True) -> Store:

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gpuhealth", "api", "service", "collector", "simulator", "predictor", "store", "alerts", "dashboards",
-            "kernels", "core")  # fmt: skip
+            "kernels", "actuate", "core")  # fmt: skip
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

@@ -107,4 +107,35 @@ ALERTS: tuple[Alert, ...] = (
         ),
         act=("Restore Prometheus or the database; the service pulls again by itself.",),
     ),
+    Alert(
+        name="GpuHealthActuatorBreakerOpen",
+        group=GROUP_COLLECTOR,
+        expr="gpuhealth_actuator_breaker_open == 1",
+        for_="0m",
+        severity="critical",
+        action="watch",
+        summary=f"gpuhealth stopped acting on the cluster: its breaker is open ({INSTANCE})",
+        description=f"{_IT} would have demoted or drained more nodes within its window than the breaker allows "
+        "(default 10 % of the nodes and at most 5 per hour); it acts on no node until a person resets it.",
+        case=Case.single(
+            "gpuhealth_actuator_breaker_open", _SERVICE, "0x10 1x10", quiet_at="9m", fire_at="12m", value=1
+        ),
+        meaning="Either many nodes really failed at once (a rack, a power or cooling event, a bad driver) or "
+        "the model or a rule went wrong and wanted to drain healthy nodes. The actuator stopped before it "
+        "could drain the fleet; nodes already demoted or drained stay so, nothing is undone.",
+        check=(
+            "Why it opened: `curl -s http://127.0.0.1:8080/v1/actuator` (`reason`).",
+            "What it wanted: `curl -s 'http://127.0.0.1:8080/v1/actions?result=blocked'`; are those GPUs "
+            "really failing (each action names the GPU and why), or is it one node-wide cause or a new model "
+            "(`GET /v1/model`)?",
+        ),
+        act=(
+            "A real incident: fix its cause; drain by hand what must be drained, or reset and let the actuator "
+            "act (it re-reads every node; queued intentions are never replayed).",
+            "A bad model or rule: roll it back (`gpuhealth model promote <previous version>`), or put the "
+            "actuator in dry-run, then reset.",
+            'Reset: `curl -s -X POST -H "Authorization: Bearer $GPUHEALTH_TOKEN" -H \'Content-Type: '
+            'application/json\' -d \'{"by": "<you>"}\' http://127.0.0.1:8080/v1/actuator/reset`.',
+        ),
+    ),
 )

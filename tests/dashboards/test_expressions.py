@@ -38,9 +38,21 @@ PULLER = {  # serve --source prometheus
     "gpuhealth_pull_lost_gpus_total", "gpuhealth_pull_watermark_timestamp_seconds",
     "gpuhealth_pull_store_ahead_seconds",
 }  # fmt: skip
+ACTUATOR = {  # serve --actuate dry-run|on
+    "gpuhealth_actuator_breaker_open", "gpuhealth_actuator_mode", "gpuhealth_actions_total", "gpuhealth_actuator_nodes",
+    "gpuhealth_actuator_passes_total", "gpuhealth_actuator_failures_total",
+    "gpuhealth_actuator_last_pass_timestamp_seconds",
+}  # fmt: skip
 PROMETHEUS = {"up", "ALERTS"}
 KNOWN = (
-    {f.metric_name for f in FIELDS} | COLLECTOR | SERVICE | PROBES | PULLER | PROMETHEUS | {r.record for r in RECORDS}
+    {f.metric_name for f in FIELDS}
+    | COLLECTOR
+    | SERVICE
+    | PROBES
+    | PULLER
+    | ACTUATOR
+    | PROMETHEUS
+    | {r.record for r in RECORDS}
 )
 
 _KEYWORDS = {"and", "or", "unless", "bool", "inf", "nan", "offset"}

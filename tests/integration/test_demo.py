@@ -38,8 +38,17 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
         assert all(g["reasons"] for g in flagged)
         rma = json.loads(svc.get("/v1/decisions?decision=rma"))["items"]
         assert rma and all(d["reasons"] for d in rma)
+        # The actuator, dry-run on the simulated scheduler, says what it would do to the node.
+        wanted = "would drain sim-node-01: GPU 3 rma (row remap failed"
+
+        def summaries() -> list[str]:
+            return [a["summary"] for a in json.loads(svc.get("/v1/actions?limit=1000"))["items"]]
+
+        poll("demo actions", summaries, lambda got: any(x.startswith(wanted) for x in got), deadline_s=DEMO_DEADLINE_S)
+        assert "actions:" in svc.log_tail()
         text = svc.get("/metrics")
         assert "gpuhealth_decision{" in text and "DCGM_FI_DEV_GPU_TEMP{" in text
+        assert 'gpuhealth_actuator_mode{mode="dry-run",target="sim"} 1.0' in text
         svc.assert_alive()
     finally:
         svc.stop()

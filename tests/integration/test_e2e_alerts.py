@@ -211,7 +211,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "--sim-nodes", str(NODES), "--sim-gpus", str(GPUS_PER_NODE), "--sim-spare-nodes", "1",
             "--seed", str(SEED), "--interval", "1s", "--sim-speed", "600", "--score-interval", "5s",
             "--fields", "all", "--db", f"sqlite:///{tmp / 'gpuhealth.db'}", "--listen", f"127.0.0.1:{port}",
-            "--token-file", str(token_file), "--log-level", "INFO",
+            "--token-file", str(token_file), "--log-level", "INFO", "--actuate", "dry-run", "--actuate-target", "sim",
             *[a for f in FAULTS for a in ("--sim-fault", f)],
         ]  # fmt: skip
         serve = start_service(

@@ -109,7 +109,7 @@ def test_a_late_score_merges_into_its_rolled_up_hour(store: Store) -> None:
     assert (p["risk"], p["decision"]) == (0.6, "watch")
 
 
-def test_closed_decisions_alerts_probes_and_hourly_rows_go_when_old(store: Store) -> None:
+def test_closed_decisions_alerts_probes_actions_and_hourly_rows_go_when_old(store: Store) -> None:
     from tests.store.test_scores import score
 
     h0 = pd.Timestamp(T0)
@@ -127,12 +127,18 @@ def test_closed_decisions_alerts_probes_and_hourly_rows_go_when_old(store: Store
             {"status": "firing", "labels": {"alertname": "X"}, "startsAt": "2026-01-05T00:00:00Z"}]},
         received_at=t0,
     )  # fmt: skip
+    drained = {"at": t0, "target": "slurm", "mode": "on", "hostname": "node-a", "action": "drain",
+               "from_state": "ok", "to_state": "drain", "why": "GPU 0 drain", "result": "applied"}  # fmt: skip
+    store.actuation.record([drained])
     keep = Retention(samples=timedelta(days=1), scores=timedelta(days=1), hourly=timedelta(days=5),
-                     decisions=timedelta(days=3), alerts=timedelta(days=3), probes=timedelta(days=3))  # fmt: skip
+                     decisions=timedelta(days=3), alerts=timedelta(days=3), probes=timedelta(days=3),
+                     actions=timedelta(days=3))  # fmt: skip
     early = store.apply_retention(t0 + timedelta(days=2), keep)
     assert (early["decisions_deleted"], early["alerts_deleted"], early["probes_deleted"]) == (0, 0, 0)
+    assert early["actions_deleted"] == 0
     late = store.apply_retention(t0 + timedelta(days=6), keep)
     assert (late["decisions_deleted"], late["alerts_deleted"], late["probes_deleted"]) == (1, 1, 1)
+    assert late["actions_deleted"] == 1 and store.actuation.actions()[1] == 0
     assert late["sample_hours_deleted"] == 2 and late["score_hours_deleted"] == 4  # 2 GPUs x 2 hours
     c = store.counts()
     assert (c["alerts"], c["probe_results"], c["samples_hourly"], c["risk_scores"]) == (0, 0, 0, 0)

@@ -1,0 +1,97 @@
+"""What a scheduler client gives the actuator: the nodes as they are, the workloads on one, a step applied."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from actuate.plan import Observed, Step
+
+MANAGED_LABEL = "gpuhealth.io/managed"
+"""A node labelled `gpuhealth.io/managed=false` is never touched (Kubernetes)."""
+REASON_PREFIX = "gpuhealth:"
+"""Every Slurm drain reason we write starts so; a drain without it is someone else's (LBNL NHC's `NHC:` rule)."""
+
+
+class TargetUnavailable(Exception):
+    """The scheduler cannot be reached now (slurmctld or the API server down): retry later."""
+
+
+class TargetError(Exception):
+    """A step on one node failed; the next pass tries again from what the scheduler then shows."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What applying a step did."""
+
+    result: Literal["applied", "pending", "skipped"]
+    """pending: started, not finished (evictions refused for now); skipped: not ours to change."""
+    note: str | None = None
+    saved: Mapping[str, Any] | None = field(default=None)
+    """Values to remember for undoing it later (the Slurm weight before a demote); None: keep as is."""
+    forget_saved: bool = False
+    """The node is ours no more: forget what was saved."""
+
+
+class Target(Protocol):
+    """A scheduler the actuator acts on (`actuate.slurm.SlurmTarget`, `actuate.kubernetes.KubeTarget`)."""
+
+    name: str
+
+    def observe(self) -> dict[str, Observed]:
+        """Every node of the scheduler in our terms, in one read (raises TargetUnavailable)."""
+        ...
+
+    def workloads(self, hostname: str) -> list[str]:
+        """The jobs or pods running on a node now, for the audit ("job 42", "ns/pod")."""
+        ...
+
+    def apply(self, step: Step, observed: Observed, saved: Mapping[str, Any] | None) -> Applied:
+        """Bring one node from `step.from_state` to `step.to_state` (raises TargetError, TargetUnavailable)."""
+        ...
+
+    def announce(self, step: Step, result: str, note: str | None) -> None:
+        """Tell the scheduler's users what was done (a Kubernetes Event); may do nothing."""
+        ...
+
+
+_RANGE = re.compile(r"^(?P<pre>[^\[\]]*)\[(?P<body>[^\[\]]+)\](?P<post>.*)$")
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Node names from a comma list with Slurm's bracket ranges: "gpu[001-003,007],login1" → gpu001, gpu002,
+    gpu003, gpu007, login1 (zero padding kept; one bracket group per name, as most site lists use)."""
+    names: list[str] = []
+    for part in _split_top(text):
+        m = _RANGE.match(part)
+        if m is None:
+            if "[" in part or "]" in part:
+                raise ValueError(f"cannot read the node list entry {part!r}")
+            names.append(part)
+            continue
+        for item in m["body"].split(","):
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+                raise ValueError(f"cannot read the range {item!r} in {part!r}")
+            width = len(lo)
+            for n in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{m['pre']}{n:0{width}d}{m['post']}")
+    return names
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on the commas outside brackets."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return [p for p in out if p]

@@ -1,0 +1,270 @@
+"""A node's view of the central service (`gpuhealth serve`): this node's GPUs and their decisions.
+
+Used where a node acts on the service's decisions without Kubernetes or Slurm credentials:
+`gpuhealth collect --nfd-features-dir` (labels through Node Feature Discovery) and node-side
+health checks. One `GET /v1/nodes/{hostname}`, no retries: callers run on a loop and keep
+what they had when the service does not answer. Every failure is a `ServiceError` naming the
+URL; `ServiceUnavailable` (no answer, or a 5xx) and `UnknownNode` (404) are the two a caller
+tells apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from core.decisions import DECISIONS, SEVERITY, worst
+
+DEFAULT_TIMEOUT_S = 5.0
+"""Connect and read timeout of one request: a node lookup is one indexed query on the service."""
+USER_AGENT = "gpuhealth-node"
+
+
+class ServiceError(Exception):
+    """The service refused the request or answered something that is not a node.
+
+    `url` is the URL asked, `status` the HTTP status (None when nothing answered) and `detail`
+    the service's own one-line reason (its `{"detail": ...}`), when it gave one.
+    """
+
+    def __init__(self, message: str, *, url: str, status: int | None = None, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.detail = detail
+
+
+class ServiceUnavailable(ServiceError):
+    """No answer (refused, unresolvable, timed out) or one saying "not now" (5xx: database down or busy).
+
+    `retry_after` is the service's Retry-After in seconds, when it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str,
+        status: int | None = None,
+        detail: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, url=url, status=status, detail=detail)
+        self.retry_after = retry_after
+
+
+class UnknownNode(ServiceError):
+    """404 for the node: the service has no GPUs under this hostname (none reported yet, or a host
+    label that does not match the hostname asked for)."""
+
+    def __init__(self, message: str, *, url: str, hostname: str, detail: str | None = None) -> None:
+        super().__init__(message, url=url, status=404, detail=detail)
+        self.hostname = hostname
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU of the node as the service sees it."""
+
+    uuid: str
+    gpu_index: int | None
+    decision: str | None
+    """One of `core.decisions.DECISIONS`; None until the GPU was first scored."""
+    risk: float | None
+    """Overall risk 0..1 of the last scoring round; None when unscored or the model had no say."""
+    reasons: tuple[str, ...] = ()
+    model_name: str | None = None
+    state: str | None = None
+    """active | lost | retired"""
+    scored_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node and its GPUs (the API's `NodeDetail`, the fields a node acts on)."""
+
+    hostname: str
+    gpus: tuple[GpuView, ...]
+    last_seen: datetime | None = None
+
+    @property
+    def decision(self) -> str:
+        """The worst decision among the node's GPUs (unscored GPUs count as ok)."""
+        return worst(g.decision for g in self.gpus)
+
+    def worst_gpu(self) -> GpuView | None:
+        """The GPU whose decision is the node's: the most severe, then the riskiest, then the lowest index.
+
+        None when every GPU is ok or unscored (or the node has none).
+        """
+        ranked = [g for g in self.gpus if g.decision is not None and SEVERITY[g.decision] > 0]
+        if not ranked:
+            return None
+
+        def key(g: GpuView) -> tuple[int, float, int]:
+            risk = g.risk if g.risk is not None else -1.0
+            index = g.gpu_index if g.gpu_index is not None else 1 << 30
+            return (-SEVERITY[g.decision or "ok"], -risk, index)
+
+        return min(ranked, key=key)
+
+
+def node_gpus(
+    url: str,
+    hostname: str,
+    token: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    *,
+    client: httpx.Client | None = None,
+) -> NodeView:
+    """This node's GPUs and decisions from the service at `url` (e.g. http://gpuhealth:8080).
+
+    `token` is sent as a bearer token (needed when the service closes its reads). Raises
+    `UnknownNode` (404 for the node), `ServiceUnavailable` (no answer, 5xx) or `ServiceError`
+    (anything else: a refused token, not a gpuhealth answer).
+    """
+    base = url.rstrip("/")
+    where = f"{base}/v1/nodes/{quote(hostname, safe='')}"
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    resp = _get(where, headers, timeout, client)
+    detail = _detail(resp)
+    if resp.status_code == 200:
+        return _node(_json(resp, where), where)
+    if resp.status_code == 404 and detail is not None and hostname in detail:
+        raise UnknownNode(f"gpuhealth service at {base} does not know node {hostname!r}", url=where,
+                          hostname=hostname, detail=detail)  # fmt: skip
+    reason = f" ({detail})" if detail else ""
+    if resp.status_code >= 500:
+        raise ServiceUnavailable(
+            f"gpuhealth service at {base} cannot answer now: HTTP {resp.status_code}{reason}",
+            url=where, status=resp.status_code, detail=detail, retry_after=_retry_after(resp),
+        )  # fmt: skip
+    if resp.status_code in (401, 403):
+        hint = "a token is needed (--service-token)" if not token else "the token was refused"
+        message = f"gpuhealth service at {base} refused the request: HTTP {resp.status_code}{reason}; {hint}"
+    elif 300 <= resp.status_code < 400:
+        message = (
+            f"gpuhealth service at {base} redirects (HTTP {resp.status_code} to "
+            f"{resp.headers.get('location', '?')}); give the URL it redirects to"
+        )
+    else:
+        message = (
+            f"gpuhealth service at {base}: GET /v1/nodes/… answered HTTP {resp.status_code}{reason};"
+            " is this the gpuhealth service's base URL?"
+        )
+    raise ServiceError(message, url=where, status=resp.status_code, detail=detail)
+
+
+def _get(where: str, headers: dict[str, str], timeout: float, client: httpx.Client | None) -> httpx.Response:
+    """One GET; every transport failure becomes a one-line ServiceError naming the URL."""
+    try:
+        if client is not None:
+            return client.get(where, headers=headers, timeout=timeout)
+        with httpx.Client(timeout=timeout, follow_redirects=False) as own:
+            return own.get(where, headers=headers)
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as err:
+        raise ServiceError(f"{where}: not an http(s) URL ({_one_line(err)})", url=where) from err
+    except httpx.TimeoutException as err:
+        raise ServiceUnavailable(f"{where}: no answer within {timeout:g}s", url=where) from err
+    except httpx.TransportError as err:  # refused, unresolvable, reset
+        raise ServiceUnavailable(
+            f"{where}: cannot connect ({_one_line(err) or type(err).__name__})", url=where
+        ) from err
+    except httpx.HTTPError as err:
+        raise ServiceError(f"{where}: {type(err).__name__}: {_one_line(err)}", url=where) from err
+
+
+def _json(resp: httpx.Response, where: str) -> Any:
+    try:
+        return json.loads(resp.content)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        kind = resp.headers.get("content-type", "no content type")
+        raise ServiceError(f"{where}: not JSON (HTTP {resp.status_code}, {kind})", url=where,
+                           status=resp.status_code) from None  # fmt: skip
+
+
+def _detail(resp: httpx.Response) -> str | None:
+    """The service's one-line reason (`{"detail": "..."}`) of an error answer, if it sent one."""
+    if resp.status_code == 200:
+        return None
+    try:
+        body = json.loads(resp.content)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    return _one_line(detail) if isinstance(detail, str) else None
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    try:
+        value = float(resp.headers.get("retry-after", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _node(body: Any, where: str) -> NodeView:
+    """The NodeView of a NodeDetail answer; a field of the wrong shape is a ServiceError naming it."""
+    try:
+        if not isinstance(body, dict) or not isinstance(body.get("gpus"), list):
+            raise _Bad("no 'gpus' list")
+        hostname = body.get("hostname")
+        if not isinstance(hostname, str):
+            raise _Bad("'hostname' is not a string")
+        gpus = tuple(_gpu(g, i) for i, g in enumerate(body["gpus"]))
+        return NodeView(hostname, gpus, _time(body.get("last_seen"), "last_seen"))
+    except _Bad as err:
+        raise ServiceError(f"{where}: not a gpuhealth node answer: {err}", url=where, status=200) from None
+
+
+def _gpu(g: Any, i: int) -> GpuView:
+    if not isinstance(g, dict) or not isinstance(g.get("uuid"), str):
+        raise _Bad(f"gpus[{i}] has no 'uuid'")
+    index, decision, risk, reasons = g.get("gpu_index"), g.get("decision"), g.get("risk"), g.get("reasons") or []
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+        raise _Bad(f"gpus[{i}].gpu_index {index!r} is not an integer")
+    if decision is not None and decision not in DECISIONS:
+        raise _Bad(f"gpus[{i}].decision {decision!r} is not one of {', '.join(DECISIONS)}")
+    if risk is not None and (not isinstance(risk, int | float) or isinstance(risk, bool)):
+        raise _Bad(f"gpus[{i}].risk {risk!r} is not a number")
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise _Bad(f"gpus[{i}].reasons is not a list of strings")
+    return GpuView(
+        uuid=g["uuid"],
+        gpu_index=index,
+        decision=decision,
+        risk=None if risk is None or not math.isfinite(risk) else float(risk),
+        reasons=tuple(reasons),
+        model_name=_str(g.get("model_name")),
+        state=_str(g.get("state")),
+        scored_at=_time(g.get("scored_at"), f"gpus[{i}].scored_at"),
+    )
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _time(v: Any, name: str) -> datetime | None:
+    if v is None:
+        return None
+    try:
+        return datetime.fromisoformat(v)
+    except (TypeError, ValueError):
+        raise _Bad(f"{name} {v!r} is not an ISO 8601 time") from None

@@ -1,0 +1,352 @@
+"""The actuator: a controller's loop from the active decisions to the scheduler's nodes.
+
+Each pass is level-triggered, as a Kubernetes controller's: read the desired state (the store's
+active decisions, worst per node), read the observed state (the scheduler, one read), plan the
+difference (`actuate.plan`), and apply it node by node, recording every planned and applied step.
+Nothing is queued between passes, so a pass after a crash, an outage or a breaker reset starts
+from what the scheduler shows then; a step already applied is seen as done and not repeated.
+
+Safety: only nodes carrying our marks are ever lowered (a target reports someone else's drain as
+`foreign` and leaves it); held and opted-out nodes get nothing; the breaker stops the loop when
+too many nodes would newly lose work within its window (`actuate.breaker`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from actuate.breaker import BreakerPolicy
+from actuate.plan import (
+    ESCALATIONS,
+    Desired,
+    GpuDecision,
+    Lowering,
+    Observed,
+    Step,
+    desired_states,
+    plan,
+    settle_clock,
+)
+from actuate.target import Target, TargetError, TargetUnavailable
+from core.decisions import DECISIONS
+from core.worker import Worker
+from store import ActionRow, Store, StoreError
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["off", "dry-run", "on"]
+MODES: tuple[Mode, ...] = ("off", "dry-run", "on")
+
+
+@dataclass(frozen=True)
+class ActuatorConfig:
+    """How the actuator acts: mode, settle period, breaker, pacing."""
+
+    mode: Mode = "off"
+    settle: timedelta = timedelta(hours=1)
+    """A node is lowered (ok: ours removed) only after its lower state held this long."""
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    interval_s: float = 60.0
+    workers: int = 8
+    """Nodes changed at once within a pass (API round trips overlap)."""
+    max_backoff_s: float = 300.0
+    """Longest wait between passes while the scheduler or the database is down."""
+
+
+@dataclass
+class ActuatorState:
+    """The last pass and the counters, for /metrics (read without the database)."""
+
+    passes: int = 0
+    failures: int = 0
+    last_pass: float | None = None
+    last_error: str | None = None
+    breaker_open: bool = False
+    actions: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(action, result) -> count since start."""
+    nodes_by_state: dict[str, int] = field(default_factory=dict)
+    """Nodes per state of ours, from the last look at the scheduler."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One step of a pass and what became of it."""
+
+    step: Step
+    result: str
+    error: str | None = None
+    workloads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one pass saw and did."""
+
+    at: datetime
+    nodes: int
+    outcomes: list[Outcome]
+    breaker_open: bool
+
+
+class Actuator(Worker):
+    """Reconciles decisions with a scheduler every `interval_s` (`reconcile_once` for one pass)."""
+
+    thread_name = "gpuhealth-actuator"
+
+    def __init__(
+        self,
+        store: Store,
+        target: Target,
+        config: ActuatorConfig,
+        *,
+        now: Callable[[], datetime] | None = None,
+        owns: Callable[[], Callable[[str], bool]] | None = None,
+    ) -> None:
+        super().__init__()
+        if config.mode == "off":
+            raise ValueError("an actuator in mode off does not run; do not build one")
+        self.store = store
+        self.target = target
+        self.config = config
+        self.now = now or (lambda: datetime.now(UTC))
+        self.owns = owns
+        """With replicas: asked once a pass, which nodes this one acts on now (the hostnames of its shards)."""
+        self.state = ActuatorState()
+        self._lock = threading.Lock()
+
+    @property
+    def mode(self) -> Mode:
+        return self.config.mode
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def reconcile_once(self) -> PassReport:
+        """Read desired and observed states, plan, apply (or, dry-run, record), audit; one pass."""
+        with self._lock:
+            try:
+                report = self._pass()
+            except (TargetUnavailable, StoreError) as err:
+                self.state.failures += 1
+                self.state.last_error = str(err)
+                raise
+            self.state.passes += 1
+            self.state.last_pass = time.time()
+            self.state.last_error = None
+            return report
+
+    def _pass(self) -> PassReport:
+        now = self.now()
+        act = self.store.actuation
+        name = self.target.name
+        observed = self.target.observe()
+        if self.owns is not None:
+            mine = self.owns()
+            observed = {h: o for h, o in observed.items() if mine(h)}
+        self.state.nodes_by_state = dict(Counter(o.ours for o in observed.values()))
+        controls = act.node_controls()
+        released = {h: c["released_at"] for h, c in controls.items() if c["released_at"] is not None}
+        decisions = [
+            GpuDecision(d["hostname"], d["gpu_uuid"], d["gpu_index"], d["decision"], tuple(d["reasons"]))
+            for d in act.active_decisions()
+            # An operator's release covers the decisions the node had then; a newer one acts again.
+            if d["hostname"] not in released or d["created_at"] > released[d["hostname"]]
+        ]
+        desired = desired_states(decisions)
+        before = {
+            h: Lowering(c["lowering_since"], c["lowering_to"])
+            for h, c in controls.items()
+            if c["lowering_since"] is not None and c["lowering_to"] is not None
+        }
+        clocks = settle_clock(desired, observed, before, now)
+        changed: dict[str, tuple[datetime, str] | None] = {
+            h: (c.since, c.to_state) for h, c in clocks.items() if before.get(h) != c
+        }
+        changed.update({h: None for h in before if h not in clocks})
+        if changed:
+            act.set_lowering(changed)
+        held = {h for h, c in controls.items() if c["held"]}
+        steps = plan(
+            desired, observed, now=now, settle=self.config.settle, lowering=clocks, held=held, released=released
+        )
+        breaker = act.breaker(name)
+        outcomes, last = self._apply(steps, observed, controls, breaker_open=breaker["breaker_open"], now=now,
+                                     reset_at=breaker["reset_at"], nodes=len(observed))  # fmt: skip
+        self._audit(outcomes, last, now)
+        return PassReport(now, len(observed), outcomes, self.state.breaker_open)
+
+    def _apply(
+        self,
+        steps: list[Step],
+        observed: Mapping[str, Observed],
+        controls: Mapping[str, Any],
+        *,
+        breaker_open: bool,
+        reset_at: datetime | None,
+        nodes: int,
+        now: datetime,
+    ) -> tuple[list[Outcome], dict[str, ActionRow]]:
+        act = self.store.actuation
+        name = self.target.name
+        dry = self.mode == "dry-run"
+        policy = self.config.breaker
+        since = policy.since(now, reset_at)
+        counted = ("planned",) if dry else ("applied", "pending")
+        recent = act.escalated_nodes(name, since, counted)
+        # Nodes whose last change by us took work off them already: marks lost under us (a slurmctld
+        # restart puts slurm.conf's features back) are put back without counting as new.
+        last = act.last_actions(name, [s.hostname for s in steps])
+        already = {h for h, r in last.items() if r["result"] in counted and r["to_state"] in ESCALATIONS}
+        budget = policy.budget(nodes, len(recent))
+        self.state.breaker_open = breaker_open
+        out: dict[int, Outcome] = {}
+        go: list[tuple[int, Step]] = []
+        for k, step in enumerate(steps):
+            if breaker_open:
+                out[k] = Outcome(step, "blocked", "the breaker is open: POST /v1/actuator/reset after checking")
+                continue
+            if step.escalates and step.hostname not in recent and step.hostname not in already:
+                if budget <= 0:
+                    why = (
+                        f"more than {policy.limit(nodes)} of {nodes} nodes newly demoted or drained within "
+                        f"{_span(policy.window)}"
+                    )
+                    if dry:
+                        out[k] = Outcome(step, "blocked", f"the breaker would open: {why}")
+                        continue
+                    log.error("actuator breaker opened: %s; no more actions until a reset", why)
+                    act.open_breaker(name, at=now, reason=why)
+                    breaker_open = self.state.breaker_open = True
+                    out[k] = Outcome(step, "blocked", f"the breaker opened: {why}")
+                    continue
+                budget -= 1
+            go.append((k, step))
+
+        def one(item: tuple[int, Step]) -> tuple[int, Outcome]:
+            k, step = item
+            workloads = tuple(self._workloads(step.hostname))
+            if dry:
+                return k, Outcome(step, "planned", None, workloads)
+            return k, self._apply_one(step, observed[step.hostname], controls.get(step.hostname), workloads)
+
+        # Nodes are independent: a few at once, as a controller's workers (the breaker has decided already).
+        if len(go) > 1 and self.config.workers > 1:
+            with ThreadPoolExecutor(min(self.config.workers, len(go)), thread_name_prefix="gpuhealth-act") as pool:
+                out.update(pool.map(one, go))
+        else:
+            out.update(map(one, go))
+        return [out[k] for k in range(len(steps))], last
+
+    def _apply_one(self, step: Step, obs: Observed, control: Mapping[str, Any] | None, workloads: tuple[str, ...]
+                   ) -> Outcome:  # fmt: skip
+        saved = control.get("saved") if control else None
+        try:
+            done = self.target.apply(step, obs, saved)
+        except TargetError as err:
+            log.warning("actuator: %s → %s on %s failed: %s", step.from_state, step.to_state, step.hostname, err)
+            return Outcome(step, "failed", str(err), workloads)
+        except TargetUnavailable as err:
+            # The rest of the pass would fail the same way; the next pass starts from what is then seen.
+            log.warning("actuator: %s unreachable while changing %s: %s", self.target.name, step.hostname, err)
+            return Outcome(step, "failed", f"unreachable: {err}", workloads)
+        if done.forget_saved:
+            self.store.actuation.set_saved(step.hostname, None)
+        elif done.saved is not None:
+            self.store.actuation.set_saved(step.hostname, done.saved)
+        try:
+            self.target.announce(step, done.result, done.note)
+        except (TargetError, TargetUnavailable) as err:  # an Event lost is not an action lost
+            log.info("actuator: no event for %s: %s", step.hostname, err)
+        return Outcome(step, done.result, done.note, workloads)
+
+    def _workloads(self, hostname: str) -> list[str]:
+        try:
+            return self.target.workloads(hostname)
+        except (TargetError, TargetUnavailable) as err:
+            return [f"(unknown: {err})"]
+
+    def _audit(self, outcomes: list[Outcome], last: Mapping[str, ActionRow], now: datetime) -> None:
+        """Record each outcome, but a repeat of the node's last record (the same pass again) only once."""
+        if not outcomes:
+            return
+        act = self.store.actuation
+        mode = "dry-run" if self.mode == "dry-run" else "on"
+        rows = []
+        for o in outcomes:
+            s = o.step
+            self.state.actions[(s.action, o.result)] += 1
+            prev = last.get(s.hostname)
+            if prev is not None and _same(prev, s, o, mode):
+                continue
+            rows.append({
+                "at": now, "target": self.target.name, "mode": mode, "hostname": s.hostname, "action": s.action,
+                "from_state": s.from_state, "to_state": s.to_state, "why": s.why, "gpu_uuid": s.gpu_uuid,
+                "gpu_index": s.gpu_index, "result": o.result, "error": o.error, "workloads": list(o.workloads),
+                "escalates": s.escalates,
+            })  # fmt: skip
+        act.record(rows)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        wait = 0.0
+        failures = 0
+        while not self._stop.wait(wait):
+            try:
+                self.reconcile_once()
+                failures = 0
+                wait = self.config.interval_s
+            except (TargetUnavailable, StoreError) as err:
+                failures += 1
+                wait = min(self.config.max_backoff_s, self.config.interval_s * 2 ** min(failures - 1, 10))
+                log.warning("actuator pass failed (%s); next try in %.0f s", err, wait)
+            except Exception:  # a bug must not end the loop silently: log it and keep the pacing
+                self.state.failures += 1
+                log.exception("actuator pass failed")
+                wait = self.config.interval_s
+
+    def run(self) -> None:
+        """The loop in the calling thread (`gpuhealth actuate`), until `stop()` or Ctrl-C."""
+        self._run()
+
+    def reset_breaker(self, by: str) -> None:
+        """Close the breaker (the API's POST /v1/actuator/reset); the next pass re-reads everything."""
+        self.store.actuation.reset_breaker(self.target.name, by=by, at=self.now())
+        self.state.breaker_open = False
+
+
+def _same(prev: ActionRow, step: Step, o: Outcome, mode: str) -> bool:
+    """True when `o` only repeats the node's last record: the same step not done again (an applied
+    step changed the node, so it is always recorded, even when it is the same change as last time)."""
+    return (
+        o.result != "applied"
+        and prev["action"] == step.action
+        and prev["to_state"] == step.to_state
+        and prev["from_state"] == step.from_state
+        and prev["result"] == o.result
+        and prev["mode"] == mode
+        and (prev["error"] or None) == (o.error or None)
+    )
+
+
+def _span(d: timedelta) -> str:
+    s = int(d.total_seconds())
+    return f"{s // 3600} h" if s % 3600 == 0 else f"{s // 60} min"
+
+
+def desired_for(store: Store) -> dict[str, Desired]:
+    """The desired state of every node with an active decision (for `actuate --once --show`)."""
+    return desired_states(
+        GpuDecision(d["hostname"], d["gpu_uuid"], d["gpu_index"], d["decision"], tuple(d["reasons"]))
+        for d in store.actuation.active_decisions()
+    )
+
+
+__all__ = ["DECISIONS", "MODES", "Actuator", "ActuatorConfig", "ActuatorState", "Outcome", "PassReport", "desired_for"]

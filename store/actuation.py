@@ -1,0 +1,259 @@
+"""What the actuator reads and writes: active decisions by node, its audit, per-node controls, the breaker.
+
+The actuator's truth about a node is the scheduler's (it reads it every pass); the store keeps only
+what the scheduler cannot: the audit of every planned and applied action, an operator's hold or
+release, the settle clock of a node being lowered, values to put back (the Slurm weight), and the
+breaker, which must stay open across restarts until a person resets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypedDict, cast
+
+import sqlalchemy as sa
+
+from core.decisions import DECISIONS
+from store.engine import Database, not_closed
+from store.schema import ACTION_RESULTS, T_ACTIONS, T_ACTUATOR_NODES, T_ACTUATOR_STATE, T_DECISIONS, T_GPUS, T_NODES
+from store.validate import choice, paging, text, utc
+
+
+class ActiveDecision(TypedDict):
+    """A GPU's active decision with what the actuator needs: where the GPU is and why."""
+
+    hostname: str
+    gpu_uuid: str
+    gpu_index: int | None
+    decision: str
+    reasons: list[str]
+    created_at: datetime
+    """When the decision took this value: an operator's release covers decisions older than it."""
+
+
+class ActionRow(TypedDict):
+    """One audited action (a row of `actions`)."""
+
+    id: int
+    at: datetime
+    target: str
+    mode: str
+    hostname: str
+    action: str
+    from_state: str
+    to_state: str
+    why: str
+    gpu_uuid: str | None
+    gpu_index: int | None
+    result: str
+    error: str | None
+    workloads: list[str] | None
+    escalates: bool
+
+
+class NodeControl(TypedDict):
+    """What the actuator keeps per node (a row of `actuator_nodes`)."""
+
+    hostname: str
+    held: bool
+    held_by: str | None
+    held_at: datetime | None
+    released_at: datetime | None
+    released_by: str | None
+    lowering_since: datetime | None
+    lowering_to: str | None
+    saved: dict[str, Any] | None
+
+
+class BreakerState(TypedDict):
+    """The breaker of one target (a row of `actuator_state`)."""
+
+    target: str
+    breaker_open: bool
+    opened_at: datetime | None
+    reason: str | None
+    reset_at: datetime | None
+    reset_by: str | None
+
+
+_ACTION_COLUMNS = tuple(c.name for c in T_ACTIONS.columns if c.name != "id")
+_NEW_ACTION = ("at", "target", "mode", "hostname", "action", "from_state", "to_state", "why", "result")
+
+
+class Actuation:
+    """The actuator's part of the store."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def active_decisions(self) -> list[ActiveDecision]:
+        """Every active decision of a GPU still in service (a retired GPU's decision acts on nothing)."""
+        d, g = T_DECISIONS.c, T_GPUS.c
+        q = (
+            sa.select(g.hostname, d.gpu_uuid, g.gpu_index, d.decision, d.reasons, d.created_at)
+            .join(T_GPUS, g.uuid == d.gpu_uuid)
+            .where(not_closed(d.state), g.state != "retired")
+            .order_by(g.hostname, d.gpu_uuid)
+        )
+        with self.db.tx() as conn:
+            rows = conn.execute(q).all()
+        return [
+            ActiveDecision(
+                hostname=r.hostname,
+                gpu_uuid=r.gpu_uuid,
+                gpu_index=r.gpu_index,
+                decision=r.decision,
+                reasons=list(r.reasons or []),
+                created_at=r.created_at,
+            )
+            for r in rows
+        ]
+
+    def hostnames(self) -> list[str]:
+        """Every node the store knows (the simulated scheduler's nodes)."""
+        with self.db.tx() as conn:
+            return [r[0] for r in conn.execute(sa.select(T_NODES.c.hostname).order_by(T_NODES.c.hostname))]
+
+    # -- the audit --------------------------------------------------------------------------
+
+    def record(self, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Append actions to the audit; returns how many."""
+        clean = []
+        for r in rows:
+            missing = [k for k in _NEW_ACTION if r.get(k) is None]
+            if missing:
+                raise ValueError(f"action for {r.get('hostname')!r} lacks {', '.join(missing)}")
+            # Every row with every column: an executemany takes its columns from the first row only.
+            row = {c: r.get(c) for c in _ACTION_COLUMNS}
+            row["at"] = utc(row["at"], "action time")
+            row["result"] = choice(row["result"], ACTION_RESULTS, "action result")
+            row["from_state"] = choice(row["from_state"], DECISIONS, "from state")
+            row["to_state"] = choice(row["to_state"], DECISIONS, "to state")
+            row["escalates"] = bool(row["escalates"])
+            clean.append(row)
+        if clean:
+            with self.db.tx(write=True) as conn:
+                conn.execute(sa.insert(T_ACTIONS), clean)
+        return len(clean)
+
+    def actions(
+        self,
+        *,
+        hostname: str | None = None,
+        result: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[ActionRow], int]:
+        """Audited actions, newest first, and how many match."""
+        paging(limit, offset)
+        a = T_ACTIONS.c
+        where = sa.and_(sa.true())
+        if hostname is not None:
+            where = sa.and_(where, a.hostname == text(hostname, "hostname"))
+        if result is not None:
+            where = sa.and_(where, a.result == choice(result, ACTION_RESULTS, "action result"))
+        if since is not None:
+            where = sa.and_(where, a.at >= utc(since, "since"))
+        with self.db.tx() as conn:
+            total = conn.execute(sa.select(sa.func.count()).select_from(T_ACTIONS).where(where)).scalar_one()
+            rows = conn.execute(
+                sa.select(T_ACTIONS).where(where).order_by(a.at.desc(), a.id.desc()).limit(limit).offset(offset)
+            ).mappings()
+            return [cast(ActionRow, dict(r)) for r in rows], int(total)
+
+    def last_actions(self, target: str, hostnames: Sequence[str]) -> dict[str, ActionRow]:
+        """The newest audited action of each of these nodes for `target` (to record a repeat only once)."""
+        if not hostnames:
+            return {}
+        a = T_ACTIONS.c
+        newest = (
+            sa.select(sa.func.max(a.id))
+            .where(a.target == target, a.hostname.in_(list(hostnames)))
+            .group_by(a.hostname)
+            .scalar_subquery()
+        )
+        with self.db.tx() as conn:
+            rows = conn.execute(sa.select(T_ACTIONS).where(a.id.in_(newest))).mappings()
+            return {r["hostname"]: cast(ActionRow, dict(r)) for r in rows}
+
+    def escalated_nodes(
+        self, target: str, since: datetime, results: Sequence[str] = ("applied", "pending")
+    ) -> set[str]:
+        """Nodes this target newly demoted or drained since `since` (with these results): the breaker's count."""
+        a = T_ACTIONS.c
+        q = (
+            sa.select(a.hostname)
+            .distinct()
+            .where(a.target == target, a.escalates, a.result.in_(list(results)), a.at >= utc(since, "since"))
+        )
+        with self.db.tx() as conn:
+            return {r[0] for r in conn.execute(q)}
+
+    # -- per-node controls ------------------------------------------------------------------
+
+    def node_controls(self) -> dict[str, NodeControl]:
+        """Every node with a hold, a release, a settle clock or saved values."""
+        with self.db.tx() as conn:
+            rows = conn.execute(sa.select(T_ACTUATOR_NODES)).mappings().all()
+        return {r["hostname"]: cast(NodeControl, dict(r)) for r in rows}
+
+    def _upsert_node(self, hostname: str, values: Mapping[str, Any]) -> None:
+        host = text(hostname, "hostname")
+        ins = self.db.insert(T_ACTUATOR_NODES)
+        with self.db.tx(write=True) as conn:
+            conn.execute(
+                ins.values(**{"hostname": host, "held": False, **values}).on_conflict_do_update(
+                    index_elements=["hostname"], set_=dict(values)
+                )
+            )
+
+    def hold(self, hostname: str, *, held: bool, by: str, at: datetime) -> None:
+        """Keep the actuator off a node (held) or let it act again; either way ours is left as it is."""
+        self._upsert_node(hostname, {"held": held, "held_by": text(by, "by"), "held_at": utc(at, "time")})
+
+    def release(self, hostname: str, *, by: str, at: datetime) -> None:
+        """An operator's release: the node's current decisions are not acted on, ours is undone at once."""
+        self._upsert_node(hostname, {"released_at": utc(at, "time"), "released_by": text(by, "by")})
+
+    def set_lowering(self, clocks: Mapping[str, tuple[datetime, str] | None]) -> None:
+        """Start, keep or clear (None) the settle clock of these nodes."""
+        for host, clock in clocks.items():
+            since, to = clock if clock is not None else (None, None)
+            self._upsert_node(host, {"lowering_since": since, "lowering_to": to})
+
+    def set_saved(self, hostname: str, saved: Mapping[str, Any] | None) -> None:
+        """Values the actuator changed and must put back when it lets the node go (None: nothing)."""
+        self._upsert_node(hostname, {"saved": dict(saved) if saved is not None else None})
+
+    # -- the breaker ------------------------------------------------------------------------
+
+    def breaker(self, target: str) -> BreakerState:
+        """The breaker of `target` (closed when never opened)."""
+        with self.db.tx() as conn:
+            q = sa.select(T_ACTUATOR_STATE).where(T_ACTUATOR_STATE.c.target == target)
+            row = conn.execute(q).mappings().first()
+        if row is None:
+            return BreakerState(
+                target=target, breaker_open=False, opened_at=None, reason=None, reset_at=None, reset_by=None
+            )
+        return cast(BreakerState, dict(row))
+
+    def _upsert_state(self, target: str, values: Mapping[str, Any]) -> None:
+        ins = self.db.insert(T_ACTUATOR_STATE)
+        with self.db.tx(write=True) as conn:
+            conn.execute(
+                ins.values(target=target, **{"breaker_open": False, **values}).on_conflict_do_update(
+                    index_elements=["target"], set_=dict(values)
+                )
+            )
+
+    def open_breaker(self, target: str, *, at: datetime, reason: str) -> None:
+        """Open the breaker: the actuator of `target` acts no more until `reset_breaker`."""
+        self._upsert_state(target, {"breaker_open": True, "opened_at": utc(at, "time"), "reason": reason})
+
+    def reset_breaker(self, target: str, *, by: str, at: datetime) -> BreakerState:
+        """Close the breaker (a person's decision); the window counts again from now."""
+        self._upsert_state(target, {"breaker_open": False, "reset_at": utc(at, "time"), "reset_by": text(by, "by")})
+        return self.breaker(target)

@@ -1,0 +1,639 @@
+"""A small Kubernetes API server for tests: nodes, pods, evictions, PDBs and events, with the apiserver's semantics.
+
+    with KubeApiServer() as server:
+        server.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
+        kube = client(server)                     # a lightkube.Client on http://127.0.0.1:PORT
+        kube.patch(Node, "gpu-1", {"metadata": {"labels": {"drain": "true"}}})
+
+Behaviour follows the Kubernetes sources (kubernetes/kubernetes, kubernetes/api, kubernetes/apimachinery):
+Status bodies as apimachinery's pkg/api/errors builds them; one global resourceVersion, bumped by every write
+that changes something (etcd's GuaranteedUpdate skips no-op writes); optimistic-lock 409s; updates through the
+main resource keep the old status (the node and pod strategies' PrepareForUpdate); strategic merge patch with
+the merge keys Node declares (NodeSpec.taints is `+listType=atomic`, so a patch replaces the whole list);
+RFC 7386 and RFC 6902 patches (a failed JSON-patch op is a 422, as in the apiserver's patch handler); the
+eviction subresource of pkg/registry/core/pod/storage/eviction.go; PDB status computed as
+pkg/controller/disruption does (bare pods have no controller scale, so a maxUnavailable or percentage budget
+over them expects 0 pods and allows no disruption); legacy Event validation of pkg/apis/core/validation/events.go.
+
+Simplifications, each stated so that no test mistakes it for Kubernetes: deletion is immediate (no graceful
+termination, no finalizers): an evicted or deleted pod is gone from the next read. The disruption controller is
+instantly up to date (PDB status is computed on every read, so observedGeneration always equals generation).
+No watch, no dryRun, no server-side apply, no managedFields, no authentication. A controller's scale is taken as
+the number of its pods that exist (there are no ReplicaSets here). Paginated LISTs are served from a snapshot of
+the collection, as etcd serves them at the first page's revision; only the 16 newest snapshots are kept, an older
+continue token gets 410 Expired as a compacted revision would.
+
+The lightkube client: in lightkube 1.0.1 `KubeConfig.from_server(url)` has no user and `Client` fails with
+`AssertionError: Missing user` (client_adapter.httpx_params); `client()` builds the config with an empty `User()`.
+`set_down(True)` closes the listening socket and every open connection, so the client raises
+`httpx2.ConnectError` (lightkube 1.0.1 is built on httpx2, not httpx): what a stopped apiserver looks like.
+
+What is where: this file holds the server, i.e. the object store (resourceVersions, create/update strategies, LIST
+paging over snapshots), the HTTP handler and the routing of requests to resources and verbs, the test controls,
+`client()` and `main()`. The Kubernetes semantics that need neither the HTTP server nor the store's lock (Status
+errors, resources, selectors, patches, PDB status and eviction checks, validation, realistic GPU-node labels and
+status) are in tests/kube_semantics.py; what this file uses of them (labels_match, parse_label_selector, StatusError,
+the resources, the patch functions) is importable from here too, as before the split.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+import socket
+import threading
+import uuid
+from bisect import bisect_left
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx2
+import lightkube
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.models import Cluster, User
+
+from tests.kube_semantics import (
+    _RESOURCES,
+    EVENTS,
+    EVENTS_V1,
+    EXPIRED,
+    NODES,
+    OPTIMISTIC_LOCK,
+    PDBS,
+    PODS,
+    Obj,
+    Res,
+    StatusError,
+    _bad_request,
+    _details,
+    _full_status,
+    _gfd_labels,
+    _invalid,
+    _now,
+    _version_mismatch,
+    check_budget,
+    check_eviction,
+    json_patch,
+    labels_match,
+    merge_patch,
+    parse_field_selector,
+    parse_label_selector,
+    pdb_status,
+    strategic_merge,
+    validate_event,
+    validate_pdb,
+)
+
+_SNAPSHOTS = 16
+
+
+# -- the server ------------------------------------------------------------------------------------------------
+
+
+def _route(path: str) -> tuple[Res, str | None, str | None, str | None]:
+    """Map a URL path to (resource, namespace, name, subresource), or a 404 Status."""
+    parts = [p for p in path.split("/") if p]
+    missing = StatusError(404, "NotFound", "the server could not find the requested resource", {})
+    if parts[:2] == ["api", "v1"]:
+        group, rest = "", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis" and parts[2] == "v1":
+        group, rest = parts[1], parts[3:]
+    else:
+        raise missing
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    res = _RESOURCES.get((group, rest[0])) if 1 <= len(rest) <= 3 else None
+    if res is None:
+        raise missing
+    name, sub = [*rest[1:], None, None][:2]
+    if (namespace is not None and not res.namespaced) or (namespace is None and res.namespaced and name is not None):
+        raise missing
+    if sub is not None and (res is not PODS or sub != "eviction"):
+        raise missing
+    return res, namespace, name, sub
+
+
+def _verb(method: str, res: Res, namespace: str | None, name: str | None, sub: str | None) -> str:
+    """The API verb of a request, or a 405 Status as go-restful answers a method without a route."""
+    if sub is not None:
+        verb = "evict" if method == "POST" else ""
+    elif name is None:
+        creatable = namespace is not None or not res.namespaced
+        verb = {"GET": "list", "POST": "create" if creatable else "", "DELETE": "deletecollection"}.get(method, "")
+    else:
+        verb = {"GET": "get", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}.get(method, "")
+    if verb != "evict" and verb not in res.verbs:
+        raise StatusError(
+            405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {}
+        )
+    return verb
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError as exc:
+        raise _bad_request(f"error decoding body: {exc}") from None
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that remembers its open connections, so that set_down can cut them."""
+
+    daemon_threads = True
+    api: KubeApiServer
+
+    def __init__(self, address: tuple[str, int], api: KubeApiServer) -> None:
+        super().__init__(address, _Handler)
+        self.api, self.conns, self.conns_lock = api, set[socket.socket](), threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.conns_lock:
+            self.conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.conns_lock:
+            self.conns.discard(request)
+        super().shutdown_request(request)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small answers on a keep-alive connection must not wait for a delayed ACK
+    server: _HttpServer
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
+        code, payload = self.server.api.handle(self.command, self.path, ctype, body)
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: a test's output is for its failures."""
+
+
+class KubeApiServer:
+    """A Kubernetes API server on 127.0.0.1 for tests; see the module docstring for what it serves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._rv = 0
+        self._store: dict[str, dict[str, tuple[Obj, bytes]]] = {r.qualified: {} for r in _RESOURCES.values()}
+        self._snapshots: dict[tuple[str, int], list[tuple[str, Obj, bytes]]] = {}
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._conflicts = 0
+        self._httpd: _HttpServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. http://127.0.0.1:41234."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> KubeApiServer:
+        """Listen on a free port (the same one again after stop or set_down)."""
+        if self._httpd is None:
+            self._httpd = _HttpServer(("127.0.0.1", self.port), self)
+            self.port = self._httpd.server_address[1]
+            self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the listening socket and cut every open connection."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        with httpd.conns_lock:
+            for conn in httpd.conns:
+                with contextlib.suppress(OSError):  # already closed by the peer
+                    conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> KubeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    # -- test controls -----------------------------------------------------------------------------------------
+
+    def set_down(self, down: bool) -> None:
+        """Take the API server away (connection refused: httpx2.ConnectError) or bring it back on the same port."""
+        if down:
+            self.stop()
+        else:
+            self.start()
+
+    def fail_next_patches(self, n: int) -> None:
+        """Answer the next n node PATCH/PUTs with 409 Conflict, as if another writer had raced them."""
+        with self._lock:
+            self._conflicts = n
+
+    @property
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Requests per (verb, resource), verbs as apiserver_request_total names them (LIST apart from GET)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def reset_counts(self) -> None:
+        """Forget the request counts."""
+        with self._lock:
+            self._counts.clear()
+
+    @property
+    def resource_version(self) -> int:
+        """The current global resourceVersion."""
+        return self._rv
+
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        taints: list[Obj] | None = None,
+        unschedulable: bool = False,
+        *,
+        gpus: int = 8,
+        full: bool = False,
+    ) -> Obj:
+        """Create a Ready node with gpus nvidia.com/gpu of capacity; `full`: as large as a GPU Operator node."""
+        meta: Obj = {"name": name, "labels": dict(labels or {})}
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        spec: Obj = {"taints": list(taints)} if taints else {}
+        if unschedulable:
+            spec["unschedulable"] = True
+        gpu = {"nvidia.com/gpu": str(gpus)}
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": _now()}
+        status = {"capacity": gpu, "allocatable": dict(gpu), "conditions": [ready]}
+        if full:
+            meta["labels"] = {**_gfd_labels(name, gpus), **meta["labels"]}
+            status = _full_status(name, gpus, ready)
+        node = {"kind": "Node", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
+        with self._lock:
+            return json.loads(self._create(NODES, None, node, trusted=True))
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        node: str | None,
+        *,
+        gpus: int = 1,
+        labels: dict[str, str] | None = None,
+        phase: str = "Running",
+        controller: str | None = None,
+    ) -> Obj:
+        """Create a pod bound to node; Running pods are Ready; controller names an owning ReplicaSet."""
+        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+        if controller:
+            uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{controller}"))
+            owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": controller, "uid": uid, "controller": True}
+            meta["ownerReferences"] = [owner]
+        container: Obj = {"name": "main", "image": "registry.k8s.io/pause:3.9"}
+        if gpus > 0:  # extended resources: requests default to limits and must equal them
+            container["resources"] = {
+                "limits": {"nvidia.com/gpu": str(gpus)},
+                "requests": {"nvidia.com/gpu": str(gpus)},
+            }
+        spec: Obj = {"containers": [container], **({"nodeName": node} if node else {})}
+        ready = "True" if phase == "Running" else "False"
+        status = {"phase": phase, "conditions": [{"type": "Ready", "status": ready}]}
+        pod = {"kind": "Pod", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
+        with self._lock:
+            return json.loads(self._create(PODS, namespace, pod, trusted=True))
+
+    def add_pdb(
+        self,
+        namespace: str,
+        name: str,
+        match_labels: dict[str, str],
+        *,
+        min_available: int | str | None = None,
+        max_unavailable: int | str | None = None,
+        unhealthy_pod_eviction_policy: str | None = None,
+    ) -> Obj:
+        """Create a policy/v1 PodDisruptionBudget; the answer carries its computed status."""
+        spec: Obj = {"selector": {"matchLabels": dict(match_labels)}}
+        for key, value in (("minAvailable", min_available), ("maxUnavailable", max_unavailable)):
+            if value is not None:
+                spec[key] = value
+        if unhealthy_pod_eviction_policy:
+            spec["unhealthyPodEvictionPolicy"] = unhealthy_pod_eviction_policy
+        pdb = {"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", "metadata": {"name": name}, "spec": spec}
+        with self._lock:
+            return json.loads(self._create(PDBS, namespace, pdb))
+
+    def node(self, name: str) -> Obj:
+        """A deep copy of the stored node (KeyError if there is none)."""
+        with self._lock:
+            return json.loads(self._store[NODES.qualified][name][1])
+
+    def pods(self, node: str | None = None) -> list[Obj]:
+        """Deep copies of the pods, all or those bound to node, in namespace/name order."""
+        with self._lock:
+            stored = sorted(self._store[PODS.qualified].items())
+            pods = [json.loads(raw) for _, (obj, raw) in stored if node is None or obj["spec"].get("nodeName") == node]
+        return pods
+
+    @property
+    def events(self) -> list[Obj]:
+        """Deep copies of the events of both APIs (core/v1 and events.k8s.io/v1), oldest first."""
+        with self._lock:
+            raws = [raw for r in (EVENTS, EVENTS_V1) for _, raw in self._store[r.qualified].values()]
+        return sorted((json.loads(raw) for raw in raws), key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    # -- HTTP --------------------------------------------------------------------------------------------------
+
+    def handle(self, method: str, target: str, ctype: str, body: bytes) -> tuple[int, bytes]:
+        """Serve one request: (status code, JSON body)."""
+        url = urlsplit(target)
+        query = dict(parse_qsl(url.query, keep_blank_values=True))
+        try:
+            try:
+                res, namespace, name, sub = _route(url.path)
+            except StatusError:
+                with self._lock:
+                    self._counts[(method, "unknown")] += 1
+                raise
+            label = res.qualified + (f"/{sub}" if sub else "")
+            with self._lock:
+                self._counts[("LIST" if method == "GET" and name is None else method, label)] += 1
+                verb = _verb(method, res, namespace, name, sub)
+                if query.get("watch") in ("1", "true") or "dryRun" in query:
+                    raise StatusError(405, "MethodNotAllowed", "watch and dryRun are not served by this test server")
+                return self._dispatch(verb, res, namespace, name, query, ctype, body)
+        except StatusError as err:
+            return err.code, json.dumps(err.body()).encode()
+        except Exception as exc:  # a bug here must reach the test as an apiserver 500, not a dropped connection
+            causes = {"causes": [{"message": str(exc)}]}
+            internal = StatusError(500, "InternalError", f"Internal error occurred: {exc!r}", causes)
+            return 500, json.dumps(internal.body()).encode()
+
+    def _dispatch(
+        self, verb: str, res: Res, ns: str | None, name: str | None, query: dict[str, str], ctype: str, body: bytes
+    ) -> tuple[int, bytes]:
+        if verb == "list":
+            return 200, self._list(res, ns, query)
+        if verb == "create":
+            return 201, self._create(res, ns, _json(body))
+        assert name is not None
+        if verb == "evict":
+            return 201, self._evict(ns or "", name, _json(body))
+        key = f"{ns}/{name}" if ns else name
+        stored = self._store[res.qualified].get(key)
+        if stored is None:
+            raise StatusError(404, "NotFound", f'{res.qualified} "{name}" not found', _details(res, name))
+        old, raw = stored
+        if verb == "get":
+            return 200, self._render(res, old, raw)
+        if verb == "delete":
+            del self._store[res.qualified][key]
+            self._rv += 1  # a delete is an etcd write, so it moves the revision on
+            return 200, raw
+        if res is NODES and self._conflicts > 0:
+            self._conflicts -= 1
+            raise self._conflict(res, name)
+        if verb == "update":
+            return 200, self._update(res, old, _json(body))
+        return 200, self._update(res, old, self._patched(old, raw, ctype, body))
+
+    def _patched(self, old: Obj, raw: bytes, ctype: str, body: bytes) -> Any:
+        """The object with the patch applied, by content type."""
+        patch = _json(body)
+        if ctype == "application/json-patch+json":
+            return json_patch(json.loads(raw), patch)
+        if ctype not in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            accepted = (
+                "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+            )
+            message = f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+            raise StatusError(415, "UnsupportedMediaType", message, {})
+        if not isinstance(patch, dict):
+            raise _bad_request(
+                f"json: cannot unmarshal {type(patch).__name__} into Go value of type map[string]interface {{}}"
+            )
+        return merge_patch(old, patch) if ctype == "application/merge-patch+json" else strategic_merge(old, patch)
+
+    # -- storage -----------------------------------------------------------------------------------------------
+
+    def _conflict(self, res: Res, name: str) -> StatusError:
+        message = f'Operation cannot be fulfilled on {res.qualified} "{name}": {OPTIMISTIC_LOCK}'
+        return StatusError(409, "Conflict", message, _details(res, name))
+
+    def _put(self, res: Res, obj: Obj) -> bytes:
+        """Store obj under a new resourceVersion; stored dicts are never mutated again (LIST snapshots share them)."""
+        self._rv += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self._rv)
+        raw = json.dumps(obj, separators=(",", ":")).encode()
+        self._store[res.qualified][self._key(res, meta)] = (obj, raw)
+        return self._render(res, obj, raw)
+
+    def _render(self, res: Res, obj: Obj, raw: bytes) -> bytes:
+        """The stored bytes, or for a PDB the object with the status the disruption controller would write."""
+        if res is not PDBS:
+            return raw
+        return json.dumps({**obj, "status": self._pdb_status(obj)}, separators=(",", ":")).encode()
+
+    def _check_type(self, res: Res, obj: Any) -> Obj:
+        if not isinstance(obj, dict) or not isinstance(obj.setdefault("metadata", {}), dict):
+            raise _bad_request(f"the body is not a {res.kind} object")
+        if obj.get("apiVersion", res.api_version) != res.api_version:
+            raise _bad_request(_version_mismatch(obj["apiVersion"], res.api_version))
+        if obj.get("kind", res.kind) != res.kind:
+            raise _bad_request(
+                f"the object provided is unrecognized (must be of type {res.kind}): kind {obj['kind']!r}"
+            )
+        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+        return obj
+
+    def _create(self, res: Res, ns: str | None, body: Any, *, trusted: bool = False) -> bytes:
+        """POST: name or generateName, uid, creationTimestamp; 409 AlreadyExists; per-kind strategy."""
+        obj = self._check_type(res, json.loads(json.dumps(body)) if trusted else body)  # the caller keeps its dicts
+        meta = obj["metadata"]
+        if ns is not None:
+            if meta.get("namespace") not in (None, "", ns):
+                raise _bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = ns
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + "".join(
+                secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5)
+            )
+        name = meta.get("name") or ""
+        if not name:
+            raise _invalid(
+                res, "", [("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")]
+            )
+        if meta.get("resourceVersion"):  # etcd3 store.Create refuses it, and the apiserver reports that as a 500
+            raise StatusError(500, "InternalError", "resourceVersion should not be set on objects to be created")
+        if (f"{ns}/{name}" if ns else name) in self._store[res.qualified]:
+            raise StatusError(409, "AlreadyExists", f'{res.qualified} "{name}" already exists', _details(res, name))
+        meta["uid"], meta["creationTimestamp"] = str(uuid.uuid4()), _now()
+        if res is PODS and not trusted:  # podStrategy.PrepareForCreate: a new pod is Pending until a kubelet runs it
+            obj["status"] = {"phase": "Pending"}
+        elif res is PDBS:
+            validate_pdb(obj)
+            meta["generation"] = 1
+            obj.pop("status", None)
+        elif res in (EVENTS, EVENTS_V1):
+            validate_event(res, obj)
+        return self._put(res, obj)
+
+    def _update(self, res: Res, old: Obj, new: Any) -> bytes:
+        """PUT or the result of a PATCH: optimistic lock, immutable metadata, status kept, no-op writes skipped."""
+        obj = self._check_type(res, new)
+        # A patch shares untouched subtrees with the stored object, which LIST snapshots also hold: copy what we edit.
+        meta, old_meta = obj.setdefault("metadata", {}).copy(), old["metadata"]
+        obj["metadata"] = meta
+        if meta.get("name", old_meta["name"]) != old_meta["name"]:
+            raise _bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({old_meta['name']})"
+            )
+        if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta["resourceVersion"]:
+            raise self._conflict(res, old_meta["name"])
+        for key in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion", "generation"):
+            if key in old_meta:
+                meta[key] = old_meta[key]
+        if "status" in old:  # nodeStrategy/podStrategy.PrepareForUpdate: status changes only via /status
+            obj["status"] = old["status"]
+        else:
+            obj.pop("status", None)
+        if obj == old:  # etcd3 GuaranteedUpdate writes nothing, and keeps the resourceVersion, for a no-op
+            return self._store[res.qualified][self._key(res, old_meta)][1]
+        return self._put(res, obj)
+
+    @staticmethod
+    def _key(res: Res, meta: Obj) -> str:
+        return f"{meta['namespace']}/{meta['name']}" if res.namespaced else meta["name"]
+
+    # -- LIST ------------------------------------------------------------------------------------------------------
+
+    def _list(self, res: Res, ns: str | None, query: dict[str, str]) -> bytes:
+        """LIST with selectors and limit/continue paging over a snapshot, as the etcd3 store pages."""
+        labels = parse_label_selector(query.get("labelSelector", ""))
+        fields = parse_field_selector(res, query.get("fieldSelector", ""))
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise _bad_request(f"limit: Invalid value: {query['limit']!r}") from None
+        if query.get("continue"):
+            rv, start = self._decode_continue(query["continue"])
+            items = self._snapshots.get((res.qualified, rv))
+            if items is None:
+                raise StatusError(410, "Expired", EXPIRED)
+        else:
+            rv, start = self._rv, ""
+            items = sorted(((k, o, r) for k, (o, r) in self._store[res.qualified].items()), key=lambda t: t[0])
+        prefix = f"{ns}/" if ns else ""
+        at = bisect_left(items, max(start, prefix), key=lambda t: t[0])
+        end = bisect_left(items, prefix[:-1] + "0", key=lambda t: t[0]) if prefix else len(items)  # "0" follows "/"
+        out: list[bytes] = []
+        last = start
+        while at < end and not (limit and len(out) == limit):
+            key, obj, raw = items[at]
+            at += 1
+            if labels and not labels_match(labels, obj["metadata"].get("labels") or {}):
+                continue
+            if fields and any((get(obj) == value) != equal for get, equal, value in fields):
+                continue
+            out.append(self._render(res, obj, raw))
+            last = key
+        meta: Obj = {"resourceVersion": str(rv)}
+        if at < end:  # etcd had more keys in range: the client must come back, even if none of them match
+            self._snapshots.setdefault((res.qualified, rv), items)
+            while len(self._snapshots) > _SNAPSHOTS:
+                del self._snapshots[next(iter(self._snapshots))]
+            token = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": last + "\x00"}).encode()
+            meta["continue"] = base64.urlsafe_b64encode(token).decode().rstrip("=")
+            if not labels and not fields:
+                meta["remainingItemCount"] = end - at
+        head = {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
+        return json.dumps(head)[:-1].encode() + b',"items":[' + b",".join(out) + b"]}"
+
+    @staticmethod
+    def _decode_continue(token: str) -> tuple[int, str]:
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            return int(decoded["rv"]), str(decoded["start"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _bad_request(f"continue key is not valid: {exc}") from None
+
+    # -- PDBs and evictions ----------------------------------------------------------------------------------------
+
+    def _pdb_status(self, pdb: Obj) -> Obj:
+        """The status the disruption controller would write now, over the stored pods (pdb_status)."""
+        return pdb_status(pdb, [pod for pod, _ in self._store[PODS.qualified].values()])
+
+    def _evict(self, ns: str, name: str, body: Any) -> bytes:
+        """pods/eviction (EvictionREST.Create): the PDB check, then the pod is deleted at once; 201 Success."""
+        check_eviction(ns, name, body)
+        stored = self._store[PODS.qualified].get(f"{ns}/{name}")
+        if stored is None:
+            raise StatusError(404, "NotFound", f'pods "{name}" not found', _details(PODS, name))
+        check_budget(stored[0], (pdb for pdb, _ in self._store[PDBS.qualified].values()), self._pdb_status)
+        del self._store[PODS.qualified][f"{ns}/{name}"]
+        self._rv += 1
+        return json.dumps(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        ).encode()
+
+
+def client(server: KubeApiServer, *, namespace: str = "default", timeout: float = 10.0) -> lightkube.Client:
+    """A lightkube.Client for server: plain HTTP, no credentials, proxies from the environment ignored."""
+    # KubeConfig.from_server(url) leaves the user out, and lightkube 1.0.1's client adapter asserts one.
+    config = KubeConfig.from_one(cluster=Cluster(server=server.url), user=User(), namespace=namespace)
+    return lightkube.Client(config, timeout=httpx2.Timeout(timeout), trust_env=False)
+
+
+def main() -> None:
+    """Serve a cluster in a process of its own (a real API server is another process, with its own GIL):
+    `python -m tests.kube_api --nodes 10000 --gpu-pods 300` prints `listening PORT`, serves until killed."""
+    import argparse
+    import sys
+    import time
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--nodes", type=int, default=0)
+    ap.add_argument("--gpu-pods", type=int, default=0, help="one GPU pod on each of the first N nodes")
+    ap.add_argument("--prefix", default="gpu-")
+    ap.add_argument("--small", action="store_true", help="minimal nodes (name, one label, one condition)")
+    a = ap.parse_args()
+    server = KubeApiServer()
+    for i in range(a.nodes):
+        server.add_node(f"{a.prefix}{i:05d}", labels={"nvidia.com/gpu.present": "true"}, full=not a.small)
+    for i in range(min(a.gpu_pods, a.nodes)):
+        server.add_pod("train", f"job-{i:05d}", f"{a.prefix}{i:05d}", gpus=1)
+    server.start()
+    print(f"listening {server.port}", flush=True)
+    try:
+        while sys.stdin.readline():  # until the parent closes our stdin (or kills us)
+            time.sleep(0.01)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
