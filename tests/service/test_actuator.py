@@ -188,3 +188,24 @@ def test_scheduler_down_then_back_converges_without_applying_twice(store: Store)
     assert [(o.step.hostname, o.result) for o in report.outcomes] == [("node-001", "applied")]
     assert act.reconcile_once().outcomes == []
     assert set(target.applied.values()) == {1}
+
+
+def test_the_loop_backs_off_while_the_scheduler_is_down_and_converges_after(store: Store) -> None:
+    import time
+
+    act, target, _ = make(store, 3, interval_s=0.05, max_backoff_s=0.2)
+    set_decisions(store, T0, hosts(3), {("node-000", 0): "drain"})
+    target.down = True
+    act.start()
+    try:
+        deadline = time.monotonic() + 10
+        while act.state.failures < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert act.state.failures >= 3 and act.state.passes == 0 and act.state.last_error == "scheduler down"
+        target.down = False
+        while not target.states and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert target.states == {"node-000": "drain"} and act.state.last_error is None
+    finally:
+        act.stop()
+    assert target.applied[("node-000", "drain")] == 1
