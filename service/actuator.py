@@ -173,9 +173,10 @@ class Actuator(Worker):
         if changed:
             act.set_lowering(changed)
         held = {h for h, c in controls.items() if c["held"]}
-        steps = plan(
-            desired, observed, now=now, settle=self.config.settle, lowering=clocks, held=held, released=released
-        )
+        # A release skips the settle period once: until we changed the node after it.
+        changed_at = act.last_applied_at(name, list(released))
+        fresh = [h for h, at in released.items() if h not in changed_at or changed_at[h] < at]
+        steps = plan(desired, observed, now=now, settle=self.config.settle, lowering=clocks, held=held, released=fresh)
         breaker = act.breaker(name)
         outcomes, last = self._apply(steps, observed, controls, breaker_open=breaker["breaker_open"], now=now,
                                      reset_at=breaker["reset_at"], nodes=len(observed))  # fmt: skip

@@ -178,6 +178,19 @@ class Actuation:
             rows = conn.execute(sa.select(T_ACTIONS).where(a.id.in_(newest))).mappings()
             return {r["hostname"]: cast(ActionRow, dict(r)) for r in rows}
 
+    def last_applied_at(self, target: str, hostnames: Sequence[str]) -> dict[str, datetime]:
+        """When this target last changed each of these nodes (applied or started), for those it ever did."""
+        if not hostnames:
+            return {}
+        a = T_ACTIONS.c
+        q = (
+            sa.select(a.hostname, sa.func.max(a.at))
+            .where(a.target == target, a.hostname.in_(list(hostnames)), a.result.in_(("applied", "pending")))
+            .group_by(a.hostname)
+        )
+        with self.db.tx() as conn:
+            return {h: utc(at, "action time") for h, at in conn.execute(q).all()}
+
     def escalated_nodes(
         self, target: str, since: datetime, results: Sequence[str] = ("applied", "pending")
     ) -> set[str]:

@@ -65,30 +65,35 @@ def reset_breaker(store: StoreDep, config: ConfigDep, body: schemas.NodeControlI
     return get_actuator(store, config)
 
 
+def _now(config: ConfigDep) -> datetime:
+    """The actuator's clock when one runs (the time its decisions and passes are in), else now."""
+    return config.actuator.now() if config.actuator is not None else datetime.now(UTC)
+
+
 def _control(store: StoreDep, hostname: str) -> dict[str, Any]:
     c = store.actuation.node_controls().get(hostname)
     return {"hostname": hostname, "held": False} if c is None else dict(c)
 
 
 @node_writes.post("/{hostname}/hold", response_model=schemas.NodeControlOut)
-def hold_node(store: StoreDep, hostname: Hostname, body: schemas.NodeControlIn) -> dict[str, Any]:
+def hold_node(store: StoreDep, config: ConfigDep, hostname: Hostname, body: schemas.NodeControlIn) -> dict[str, Any]:
     """Keep the actuator off this node: nothing of ours is applied or undone until the hold is lifted."""
-    store.actuation.hold(hostname, held=True, by=body.by, at=datetime.now(UTC))
+    store.actuation.hold(hostname, held=True, by=body.by, at=_now(config))
     return _control(store, hostname)
 
 
 @node_writes.delete("/{hostname}/hold", response_model=schemas.NodeControlOut)
 def unhold_node(
-    store: StoreDep, hostname: Hostname, by: Annotated[str, Query(min_length=1, max_length=200)]
+    store: StoreDep, config: ConfigDep, hostname: Hostname, by: Annotated[str, Query(min_length=1, max_length=200)]
 ) -> dict[str, Any]:
     """Let the actuator act on this node again (`?by=` who lifts the hold)."""
-    store.actuation.hold(hostname, held=False, by=by, at=datetime.now(UTC))
+    store.actuation.hold(hostname, held=False, by=by, at=_now(config))
     return _control(store, hostname)
 
 
 @node_writes.post("/{hostname}/release", response_model=schemas.NodeControlOut)
-def release_node(store: StoreDep, hostname: Hostname, body: schemas.NodeControlIn) -> dict[str, Any]:
+def release_node(store: StoreDep, config: ConfigDep, hostname: Hostname, body: schemas.NodeControlIn) -> dict[str, Any]:
     """Undo ours on this node at the next pass, without the settle period; its current decisions no
     longer act (a newer or worse decision does)."""
-    store.actuation.release(hostname, by=body.by, at=datetime.now(UTC))
+    store.actuation.release(hostname, by=body.by, at=_now(config))
     return _control(store, hostname)

@@ -122,6 +122,13 @@ def test_a_held_node_is_left_alone_and_a_release_undoes_ours_now(store: Store) -
     set_decisions(store, clock.t, hosts(2), {("node-000", 0): "rma", ("node-001", 1): "rma"})  # worse: acts again
     act.reconcile_once()
     assert target.states == {"node-000": "rma"}
+    clock.t += HOUR / 6
+    set_decisions(store, clock.t, hosts(2), {("node-001", 1): "rma"})  # repaired: the release was used up
+    act.reconcile_once()
+    assert target.states == {"node-000": "rma"}  # the settle period holds again
+    clock.t += HOUR
+    act.reconcile_once()
+    assert target.states == {}
 
 
 def test_a_storm_trips_the_breaker_until_a_person_resets_it(store: Store) -> None:
