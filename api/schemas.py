@@ -64,6 +64,11 @@ class GpuSummary(Risk):
     reasons: list[str] = Field(default_factory=list)
 
 
+class GpuWorkloadsOut(BaseModel):
+    workloads: list[dict[str, str]] = Field(default_factory=list, description="label sets, one per workload")
+    seen_at: datetime | None = Field(None, description="when the collector last reported them")
+
+
 class GpuDetail(GpuSummary):
     decision_id: int | None = None
     latest_sample: dict[str, Any] | None = Field(None, description="timestamp and catalogue fields (null: absent)")
@@ -111,10 +116,16 @@ class NodeDetail(BaseModel):
     last_seen: datetime | None = None
     counts: dict[str, int] = Field(default_factory=dict, description="GPUs per decision (and unscored)")
     gpus: list[GpuSummary]
+    workloads: dict[str, GpuWorkloadsOut] = Field(
+        default_factory=dict, description="GPU UUID -> the pods or Slurm jobs on it (what a drain would affect)"
+    )
 
 
 class DecisionOut(BaseModel):
     id: int
+    workloads: list[dict[str, str]] = Field(
+        default_factory=list, description="the pods or Slurm jobs on the GPU now: what acting on it affects"
+    )
     gpu_uuid: str
     hostname: str | None = None
     gpu_index: int | None = None

@@ -39,3 +39,15 @@ def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, 
         row.update((k, v) for k, v in r.values.items() if k in METRIC_COLUMNS)
         rows.append(row)
     return rows, gpus
+
+
+def snapshot_workloads(snap: Snapshot) -> tuple[dict[str, list[dict[str, str]]], datetime]:
+    """The workloads on each GPU of a snapshot (an empty list where none; a MIG instance's carry its
+    GPU_I_ID), and the time they were seen: what the service keeps per GPU (`Store.set_workloads`)."""
+    ts = datetime.fromtimestamp(snap.sample_time, UTC)
+    out: dict[str, list[dict[str, str]]] = {r.info.uuid: [] for r in snap.readings if not r.lost}
+    for (uuid, instance), sets in snap.workloads.items():
+        if uuid in out:
+            extra = {} if instance is None else {"GPU_I_ID": str(instance)}
+            out[uuid].extend({**dict(labels), **extra} for labels in sets)
+    return out, ts

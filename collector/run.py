@@ -14,9 +14,10 @@ from prometheus_client.registry import CollectorRegistry
 from collector.backends.base import Backend, ProbeRunner
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.sampler import Sampler
-from core.catalog import Field
+from core.catalog import Field, LabelField
 
 if TYPE_CHECKING:
+    from collector.attribution import Attributor
     from collector.nfd import NfdConfig, NfdLabeler
     from collector.probes import ProbeConfig, ProbeScheduler
     from collector.webconfig import WebConfigFile
@@ -72,13 +73,17 @@ def build_sampling(
     probe_runner: ProbeRunner | None = None,
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
     sim_seed: int = 0,
+    attributors: Sequence[Attributor] = (),
+    label_fields: Sequence[LabelField] | None = None,
 ) -> Sampling:
     """The sampler and its Prometheus collectors (no HTTP server): `collect` and `serve` both start here.
 
     With `probes` (enabled), a probe scheduler runs on idle GPUs and gpuhealth_probe_*
     series are exported; its results also go to `on_probe_results` (Store rows).
+    `attributors` (collector.attribution) put the pods and jobs on each GPU into its series' labels.
+    `label_fields` (DCGM_FI_DRIVER_VERSION, ...) go on every series of a GPU; None: the catalogue's defaults.
     """
-    sampler = Sampler(backend, interval_s)
+    sampler = Sampler(backend, interval_s, attributors=attributors)
     report = on_probe_results
 
     if on_probe_results is not None:
@@ -92,7 +97,7 @@ def build_sampling(
             on_probe_results(rows)
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GpuCollector(lambda: sampler.latest, fields, hostname_label))
+    registry.register(GpuCollector(lambda: sampler.latest, fields, hostname_label, label_fields))
     registry.register(SelfCollector(sampler))
     scheduler = None
     if probes is not None and probes.enabled:
@@ -121,6 +126,8 @@ def build_collector(
     sim_seed: int = 0,
     web: WebConfigFile | None = None,
     nfd: NfdConfig | None = None,
+    attributors: Sequence[Attributor] = (),
+    label_fields: Sequence[LabelField] | None = None,
 ) -> RunningCollector:
     """Assemble (but do not start) a collector serving `backend` on host:port (see `build_sampling`).
 
@@ -130,7 +137,7 @@ def build_collector(
     """
     s = build_sampling(
         backend, fields, interval_s, hostname_label, probes=probes, probe_runner=probe_runner,
-        on_probe_results=on_probe_results, sim_seed=sim_seed,
+        on_probe_results=on_probe_results, sim_seed=sim_seed, attributors=attributors, label_fields=label_fields,
     )  # fmt: skip
     labeler = None
     if nfd is not None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from collector.attribution import Attributor, DeviceKey, LabelSet, Workloads, merge
 from collector.backends.base import Backend, GpuReading
 from core.worker import Worker
 
@@ -44,6 +45,8 @@ class Snapshot:
     data_time: float | None = None
     """The time the readings describe, when the backend keeps its own clock (sim, replay);
     None for live GPUs, whose readings are as of `taken_at`."""
+    workloads: Workloads = field(default_factory=dict)
+    """The pods and jobs on each GPU and MIG instance (collector.attribution), asked once per sample."""
 
     @property
     def sample_time(self) -> float:
@@ -62,10 +65,14 @@ class Sampler(Worker):
         backend: Backend,
         interval_s: float,
         clock: Callable[[], float] = time.time,
+        attributors: Sequence[Attributor] = (),
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"sampling interval must be positive, got {interval_s}")
         self.backend = backend
+        self.attributors = tuple(attributors)
+        """Sources of the workloads on each GPU (Kubernetes pods, Slurm jobs), asked after each read."""
+        self._failing: set[str] = set()
         self.interval_s = interval_s
         self.clock = clock
         self._latest: Snapshot | None = None
@@ -111,6 +118,7 @@ class Sampler(Worker):
             # A backend that reads the field itself (DCGM, sim) keeps its own value.
             if "xid" not in r.values and not r.lost:
                 r.values["xid"] = float(self._last_xid.get(r.info.uuid, 0))
+        workloads = self._attribute(readings, status)
         self._seq += 1
         snap = Snapshot(
             seq=self._seq,
@@ -119,6 +127,7 @@ class Sampler(Worker):
             xid_counts=MappingProxyType({u: dict(c) for u, c in self._xid_counts.items()}),
             status=MappingProxyType(status),
             data_time=self.backend.data_time(),
+            workloads=MappingProxyType(workloads),
         )
         self._latest = snap
         self._first.set()
@@ -128,6 +137,28 @@ class Sampler(Worker):
             except Exception:  # a listener's bug must not stop sampling
                 log.exception("snapshot listener failed")
         return snap
+
+    def _attribute(
+        self, readings: list[GpuReading], status: dict[str, CollectorStatus]
+    ) -> dict[DeviceKey, tuple[LabelSet, ...]]:
+        """The workloads of every attributor that answers; one that fails gives none this time, its status
+        says why, and it is logged once until it answers again (a node without pods logs it once, not per sample)."""
+        found = []
+        for a in self.attributors:
+            t0 = time.perf_counter()
+            try:
+                found.append(a.lookup(readings))
+            except Exception as err:  # a source of labels must never cost the sample
+                status[a.name] = CollectorStatus(False, time.perf_counter() - t0, str(err))
+                if a.name not in self._failing:
+                    self._failing.add(a.name)
+                    log.warning("%s: no workload labels until it answers: %s", a.name, err)
+                continue
+            status[a.name] = CollectorStatus(True, time.perf_counter() - t0)
+            if a.name in self._failing:
+                self._failing.discard(a.name)
+                log.info("%s answers again: workload labels are back", a.name)
+        return merge(found)
 
     def health(self) -> tuple[bool, str]:
         """(healthy, reason) for /healthz."""

@@ -27,6 +27,7 @@ class Category(StrEnum):
     NVLINK = "nvlink"
     XID = "xid"
     PROBE = "probe"
+    CONFIG = "config"
 
 
 Kind = Literal["gauge", "counter"]
@@ -118,9 +119,9 @@ FIELDS: tuple[Field, ...] = (
     _f("mem_copy_util_pct", ("DCGM_FI_DEV_MEM_COPY_UTIL", 204), "nvmlDeviceGetUtilizationRates.memory",
        "%", "gauge", C.UTIL, "Memory copy utilisation in percent."),
     _f("enc_util_pct", ("DCGM_FI_DEV_ENC_UTIL", 206), "nvmlDeviceGetEncoderUtilization",
-       "%", "gauge", C.UTIL, "Video encoder utilisation in percent.", default=False),
+       "%", "gauge", C.UTIL, "Video encoder utilisation in percent."),
     _f("dec_util_pct", ("DCGM_FI_DEV_DEC_UTIL", 207), "nvmlDeviceGetDecoderUtilization",
-       "%", "gauge", C.UTIL, "Video decoder utilisation in percent.", default=False),
+       "%", "gauge", C.UTIL, "Video decoder utilisation in percent."),
     _f("fb_free_mib", ("DCGM_FI_DEV_FB_FREE", 251), "nvmlDeviceGetMemoryInfo.free",
        "MiB", "gauge", C.UTIL, "Framebuffer memory free in MiB."),
     _f("fb_used_mib", ("DCGM_FI_DEV_FB_USED", 252), "nvmlDeviceGetMemoryInfo.used",
@@ -207,8 +208,51 @@ FIELDS: tuple[Field, ...] = (
        "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)",
        "enum", "gauge", C.XID,
        "Recovery the driver asks for: 0 none, 1 reset, 2 reboot, 3 drain P2P, 4 drain and reset."),
+    # dcgm-exporter's default-counters.csv (4.5.3-4.8.2), the rest of it (issue 17). Appended, not
+    # filed under their categories above: sample columns follow this order (migration 0008 adds them).
+    _f("fb_reserved_mib", ("DCGM_FI_DEV_FB_RESERVED", 253), "nvmlDeviceGetMemoryInfo_v2.reserved",
+       "MiB", "gauge", C.UTIL,
+       "Framebuffer memory reserved for the driver and firmware in MiB (left out of used and free)."),
+    _f("nvlink_bandwidth_mbps", ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449),
+       "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX + _TX, all links), per second",
+       "MB/s", "counter", C.NVLINK,
+       "NVLink data throughput, all links, both directions, in MB/s as DCGM computes it (KiB/s / 1000). "
+       "A rate between two reads, though typed counter as dcgm-exporter does."),
+    _f("pcie_tx_bytes_per_s", ("DCGM_FI_PROF_PCIE_TX_BYTES", 1009),
+       "nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES) x 1024",
+       "B/s", "gauge", C.PCIE, "PCIe transmit rate (headers and payload) in bytes per second."),
+    _f("pcie_rx_bytes_per_s", ("DCGM_FI_PROF_PCIE_RX_BYTES", 1010),
+       "nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_RX_BYTES) x 1024",
+       "B/s", "gauge", C.PCIE, "PCIe receive rate (headers and payload) in bytes per second."),
+    _f("vgpu_license_status", ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526),
+       "nvmlDeviceGetGridLicensableFeatures (the vGPU feature's state)",
+       "bool", "gauge", C.CONFIG, "1 when the vGPU is licensed, 0 when not or without vGPU licensing."),
 )
 # fmt: on
+
+
+@dataclass(frozen=True)
+class LabelField:
+    """A value dcgm-exporter puts on every series of a GPU as a label (type `label` in its counters
+    CSV) rather than exporting it as a sample."""
+
+    name: str
+    """Short name; also the `GpuInfo` attribute (collector/backends/base.py) that holds the value."""
+    dcgm_name: str
+    """The DCGM field name, which is also the label's name (dcgm-exporter uses it as it is)."""
+    dcgm_id: int
+    source: str
+    """Where the backends read it (NVML call, or DCGM's field)."""
+    help: str
+    default: bool = True
+
+
+LABELS: tuple[LabelField, ...] = (
+    # dcgm-exporter reads it with the GPU's fields and adds it to every series of the GPU, unless blank.
+    LabelField("driver_version", "DCGM_FI_DRIVER_VERSION", 1, "nvmlSystemGetDriverVersion",
+               "NVIDIA driver version, e.g. 570.124.06."),
+)  # fmt: skip
+"""Label fields: dcgm-exporter's default `DCGM_FI_DRIVER_VERSION, label` row."""
 
 IDENTITY_COLUMNS: tuple[str, ...] = ("timestamp", "hostname", "gpu_uuid", "gpu_index", "model_name")
 """Identity columns of the history frame (fixed by docs/architecture.md)."""
@@ -281,8 +325,31 @@ def _check_unique(f: Field, where: str, seen: dict[object, str]) -> None:
         seen[key] = f.name
 
 
+def validate_labels(labels: Sequence[LabelField], fields: Sequence[Field]) -> None:
+    """Raise CatalogError naming the first label field that is malformed or clashes with a field."""
+    taken: dict[object, str] = {}
+    for f in fields:
+        taken.update({("name", f.name): f.name, ("dcgm", f.dcgm_name): f.name, ("id", f.dcgm_id): f.name})
+    for lf in labels:
+        where = f"catalogue label {lf.name!r}"
+        if not _SHORT.match(lf.name) or not _DCGM.match(lf.dcgm_name) or lf.dcgm_id <= 0:
+            raise CatalogError(f"{where}: needs a snake_case name, a DCGM_FI_* name and a positive id")
+        if not lf.help.strip() or not lf.source.strip():
+            raise CatalogError(f"{where}: help and source are required")
+        for key in (("name", lf.name), ("dcgm", lf.dcgm_name), ("id", lf.dcgm_id)):
+            if key in taken:
+                raise CatalogError(f"{where}: {key[0]} {key[1]!r} already used by {taken[key]!r}")
+            taken[key] = lf.name
+
+
 validate(FIELDS)
+validate_labels(LABELS, FIELDS)
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+BY_DCGM_NAME: dict[str, Field | LabelField] = {
+    **{f.dcgm_name: f for f in FIELDS if f.dcgm_name},
+    **{lf.dcgm_name: lf for lf in LABELS},
+}
+"""Every field and label field by its DCGM name (what dcgm-exporter's counters CSV lists)."""
 
 
 def select(spec: str | Iterable[str] | None = None) -> tuple[Field, ...]:
@@ -298,6 +365,11 @@ def select(spec: str | Iterable[str] | None = None) -> tuple[Field, ...]:
     return tuple(BY_NAME[n] for n in names if n)
 
 
+def default_labels() -> tuple[LabelField, ...]:
+    """The label fields on by default (dcgm-exporter's default counters CSV lists them)."""
+    return tuple(lf for lf in LABELS if lf.default)
+
+
 def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
     """docs/metrics.md, generated from the catalogue."""
     lines = [
@@ -308,7 +380,8 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
         "Each signal is exported under its DCGM name where it has one (as dcgm-exporter does),",
         "else as `gpuhealth_<name>`; the short name is its history-frame column. Labels on",
         "every per-GPU series: `gpu`, `UUID`, `device`, `modelName`, `pci_bus_id`, `Hostname`",
-        "(`hostname` with `--hostname-label hostname`).",
+        "(`hostname` with `--hostname-label hostname`), and the [label fields](#labels) such as",
+        "`DCGM_FI_DRIVER_VERSION` unless their value is blank, as dcgm-exporter adds them.",
         "",
         "| short name | metric | DCGM id | NVML source | unit | type | category | default | help |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -332,5 +405,47 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
         "| `gpuhealth_collector_duration_seconds{collector}` | gauge | Duration of its last run. |",
         "| `gpuhealth_sample_age_seconds` | gauge | Age of the snapshot a scrape renders. |",
         "",
+        "## Labels",
+        "",
+        "Values dcgm-exporter puts on every series of a GPU (type `label` in its counters CSV).",
+        "",
+        "| short name | label | DCGM id | source | default | help |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| `{lf.name}` | `{lf.dcgm_name}` | {lf.dcgm_id} | `{lf.source}` | {'on' if lf.default else 'off'} "
+            f"| {lf.help} |"
+            for lf in LABELS
+        ),
+        "",
+        *_COMPATIBILITY,
     ]
     return "\n".join(lines)
+
+
+_COMPATIBILITY = (
+    "## dcgm-exporter compatibility",
+    "",
+    "- **Field selection.** `--fields` takes `default`, `all` or short names. `--collectors FILE`",
+    "  (`GPUHEALTH_COLLECTORS`) takes a dcgm-exporter counters CSV unchanged (`#` comments, blank lines,",
+    "  `DCGM_FI_..., gauge|counter|label, help`): every DCGM name the catalogue knows is exported (its",
+    "  `label` rows become labels), names it does not know are listed in one warning and skipped, a",
+    "  malformed line is an error naming its number. Type and help are the catalogue's (a type that",
+    "  differs is named in a warning). With both, the file's fields plus those `--fields` names; the labels",
+    "  are the file's. dcgm-exporter's own `etc/default-counters.csv` (4.5.3-4.8.2) selects 25 fields",
+    "  and `DCGM_FI_DRIVER_VERSION`, all on by default here (`tests/collector/test_dcgm_parity.py`).",
+    "- **gzip.** `/metrics` answers `Content-Encoding: gzip` when the request has",
+    "  `Accept-Encoding: gzip` (Prometheus always sends it), plain text otherwise. One simulated node",
+    "  (8 H100, `gpuhealth collect --backend sim`, probes on), measured 2026-12-01:",
+    "",
+    "  | `/metrics` of one node | plain | gzip |",
+    "  |---|---|---|",
+    "  | before (issue 17) | 120,875 B | not offered (6,283 B with `gzip -6`) |",
+    "  | now: dcgm-exporter's remaining defaults, driver label | 146,953 B | 7,110 B |",
+    "",
+    "  Level 6 takes about 0.6 ms per scrape on 2 shared cores, level 1 under half that for 13 % more bytes.",
+    "  It is not cached per snapshot: a snapshot is taken every 10 s and Prometheus scrapes every 15 s",
+    "  or more, so each is compressed about once anyway, and the scrape-health series change per scrape.",
+    "- **TLS and basic auth.** `--web-config-file` reads the exporter-toolkit web config that",
+    "  dcgm-exporter reads (`docs/security.md`).",
+    "",
+)

@@ -47,9 +47,13 @@ LAST_GAUGES = frozenset(
         "shutdown_temp_c",
         "power_limit_w",
         "fb_total_mib",
+        "fb_reserved_mib",
+        "vgpu_license_status",
     }
 )
 """Gauges that are states, not levels: the hour keeps the last value (its state at the hour's end)."""
+MEAN_COUNTERS = frozenset({"nvlink_bandwidth_mbps"})
+"""Typed counter for dcgm-exporter's sake, but a rate (DCGM's NVLINK_BANDWIDTH_TOTAL): the hour averages it."""
 HOURLY_ATTR = "gpuhealth_hourly"
 """`frame.attrs` key set on a frame that already holds hour rows (to_hours returns it as is)."""
 
@@ -63,7 +67,7 @@ def how(name: str) -> str:
     if name == "xid":
         return "code"
     f = catalog.BY_NAME.get(name)
-    if name in LAST_GAUGES or (f is not None and f.kind == "counter"):
+    if name in LAST_GAUGES or (f is not None and f.kind == "counter" and name not in MEAN_COUNTERS):
         return "last"
     return "mean"
 

@@ -331,3 +331,37 @@ def _join(
             **out,
         }
     )
+
+
+WORKLOAD_LABELS = ("pod", "namespace", "container", "hpc_job", "GPU_I_ID", "GPU_I_PROFILE")
+"""dcgm-exporter's labels (and ours) for the workload on a GPU or a MIG instance."""
+WORKLOAD_METRIC = "DCGM_FI_DEV_FB_USED"
+"""A default field that exists per GPU and per MIG instance: every workload's series carry its labels."""
+
+
+def workloads_at(
+    url: str, at: datetime, *, lookback_s: float = 300.0, client: httpx.Client | None = None
+) -> dict[str, tuple[str, list[dict[str, str]]]]:
+    """The workloads on each GPU as its exporter labelled them at `at`: UUID -> (host, label sets); a GPU
+    with series but no pod or job label has an empty list (what ran there ended)."""
+    own = client is None
+    http = client or httpx.Client(timeout=TIMEOUT_S)
+    by = ", ".join(("UUID", *HOST_LABELS, *WORKLOAD_LABELS))
+    query = f'group by ({by}) (last_over_time({WORKLOAD_METRIC}{{UUID!=""}}[{int(lookback_s)}s]))'
+    try:
+        data = _Api(url, http).get("/api/v1/query", {"query": query, "time": f"{_unix(at):.3f}"}) or {}
+    finally:
+        if own:
+            http.close()
+    out: dict[str, tuple[str, list[dict[str, str]]]] = {}
+    for series in data.get("result", ()) if isinstance(data, dict) else ():
+        m = series.get("metric", {})
+        uuid = str(m.get("UUID", ""))
+        host = next((_PORT.sub("", str(m[h])) if h == "instance" else str(m[h]) for h in HOST_LABELS if m.get(h)), "")
+        if not uuid:
+            continue
+        _, sets = out.setdefault(uuid, (host, []))
+        labels = {k: str(m[k]) for k in WORKLOAD_LABELS if m.get(k)}
+        if "pod" in labels or "hpc_job" in labels:
+            sets.append(labels)
+    return out

@@ -21,6 +21,7 @@ class Settings(BaseSettings):
     hostname: str | None = None  # host label value; default: this machine's hostname
     hostname_label: Literal["Hostname", "hostname"] = "Hostname"  # dcgm-exporter <2026 / newer
     fields: str = "default"  # "default", "all" or a comma list of catalogue short names
+    collectors: str | None = None  # a dcgm-exporter counters CSV choosing the fields (its DCGM_EXPORTER_COLLECTORS)
     log_level: str = "INFO"
     watch_threshold: float = 0.3  # risk >= this: watch (policy choice)
     demote_threshold: float = 0.7  # risk >= this: demote (product brief: "warning", interruptible only)
@@ -91,6 +92,10 @@ class Settings(BaseSettings):
     nfd_interval: str = "60s"  # how often to ask; labels expire after 3 intervals
     service_url: str | None = None  # the central `gpuhealth serve` as a node reaches it, e.g. http://gpuhealth:8080
     service_token: str | None = None  # bearer token for the service's reads, when it closes them (read_open=False)
+
+    # Workload labels on the collector's series (collector/attribution.py), as dcgm-exporter's.
+    pod_resources_socket: str | None = None  # the kubelet's; unset: its default path when it exists; "": off
+    hpc_job_mapping_dir: str | None = None  # Slurm jobs per GPU, written by deploy/slurm's prolog; unset: off
 
     @field_validator("token", "service_token")
     @classmethod

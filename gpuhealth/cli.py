@@ -16,10 +16,11 @@ from core.settings import Settings
 from core.units import parse_duration, parse_listen
 from gpuhealth import __version__
 from gpuhealth.cli_actuate import register_actuate
-from gpuhealth.cli_alerts import alerts_app, dashboards_app
+from gpuhealth.cli_alerts import alerts_app, dashboards_app, deploy_app
 from gpuhealth.cli_backend import (
     BackendFlags,
     BackendOpt,
+    CollectorsOpt,
     FieldsOpt,
     HistoryOpt,
     HostnameLabelOpt,
@@ -35,6 +36,7 @@ from gpuhealth.cli_backend import (
     SimSpareOpt,
     SimSpeedOpt,
     SpeedOpt,
+    attributors_from,
     fail,
     load_settings,
     open_from_flags,
@@ -47,6 +49,7 @@ from gpuhealth.cli_probe import register_probe
 from gpuhealth.cli_serve import probe_config, register_serve
 
 if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
+    from collector.attribution import Attributor
     from collector.backends.base import Backend
     from collector.nfd import NfdConfig
     from predictor.downtime import DowntimeParams
@@ -62,6 +65,7 @@ app.add_typer(docs_app, name="docs")
 app.add_typer(history_app, name="history")
 app.add_typer(alerts_app, name="alerts")
 app.add_typer(dashboards_app, name="dashboards")
+app.add_typer(deploy_app, name="deploy")
 app.add_typer(db_app, name="db")
 register_probe(app)
 register_serve(app)
@@ -86,6 +90,7 @@ def collect(
     hostname: HostnameOpt = None,
     hostname_label: HostnameLabelOpt = None,
     fields: FieldsOpt = None,
+    collectors: CollectorsOpt = None,
     sim_nodes: SimNodesOpt = 1,
     sim_gpus: SimGpusOpt = 8,
     sim_spare_nodes: SimSpareOpt = 0,
@@ -129,6 +134,21 @@ def collect(
             help="how often to ask the service; labels expire after 3 intervals (60s; GPUHEALTH_NFD_INTERVAL)"
         ),
     ] = None,
+    pod_resources_socket: Annotated[
+        str | None,
+        typer.Option(
+            help="the kubelet's pod-resources socket: pod, namespace, container labels on each GPU's series; default:"
+            " /var/lib/kubelet/pod-resources/kubelet.sock when it exists, '' turns it off"
+            " (GPUHEALTH_POD_RESOURCES_SOCKET)"
+        ),
+    ] = None,
+    hpc_job_mapping_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="dcgm-exporter's HPC job mapping directory (one file per GPU index holding job ids, written by a"
+            " Slurm prolog, deploy/slurm/): hpc_job labels (GPUHEALTH_HPC_JOB_MAPPING_DIR)"
+        ),
+    ] = None,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
     from collector.run import build_collector, run_until_signalled
@@ -148,15 +168,16 @@ def collect(
         raise fail(str(e)) from None
     flags = BackendFlags(
         backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
-        sim_fault, history, speed, loop, sim_spare_nodes=sim_spare_nodes,
+        sim_fault, history, speed, loop, sim_spare_nodes=sim_spare_nodes, collectors=collectors,
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     b, interval_s = opened.backend, opened.interval_s
     try:
         nfd = _nfd_config(nfd_flags, b, hostname or s.hostname) if nfd_flags is not None else None
+        attributors = attributors_from(pod_resources_socket, hpc_job_mapping_dir, s)
         running = build_collector(
             b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed,
-            web=web, nfd=nfd,
+            web=web, nfd=nfd, attributors=attributors, label_fields=opened.labels,
         )  # fmt: skip
     except typer.Exit:
         b.close()
@@ -176,11 +197,17 @@ def collect(
     err.print(
         f"gpuhealth collect: {b.name} backend, {n} GPU(s), sampling every {interval_s:g}s\n"
         f"  metrics: {base}/metrics{guard}\n"
-        f"  health:  {base}/healthz{guard}{labels}",
+        f"  health:  {base}/healthz{guard}{labels}{_workload_sources(attributors)}",
         highlight=False,
         soft_wrap=True,
     )
     run_until_signalled(running)
+
+
+def _workload_sources(attributors: list[Attributor]) -> str:
+    """The start-up line naming where workload labels come from ("" without any)."""
+    named = ", ".join(f"{a.name} from {a.source}" for a in attributors)
+    return escape(f"\n  workloads: {named}") if named else ""
 
 
 def _nfd_flags(

@@ -1,4 +1,4 @@
-"""`gpuhealth alerts build` and `gpuhealth dashboards build`: generate rules, dashboards and their docs."""
+"""`gpuhealth alerts build`, `dashboards build` and `deploy build`: rules, dashboards, their docs, manifests."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.console import Console
 
 alerts_app = typer.Typer(help="Prometheus alert rules, promtool tests and runbooks.", no_args_is_help=True)
 dashboards_app = typer.Typer(help="Grafana dashboards.", no_args_is_help=True)
+deploy_app = typer.Typer(help="Kubernetes manifests (deploy/kubernetes/).", no_args_is_help=True)
 err = Console(stderr=True)
 
 RootOpt = Annotated[Path, typer.Option(help="repository root the generated paths are relative to")]
@@ -48,3 +49,15 @@ def dashboards_build(root: RootOpt = Path("."), check: CheckOpt = False) -> None
     from dashboards import build
 
     _run("dashboards", root, check, build.write, build.stale)
+
+
+@deploy_app.command("build")
+def deploy_build(root: RootOpt = Path("."), check: CheckOpt = False) -> None:
+    """Write deploy/kubernetes/ from the settings, the rules and the dashboards (or --check it is current)."""
+    from manifests import build
+
+    try:
+        _run("deploy", root, check, build.write, build.stale)
+    except build.SourceMissing as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,16 +19,25 @@ from core.units import parse_duration
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from collector.attribution import Attributor
     from collector.backends.base import Backend
     from simulator.fleet import FaultSpec
 
 err = Console(stderr=True)
+log = logging.getLogger("gpuhealth.collect")
 
 BackendOpt = Annotated[str | None, typer.Option(help="auto | nvml | dcgm | sim | replay (env GPUHEALTH_BACKEND)")]
 IntervalOpt = Annotated[str | None, typer.Option(help="sampling interval, e.g. 10s")]
 HostnameOpt = Annotated[str | None, typer.Option(help="host label value (default: this host)")]
 HostnameLabelOpt = Annotated[str | None, typer.Option(help="Hostname (dcgm-exporter < 2026) or hostname")]
 FieldsOpt = Annotated[str | None, typer.Option(help='"default", "all" or comma-separated short names')]
+CollectorsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="a dcgm-exporter counters CSV (its -f/--collectors file, unchanged): the fields it lists that gpuhealth"
+        " knows, and its `label` rows; --fields adds to it (GPUHEALTH_COLLECTORS)"
+    ),
+]
 SimNodesOpt = Annotated[int, typer.Option(help="sim: nodes to simulate", min=1)]
 SimGpusOpt = Annotated[int, typer.Option(help="sim: GPUs per node", min=1)]
 SimSpareOpt = Annotated[int, typer.Option(help="sim: the last N nodes stay idle (a spare pool, probed)", min=0)]
@@ -88,6 +97,8 @@ class BackendFlags:
     sim_start: float | None = None
     """Simulated start time (epoch seconds); None: the simulator's fixed start."""
     sim_spare_nodes: int = 0
+    collectors: Path | None = None
+    """A dcgm-exporter counters CSV choosing the fields (with --fields: their union)."""
 
 
 @dataclass
@@ -96,6 +107,8 @@ class OpenedBackend:
     fields: list[catalog.Field]
     interval_s: float
     hostname_label: str
+    labels: list[catalog.LabelField] = field(default_factory=lambda: list(catalog.default_labels()))
+    """The label fields on every series of a GPU (DCGM_FI_DRIVER_VERSION)."""
 
 
 def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
@@ -112,7 +125,7 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
         raise fail(f"--hostname-label must be Hostname or hostname, not {label!r}")
     try:
         interval_s = parse_duration(flags.interval or s.interval)
-        chosen = catalog.select(flags.fields or s.fields)
+        chosen, labels = select_fields(flags, s)
         faults = [FaultSpec.parse(f) for f in flags.sim_fault or []]
     except ValueError as e:
         raise fail(str(e)) from None
@@ -125,7 +138,33 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
         b = open_backend(backend, backend_options(backend, flags, faults), common)
     except (BackendError, ValueError) as e:
         raise fail(str(e)) from None
-    return OpenedBackend(b, list(chosen), interval_s, label)
+    return OpenedBackend(b, list(chosen), interval_s, label, list(labels))
+
+
+def select_fields(flags: BackendFlags, s: Settings) -> tuple[tuple[catalog.Field, ...], tuple[catalog.LabelField, ...]]:
+    """The fields and label fields to export: --fields alone; or a counters file, plus what --fields adds.
+
+    With a counters file, --fields (or GPUHEALTH_FIELDS when set) adds to the file's fields, in catalogue
+    order; the labels are the file's. Names gpuhealth does not know are one warning, not an error.
+    ValueError (one line) for a bad name or a malformed file.
+    """
+    from core import counters_csv
+
+    collectors = flags.collectors or (Path(s.collectors) if s.collectors else None)
+    extra = flags.fields or (s.fields if "fields" in s.model_fields_set else None)
+    if collectors is None:
+        return catalog.select(extra or s.fields), catalog.default_labels()
+    picked = counters_csv.read(collectors)
+    if picked.unknown:
+        log.warning(
+            "counters file %s: %d field(s) gpuhealth does not export, skipped: %s",
+            collectors, len(picked.unknown), ", ".join(picked.unknown),
+        )  # fmt: skip
+    if picked.retyped:
+        log.warning("counters file %s: exported with the catalogue's type: %s", collectors, "; ".join(picked.retyped))
+    added = {f.name for f in catalog.select(extra)} if extra else set()
+    fields = tuple(f for f in catalog.FIELDS if f in picked.fields or f.name in added)
+    return fields, picked.labels
 
 
 def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpec]) -> object | None:
@@ -147,3 +186,22 @@ def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpe
     if backend == "replay":
         return ReplayOptions(history=flags.history, speed=flags.speed, loop=flags.loop)
     return None
+
+
+def attributors_from(
+    pod_resources_socket: str | None, hpc_job_mapping_dir: Path | None, s: Settings
+) -> list[Attributor]:
+    """The sources of workload labels the sampler asks each sample (collector.attribution): flags over settings."""
+    from collector.attribution import HpcJobAttributor
+    from collector.podresources.client import DEFAULT_SOCKET, PodResourcesAttributor
+
+    found: list[Attributor] = []
+    socket = pod_resources_socket if pod_resources_socket is not None else s.pod_resources_socket
+    if socket is None and DEFAULT_SOCKET.exists():  # a Kubernetes node: on unless turned off
+        socket = str(DEFAULT_SOCKET)
+    if socket:
+        found.append(PodResourcesAttributor(Path(socket)))
+    directory = hpc_job_mapping_dir or (Path(s.hpc_job_mapping_dir) if s.hpc_job_mapping_dir else None)
+    if directory is not None:
+        found.append(HpcJobAttributor(directory))
+    return found

@@ -34,6 +34,7 @@ from gpuhealth.cli_backend import (
     SimSpareOpt,
     SimSpeedOpt,
     SpeedOpt,
+    attributors_from,
     fail,
     load_settings,
     open_from_flags,
@@ -251,6 +252,9 @@ def serve(
         )  # fmt: skip
         opened = open_from_flags(flags, s)
     actuation = actuation_from_settings(s, store, acting)
+    # The workloads on each GPU (pods, Slurm jobs) of a local collector, from GPUHEALTH_POD_RESOURCES_SOCKET
+    # and GPUHEALTH_HPC_JOB_MAPPING_DIR; fleet mode reads them from the exporters' labels instead.
+    attributors = attributors_from(None, None, s) if opened is not None else []
     svc = build_service(
         store,
         m,
@@ -272,6 +276,7 @@ def serve(
         puller=puller,
         replica=replica,
         actuation=actuation,
+        attributors=attributors,
     )
     _announce(_feed(opened, pull, prom_url, replica), store, score_s, host, port, token)
     if actuation is not None:

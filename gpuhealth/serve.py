@@ -6,6 +6,7 @@ collector and the API.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -13,6 +14,7 @@ from fastapi import FastAPI
 
 from actuate.target import Target
 from api.app import BODY_TIMEOUT_S, ApiConfig, create_app
+from collector.attribution import Attributor
 from collector.backends.base import Backend
 from collector.probes import ProbeConfig, ProbeScheduler
 from collector.sampler import Sampler
@@ -98,12 +100,14 @@ def build_service(
     puller: PrometheusPuller | None = None,
     replica: Replica | None = None,
     actuation: tuple[Target, ActuatorConfig] | None = None,
+    attributors: Sequence[Attributor] = (),
 ) -> Service:
     """Assemble (not start) the loops and the API; without a backend or a puller it is API and scoring only."""
     loops = build_loops(
         store, model, backend=backend, fields=fields, interval_s=interval_s, score_interval_s=score_interval_s,
         thresholds=thresholds, buffer_samples=buffer_samples, hostname_label=hostname_label, probes=probes,
         sim_seed=sim_seed, retention=retention, puller=puller, replica=replica, actuation=actuation,
+        attributors=attributors,
     )  # fmt: skip
     cfg = ApiConfig(
         token=token,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests run for real: Prometheus (and
-# promtool), Alertmanager (and amtool), PostgreSQL, Slurm (slurmctld, slurmd, slurm-client)
-# and munge. Only as root and only what is missing; otherwise says what is missing (the
-# tests then skip locally, fail in CI).
+# promtool), Alertmanager (and amtool), PostgreSQL, Slurm (slurmctld, slurmd, slurm-client),
+# munge and systemd-analyze (package systemd: it verifies deploy/systemd/). Only as root and
+# only what is missing; otherwise says what is missing (the tests then skip locally, fail in CI).
 set -euo pipefail
 
 missing=()
@@ -16,6 +16,7 @@ command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || missing+=(
 command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || missing+=(slurmd)
 command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || missing+=(munge)
+command -v systemd-analyze >/dev/null 2>&1 || [ -x /usr/bin/systemd-analyze ] || missing+=(systemd)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -15,10 +15,11 @@ from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
 from actuate.target import Target
+from collector.attribution import Attributor
 from collector.backends.base import Backend
 from collector.exporter import render
 from collector.probes import ProbeConfig, ProbeScheduler
-from collector.records import snapshot_rows
+from collector.records import snapshot_rows, snapshot_workloads
 from collector.run import build_sampling
 from collector.sampler import Sampler
 from core.catalog import Field
@@ -127,6 +128,7 @@ def build_loops(
     puller: PrometheusPuller | None = None,
     replica: Replica | None = None,
     actuation: tuple[Target, ActuatorConfig] | None = None,
+    attributors: Sequence[Attributor] = (),
 ) -> Loops:
     """Assemble (not start) the loops; without a backend or a puller, scoring only.
 
@@ -142,10 +144,11 @@ def build_loops(
         buffer = IngestBuffer(store, capacity=buffer_samples, clock=None if simulated else _wall_clock)
         sampling = build_sampling(
             backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,
-            on_probe_results=buffer.add_probes,
+            on_probe_results=buffer.add_probes, attributors=attributors,
         )  # fmt: skip
         sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
         sampler.subscribe(lambda snap: buffer.add(*snapshot_rows(snap)))
+        sampler.subscribe(lambda snap: buffer.add_workloads(*snapshot_workloads(snap)))
         reg = registry
         extra = lambda: render(reg.collect())  # noqa: E731
         health = sampler.health

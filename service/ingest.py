@@ -90,6 +90,10 @@ class IngestBuffer(Worker):
         self.stats = BufferStats()
         self._rows: deque[dict[str, Any]] = deque()
         self._gpus: dict[str, dict[str, Any]] = {}
+        self._workloads: dict[str, list[dict[str, str]]] = {}
+        """Workloads per GPU waiting to be written: only changes, the latest wins."""
+        self._workloads_written: dict[str, list[dict[str, str]]] = {}
+        self._workloads_at: datetime | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
         super().__init__()
@@ -108,6 +112,36 @@ class IngestBuffer(Worker):
                 self._gpus[str(g["uuid"])] = dict(g)
         if len(self._rows) >= self.batch:
             self._wake.set()
+
+    def add_workloads(self, per_gpu: Mapping[str, Sequence[Mapping[str, str]]], at: datetime) -> None:
+        """Queue the workloads on these GPUs (pods, jobs) where they changed; never blocks on the database."""
+        with self._lock:
+            for uuid, sets in per_gpu.items():
+                now = [dict(w) for w in sets]
+                if self._workloads_written.get(uuid) != now:
+                    self._workloads[uuid] = now
+            if self._workloads:
+                self._workloads_at = at
+
+    def _flush_workloads(self) -> None:
+        """Write the changed workloads; kept for the next flush on StoreUnavailable (re-raised)."""
+        with self._lock:
+            pending, at = dict(self._workloads), self._workloads_at
+            self._workloads.clear()
+        if not pending or at is None:
+            return
+        try:
+            self.store.set_workloads(pending, at)
+        except StoreUnavailable:
+            with self._lock:
+                for uuid, sets in pending.items():
+                    self._workloads.setdefault(uuid, sets)
+            raise
+        except StoreError as err:  # rejected: the next change is written again
+            log.error("workloads of %d GPU(s) rejected by the store: %s", len(pending), err)
+            return
+        with self._lock:
+            self._workloads_written.update(pending)
 
     def add_probes(self, results: Sequence[Mapping[str, Any]]) -> None:
         """Queue probe results (`Store.add_probe_results` rows); never blocks on the database."""
@@ -170,6 +204,7 @@ class IngestBuffer(Worker):
                 gpus = []  # written: not requeued if the probe results fail below
             self.store_up = True
             self.stats.last_error = None
+            self._flush_workloads()
             self._flush_probes()
         except StoreUnavailable as err:
             self._requeue(chunk)

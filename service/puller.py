@@ -24,7 +24,7 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from core.history import HistoryError
-from core.prom_import import NoSeries, import_history, list_hosts
+from core.prom_import import NoSeries, import_history, list_hosts, workloads_at
 from core.worker import Worker
 from service.replicas import Replica, Share
 from service.scorer import all_gpus
@@ -144,6 +144,7 @@ class PrometheusPuller(Worker):
                 if len(new):
                     n = self.store.ingest(new.reset_index(drop=True), not_after=end + CLOCK_SKEW)
                     self._mark_lost(new, end)
+                    self._pull_workloads(end, share)
                 self.state.watermark = end
             if share is not None:  # pulled: what was gained is caught up with
                 self._held = share.shards
@@ -176,6 +177,16 @@ class PrometheusPuller(Worker):
         hosts = {label: set(share.hosts(names)) for label, names in found.items()}
         frame = import_history(self.url, start, end, self.step_s, client=self.client, hosts=hosts)
         return share.only(frame)
+
+    def _pull_workloads(self, end: datetime, share: Share | None) -> None:
+        """What runs on the pulled GPUs (the exporters' pod and job labels), kept per GPU; a failure here
+        costs only that (the samples are stored), and the next pull asks again."""
+        try:
+            found = workloads_at(self.url, end, client=self.client)
+            mine = {u: sets for u, (host, sets) in found.items() if share is None or share.has(host)}
+            self.store.set_workloads(mine, end)
+        except (HistoryError, StoreError) as err:
+            log.warning("workloads on the GPUs not updated this pull: %s", err)
 
     def _check_future(self, end: datetime) -> None:
         """Note (log, /healthz, a metric) samples in the store dated past our clock."""

@@ -52,7 +52,7 @@ def _model_arrays(models: list[GpuModel]) -> dict[str, np.ndarray]:
     keys = [
         "power_limit_w", "idle_power_w", "sm_clock_max_mhz", "sm_clock_idle_mhz", "mem_clock_mhz",
         "fb_total_mib", "pcie_gen_max", "pcie_width_max", "slowdown_c", "shutdown_c",
-        "thermal_resistance_c_per_w",
+        "thermal_resistance_c_per_w", "nvlinks",
     ]  # fmt: skip
     return {k: np.array([float(getattr(m, k)) for m in models]) for k in keys}
 
@@ -508,7 +508,12 @@ class FleetSim:
         """Current values per catalogue short name, one array entry per GPU."""
         m, n = self.m, self.n
         fb_used = np.where(self.util > 5, m["fb_total_mib"] * 0.85, 500.0)
+        # Reserved for the driver and firmware, outside used and free (nvmlMemory_v2; ~530 MiB on an H100 80GB).
+        fb_reserved = np.round(m["fb_total_mib"] * 0.0065)
         load = self.util / 100.0
+        # NVLink: ~50 GB/s per link both ways at full tilt; training all-reduces, inference barely talks.
+        nvlink_mbps = m["nvlinks"] * 50_000.0 * load * np.where(self.workload == 0, 0.3, 0.02)
+        pcie_tx_kbps, pcie_rx_kbps = np.round(load * 2.0e6), np.round(load * 3.0e6)
         zeros = np.zeros(n)
         return {
             "gpu_temp_c": np.round(self.temp_c + self.sensor_offset_c),
@@ -528,7 +533,7 @@ class FleetSim:
             "enc_util_pct": zeros,
             "dec_util_pct": zeros,
             "fb_used_mib": np.round(fb_used),
-            "fb_free_mib": np.round(m["fb_total_mib"] - fb_used),
+            "fb_free_mib": np.round(m["fb_total_mib"] - fb_reserved - fb_used),
             "fb_total_mib": m["fb_total_mib"],
             "prof_gr_engine_active": np.round(load * 0.98, 4),
             "prof_sm_active": np.round(load * 0.9, 4),
@@ -551,12 +556,18 @@ class FleetSim:
             "pcie_link_gen_max": m["pcie_gen_max"],
             "pcie_link_width": self.link_width.copy(),
             "pcie_link_width_max": m["pcie_width_max"],
-            "pcie_tx_kbps": np.round(load * 2.0e6),
-            "pcie_rx_kbps": np.round(load * 3.0e6),
+            "pcie_tx_kbps": pcie_tx_kbps,
+            "pcie_rx_kbps": pcie_rx_kbps,
             "nvlink_crc_flit_errors": self.nvlink_crc.copy(),
             "nvlink_crc_data_errors": zeros,
             "nvlink_replay_errors": zeros,
             "nvlink_recovery_errors": zeros,
             "xid": self.last_xid.copy(),
             "recovery_action": np.where(self.remap_pending > 0, 1.0, 0.0),
+            "fb_reserved_mib": fb_reserved,
+            "nvlink_bandwidth_mbps": np.round(nvlink_mbps),
+            # The same 20 ms PCIe counters, in bytes as DCGM's PROF_PCIE_*_BYTES (the NVML backend's KiB x 1024).
+            "pcie_tx_bytes_per_s": pcie_tx_kbps * 1024.0,
+            "pcie_rx_bytes_per_s": pcie_rx_kbps * 1024.0,
+            "vgpu_license_status": zeros,  # bare metal: no vGPU licensing, DCGM reports 0
         }

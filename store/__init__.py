@@ -9,6 +9,7 @@ from store.leases import SHARDS, Lease, LeaseTick, ReplicaInfo, RoundFence, shar
 from store.probes import ProbeResult, ProbeResultRow
 from store.retention import Retention
 from store.store import CLOCK_SKEW, Store
+from store.workloads import GpuWorkloads
 
 __all__ = [
     "CLOCK_SKEW",
@@ -25,6 +26,7 @@ __all__ = [
     "GpuDetail",
     "GpuItem",
     "GpuRow",
+    "GpuWorkloads",
     "Lease",
     "LeaseTick",
     "Node",

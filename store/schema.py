@@ -402,3 +402,17 @@ class ActuatorState(Base):
 T_ACTIONS = metadata.tables["actions"]
 T_ACTUATOR_NODES = metadata.tables["actuator_nodes"]
 T_ACTUATOR_STATE = metadata.tables["actuator_state"]
+
+
+class GpuWorkloads(Base):
+    """What runs on each GPU now, as the collector last saw it: pods (pod, namespace, container) or
+    Slurm jobs (hpc_job), one label set per workload, GPU_I_ID for a MIG instance (store.workloads)."""
+
+    __tablename__ = "gpu_workloads"
+
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    workloads: Mapped[list[dict[str, str]]] = mapped_column(sa.JSON)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+T_WORKLOADS = metadata.tables["gpu_workloads"]

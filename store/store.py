@@ -16,6 +16,7 @@ so the scoring loop, the ingest thread and API workers can share it.
 | `Models` | `store.models` | stored risk models, their cards, the active one |
 | `Pruner` | `store.retention` | roll-ups and deletes of old rows |
 | `Leases` | `store.leases` | replicas' heartbeats and their leases on shards of the fleet |
+| `Workloads` | `store.workloads` | the pods and jobs on each GPU now, as the collector last saw them |
 | `Actuation` | `store.actuation` | the actuator's audit, holds, settle clocks, breaker (`Store.actuation`) |
 """
 
@@ -43,6 +44,7 @@ from store.samples import Samples
 from store.schema import T_ALERTS, T_DECISIONS, T_FAILURES, T_GPUS, T_NODES, T_PROBES, T_SCORES
 from store.schema import samples as t_samples
 from store.schema import samples_hourly as t_samples_hourly
+from store.workloads import GpuWorkloads, Workloads
 
 CLOCK_SKEW = timedelta(minutes=5)
 """How far a sample may be dated past the caller's clock before `ingest(not_after=now + CLOCK_SKEW)`
@@ -65,6 +67,7 @@ class Store:
         self._models = Models(self._db)
         self._pruner = Pruner(self._db)
         self._leases = Leases(self._db)
+        self._workloads = Workloads(self._db)
         self.actuation = Actuation(self._db)
         """The actuator's part, handed over whole: only the actuator and its routes use it."""
 
@@ -195,6 +198,16 @@ class Store:
     def get_node(self, hostname: str) -> Node:
         """A node, its GPUs (as list_gpus items) and how many GPUs carry each decision; NotFound if unknown."""
         return self._gpus.get_node(hostname)
+
+    # -- workloads on GPUs (store.workloads) ------------------------------------------------
+
+    def set_workloads(self, per_gpu: Mapping[str, Sequence[Mapping[str, str]]], at: datetime) -> int:
+        """Replace the workloads (label sets) of these GPUs as seen at `at`; an empty list: none now."""
+        return self._workloads.set_workloads(per_gpu, at)
+
+    def workloads(self, uuids: Sequence[str]) -> dict[str, GpuWorkloads]:
+        """The newest workloads of these GPUs (those ever reported) and when they were seen."""
+        return self._workloads.workloads(uuids)
 
     # -- scores and decisions (store.decisions) ---------------------------------------------
 

@@ -24,11 +24,14 @@ def list_decisions(
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> dict[str, Any]:
-    """Decisions; by default the active ones. `?decision=rma` is the RMA list, `demote` the demotion list."""
+    """Decisions; by default the active ones. `?decision=rma` is the RMA list, `demote` the demotion list.
+    Each names the pods or Slurm jobs on its GPU now: what acting on it affects."""
     items, total = store.decisions(
         decision=decision, state=None if state == "all" else state, hostname=hostname, limit=limit, offset=offset
     )
-    return {"items": items, "total": total, "limit": limit, "offset": offset}
+    on = store.workloads([d["gpu_uuid"] for d in items])
+    out = [{**d, "workloads": on[d["gpu_uuid"]]["workloads"] if d["gpu_uuid"] in on else []} for d in items]
+    return {"items": out, "total": total, "limit": limit, "offset": offset}
 
 
 @writes.post(

@@ -31,6 +31,26 @@ class GpuInfo:
     driver_version: str = ""
 
 
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG GPU instance of a GPU: dcgm-exporter's GPU_I_ID and GPU_I_PROFILE labels."""
+
+    gpu_instance_id: int
+    """The GPU instance ID (nvmlDeviceGetGpuInstanceId), unique within its GPU."""
+    profile: str
+    """The GPU instance profile, e.g. "1g.10gb" ("" when the driver does not say)."""
+    uuid: str = ""
+    """The MIG device's UUID ("MIG-..."): what the Kubernetes device plugin hands to pods."""
+
+
+@dataclass
+class MigReading:
+    """One MIG instance's values at one sample: only the fields that exist per instance (memory)."""
+
+    instance: MigInstance
+    values: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass
 class GpuReading:
     """One GPU's values at one sample; a field the GPU does not support is absent."""
@@ -40,6 +60,8 @@ class GpuReading:
     lost: bool = False
     error: str | None = None
     """Why the GPU is lost or a read failed, for logs and /healthz."""
+    mig: list[MigReading] = field(default_factory=list)
+    """Its MIG instances when MIG is on; health, risk and decisions stay with the GPU itself."""
 
 
 @dataclass(frozen=True)

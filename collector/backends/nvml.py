@@ -22,9 +22,12 @@ from collector.backends.base import (
     CommonOptions,
     GpuInfo,
     GpuReading,
+    MigReading,
     ProbeRunner,
     XidEvent,
 )
+from collector.backends.nvml_derived import derived_readers, memory_reader
+from collector.backends.nvml_mig import MIG_FIELDS, mig_devices
 from collector.probes import SubprocessProbeRunner
 
 log = logging.getLogger(__name__)
@@ -62,14 +65,18 @@ class _Gpu:
     error: str | None = None
     nvlink_links: dict[int, list[int]] = field(default_factory=dict)
     """Per NVLink error counter, the links that answered when first probed."""
+    has_mig: bool = True
+    """False once NVML said the GPU has no MIG (pre-Ampere): not asked again."""
 
 
 class _GpuCalls:
     """NVML calls on one GPU within one read; a result (or error) is shared by every field."""
 
-    def __init__(self, nvml: Any, gpu: _Gpu) -> None:
+    def __init__(self, nvml: Any, gpu: _Gpu, handle: Any = None) -> None:
         self.nvml = nvml
         self.gpu = gpu
+        self.handle = gpu.handle if handle is None else handle
+        """The GPU's handle, or one of its MIG devices' (per-instance fields)."""
         self._memo: dict[tuple[object, ...], object] = {}
         self._members = value_members(nvml)
 
@@ -82,7 +89,7 @@ class _GpuCalls:
                 raise hit
             return hit
         try:
-            result = getattr(self.nvml, fn)(self.gpu.handle, *args)
+            result = getattr(self.nvml, fn)(self.handle, *args)
         except self.nvml.NVMLError as err:
             self._memo[key] = err
             raise
@@ -206,6 +213,7 @@ def build_readers(nvml: Any) -> dict[str, Reader]:
     def nvlink(counter: int) -> Reader:
         return lambda c: c.nvlink_total(counter)
 
+    memory = memory_reader(n)
     ecc = "nvmlDeviceGetTotalEccErrors"
     corrected, uncorrected = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
     readers: dict[str, Reader] = {
@@ -227,10 +235,10 @@ def build_readers(nvml: Any) -> dict[str, Reader]:
         # [utilisation, sampling period in us]
         "enc_util_pct": lambda c: c("nvmlDeviceGetEncoderUtilization")[0],
         "dec_util_pct": lambda c: c("nvmlDeviceGetDecoderUtilization")[0],
-        # Memory info is in bytes; DCGM's FB_* fields are MiB.
-        "fb_free_mib": lambda c: c("nvmlDeviceGetMemoryInfo").free / _MIB,
-        "fb_used_mib": lambda c: c("nvmlDeviceGetMemoryInfo").used / _MIB,
-        "fb_total_mib": lambda c: c("nvmlDeviceGetMemoryInfo").total / _MIB,
+        # Memory info is in bytes; DCGM's FB_* fields are MiB. v2 where the driver has it, as DCGM.
+        "fb_free_mib": lambda c: memory(c).free / _MIB,
+        "fb_used_mib": lambda c: memory(c).used / _MIB,
+        "fb_total_mib": lambda c: memory(c).total / _MIB,
         "ecc_sbe_volatile": call(ecc, corrected, n.NVML_VOLATILE_ECC),
         "ecc_dbe_volatile": call(ecc, uncorrected, n.NVML_VOLATILE_ECC),
         "ecc_sbe_aggregate": call(ecc, corrected, n.NVML_AGGREGATE_ECC),
@@ -260,6 +268,7 @@ def build_readers(nvml: Any) -> dict[str, Reader]:
     recovery_id = getattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
     if recovery_id is not None:
         readers["recovery_action"] = field_value(recovery_id)
+    readers.update(derived_readers(n))  # computed as DCGM computes them (nvml_derived.py)
     # NVLink sums need the link count at read time: fail now if it is missing.
     _ = n.NVML_NVLINK_MAX_LINKS
     return readers
@@ -423,10 +432,7 @@ class NvmlBackend:
                 value = reader(calls)
             except self._nvml.NVMLError as err:
                 if err.value in self._lost:
-                    gpu.lost = True
-                    gpu.error = f"GPU {gpu.info.index} ({gpu.info.uuid}) is lost: {_one_line(err)}"
-                    log.error("%s (while reading %s)", gpu.error, name)
-                    return GpuReading(gpu.info, lost=True, error=gpu.error)
+                    return self._mark_lost(gpu, err, name)
                 if err.value in self._absent:
                     self._once(gpu, name, logging.DEBUG, "not available: %s", _one_line(err))
                 else:
@@ -439,7 +445,50 @@ class NvmlBackend:
                 self._once(gpu, name, logging.DEBUG, "not available on this GPU")
                 continue
             values[name] = float(value)
-        return GpuReading(gpu.info, values)
+        try:
+            mig = self._read_mig(gpu)
+        except self._nvml.NVMLError as err:  # only a lost GPU gets here
+            return self._mark_lost(gpu, err, "its MIG instances")
+        return GpuReading(gpu.info, values, mig=mig)
+
+    def _mark_lost(self, gpu: _Gpu, err: BaseException, reading: str) -> GpuReading:
+        gpu.lost = True
+        gpu.error = f"GPU {gpu.info.index} ({gpu.info.uuid}) is lost: {_one_line(err)}"
+        log.error("%s (while reading %s)", gpu.error, reading)
+        return GpuReading(gpu.info, lost=True, error=gpu.error)
+
+    def _read_mig(self, gpu: _Gpu) -> list[MigReading]:
+        """Its MIG instances with their memory; [] without MIG or on trouble (logged once). Raises NVMLError
+        only for a lost GPU."""
+        if not gpu.has_mig:
+            return []
+        try:
+            devices = mig_devices(self._nvml, gpu.handle)
+        except self._nvml.NVMLError as err:
+            if err.value in self._lost:
+                raise
+            self._once(gpu, "MIG instances", logging.WARNING, "listing failed: %s", _one_line(err))
+            return []
+        if devices is None:
+            gpu.has_mig = False
+            return []
+        readings = []
+        for d in devices:
+            calls = _GpuCalls(self._nvml, gpu, d.handle)
+            values: dict[str, float] = {}
+            for name in MIG_FIELDS:
+                try:
+                    value = self._readers[name](calls)
+                except self._nvml.NVMLError as err:
+                    if err.value in self._lost:
+                        raise
+                    level = logging.DEBUG if err.value in self._absent else logging.WARNING
+                    self._once(gpu, f"{name} of MIG instance {d.instance.gpu_instance_id}", level, "%s", _one_line(err))
+                    continue
+                if value is not None:
+                    values[name] = float(value)
+            readings.append(MigReading(d.instance, values))
+        return readings
 
     def _once(self, gpu: _Gpu, name: str, level: int, msg: str, *args: object) -> None:
         """Log a field's trouble once per GPU: it will be the same on every read."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from collector.backends.base import GpuInfo, GpuReading, ProbeRunner, XidEvent
+from collector.backends.base import GpuInfo, GpuReading, MigReading, ProbeRunner, XidEvent
 from collector.probes import SubprocessProbeRunner
 
 
@@ -27,6 +27,8 @@ class ScriptedBackend:
         self.infos = [info(i) for i in range(n)]
         self.values: dict[int, dict[str, float]] = {i: {"gpu_temp_c": 40.0 + i} for i in range(n)}
         self.lost: set[int] = set()
+        self.mig: dict[int, list[MigReading]] = {}
+        """MIG instances a GPU reports (by GPU index)."""
         self.events: list[XidEvent] = []
         self.fail_with: Exception | None = None
         self.gate: threading.Event | None = None  # when set to an unset Event, read() hangs
@@ -43,9 +45,12 @@ class ScriptedBackend:
         if self.fail_with is not None:
             raise self.fail_with
         return [
-            GpuReading(i_, {} if i in self.lost else dict(self.values[i]), lost=i in self.lost)
+            GpuReading(
+                i_, {} if i in self.lost else dict(self.values[i]), lost=i in self.lost,
+                mig=[] if i in self.lost else list(self.mig.get(i, [])),
+            )
             for i, i_ in enumerate(self.infos)
-        ]
+        ]  # fmt: skip
 
     def drain_xid_events(self) -> list[XidEvent]:
         ev, self.events = self.events, []

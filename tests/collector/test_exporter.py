@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gzip
 import math
 import urllib.error
 import urllib.request
@@ -11,7 +12,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import XidEvent
 from collector.backends.sim import SimBackend
-from collector.exporter import ExporterServer, GpuCollector, SelfCollector, render
+from collector.exporter import ExporterServer, GpuCollector, SelfCollector, accepts_gzip, render
 from collector.sampler import Sampler
 from core import catalog
 from simulator.fleet import FaultMode, FaultSpec
@@ -207,3 +208,60 @@ def test_render_with_fresh_label_dicts_per_family() -> None:
 def test_stop_without_start_returns() -> None:
     srv = ExporterServer(CollectorRegistry(), lambda: (True, "ok"), "127.0.0.1", 0)
     srv.stop()
+
+
+def test_driver_version_label_on_every_series_of_a_gpu_unless_blank() -> None:
+    """dcgm-exporter's `DCGM_FI_DRIVER_VERSION, label` row: the label on all of a GPU's series."""
+    b = ScriptedBackend(2)
+    b.infos[0] = type(b.infos[0])(**{**b.infos[0].__dict__, "driver_version": "570.124.06"})
+    b.events = [XidEvent(b.infos[0].uuid, 48, 0.0)]
+    s = Sampler(b, 10.0, clock=FakeClock())
+    s.sample_once()
+    with_label = {**_labels(b, 0), "DCGM_FI_DRIVER_VERSION": "570.124.06"}
+    reg = _registry(s)
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", with_label) == 40.0
+    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**with_label, "xid": "48"}) == 1.0
+    assert reg.get_sample_value("gpuhealth_gpu_lost", with_label) == 0.0
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 1)) == 41.0  # no driver version: no label
+    bare = CollectorRegistry(auto_describe=False)
+    bare.register(GpuCollector(lambda: s.latest, catalog.select(), label_fields=()))  # a counters file without it
+    assert bare.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 0)) == 40.0
+
+
+@pytest.mark.parametrize(
+    ("header", "gzipped"),
+    [
+        ("gzip", True),
+        ("deflate, gzip;q=0.5", True),
+        ("x-gzip", True),
+        ("*", True),
+        ("gzip;q=0, *", False),
+        ("identity", False),
+        ("deflate, br", False),
+        ("", False),
+        (None, False),
+        ("gzip;q=nonsense", False),
+    ],
+)
+def test_accept_encoding(header: str | None, gzipped: bool) -> None:
+    assert accepts_gzip(header) is gzipped
+
+
+def test_metrics_gzip_only_when_asked() -> None:
+    s = Sampler(SimBackend(gpus_per_node=8, seed=1), 10.0, clock=FakeClock())
+    s.sample_once()
+    srv = ExporterServer(_registry(s, fields=catalog.select()), s.health, "127.0.0.1", 0)
+    srv.start()
+    try:
+        url = f"http://127.0.0.1:{srv.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:  # urllib sends no Accept-Encoding
+            plain_headers, plain = r.headers, r.read()
+        ask = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(ask, timeout=5) as r:
+            gz_headers, packed = r.headers, r.read()
+    finally:
+        srv.stop()
+    assert plain_headers["Content-Encoding"] is None and plain_headers["Vary"] == "Accept-Encoding"
+    assert gz_headers["Content-Encoding"] == "gzip" and gz_headers["Vary"] == "Accept-Encoding"
+    assert int(gz_headers["Content-Length"]) == len(packed) < len(plain) / 5
+    assert gzip.decompress(packed) == plain  # one snapshot: the same text either way

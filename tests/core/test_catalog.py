@@ -23,6 +23,10 @@ def test_catalogue_covers_reference_fields() -> None:
         ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 112), ("DCGM_FI_DEV_THERMAL_VIOLATION", 241),
         ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 202), ("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", 236),
         ("DCGM_FI_DEV_POWER_USAGE", 155), ("DCGM_FI_DEV_FB_USED", 252),
+        # dcgm_fields.h (NVIDIA/DCGM 72fa3fe; 449 is now an alias of DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL)
+        ("DCGM_FI_DEV_FB_RESERVED", 253), ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", 1009), ("DCGM_FI_PROF_PCIE_RX_BYTES", 1010),
+        ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526),
     ]:  # fmt: skip
         assert by_dcgm[name].dcgm_id == fid
     cats = {f.category for f in FIELDS}
@@ -85,3 +89,13 @@ def test_metrics_doc_is_generated_and_current() -> None:
     for f in FIELDS:
         assert f"| `{f.name}` | `{f.metric_name}` |" in text
     assert (ROOT / "docs" / "metrics.md").read_text() == text, "run `make generate`"
+
+
+def test_label_fields_are_checked_against_fields() -> None:
+    driver = catalog.LABELS[0]
+    assert (driver.dcgm_name, driver.dcgm_id) == ("DCGM_FI_DRIVER_VERSION", 1)
+    assert catalog.BY_DCGM_NAME["DCGM_FI_DRIVER_VERSION"] is driver
+    with pytest.raises(CatalogError, match="already used by 'gpu_temp_c'"):
+        catalog.validate_labels((dataclasses.replace(driver, dcgm_id=150),), FIELDS)
+    with pytest.raises(CatalogError, match="DCGM_FI_\\* name"):
+        catalog.validate_labels((dataclasses.replace(driver, dcgm_name="DRIVER"),), FIELDS)

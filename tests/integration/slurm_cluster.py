@@ -9,8 +9,9 @@
 Several nodes on one host: Debian builds Slurm with --enable-multiple-slurmd, so each node is
 its own `slurmd -N gh-node-K` with its own Port, all with NodeAddr=127.0.0.1; `%n` in the
 spool and pid paths keeps them apart. Each node has 4 CPUs (config_overrides: more than the
-host has), Gres=gpu:h100:2 backed by empty files, Features=reliable and Weight=1. Everything
-runs as root (SlurmUser=root), with its own munged and key, no cgroups, no accounting.
+host has), Gres=gpu:h100:2 backed by empty files (device nodes with `gpu_devices`), Features=reliable
+and Weight=1. Everything runs as root (SlurmUser=root), with its own munged and key, no cgroups, no
+accounting; `prolog` and `epilog` set slurm.conf's Prolog (PrologFlags=Alloc) and Epilog.
 Ready in about 1-2 s; `stop()` kills every process the cluster started, jobs included.
 """
 
@@ -23,6 +24,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -411,6 +413,8 @@ def slurm_conf_text(
     slurmd_port: int,
     health_check_program: str | None,
     health_check_interval: int,
+    prolog: str | None = None,
+    epilog: str | None = None,
 ) -> str:
     """slurm.conf for a one-host cluster; `nodes` maps node name to its slurmd port."""
     lines = [
@@ -458,6 +462,12 @@ def slurm_conf_text(
             f"HealthCheckInterval={health_check_interval}",
             "HealthCheckNodeState=ANY",
         ]
+    if prolog:
+        # Run at allocation (not at the job's first step), as GPU bookkeeping wants: an allocation
+        # without steps (salloc) holds its GPUs too.
+        lines += [f"Prolog={prolog}", "PrologFlags=Alloc"]
+    if epilog:
+        lines.append(f"Epilog={epilog}")
     for name, port in nodes.items():
         lines.append(
             f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port} CPUs={CPUS_PER_NODE} "
@@ -484,6 +494,19 @@ def _short_runtime_dir(workdir: Path) -> tuple[Path, bool]:
     return Path(tempfile.mkdtemp(prefix="gh-slurm-")), True
 
 
+def _make_gpu(path: Path, device: bool) -> None:
+    """A fake GPU: an empty file, or a character device node with /dev/null's numbers (skip when refused)."""
+    if not device:
+        path.touch()
+        return
+    path.unlink(missing_ok=True)
+    null = os.stat("/dev/null").st_rdev
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, null)
+    except PermissionError as err:  # a container without CAP_MKNOD
+        pytest.skip(f"cannot make a device node for a fake GPU: {err}")
+
+
 def _tools() -> dict[str, str]:
     """Absolute paths of the Slurm and munge binaries; skip locally (fail in CI) when one is missing."""
     names = ["scontrol", "sinfo", "squeue", "sbatch", "scancel", "slurmctld", "slurmd", "munged"]
@@ -505,11 +528,19 @@ def start_slurm_cluster(
     nodes: int = 3,
     health_check_program: str | None = None,
     health_check_interval: int = 0,
+    prolog: str | None = None,
+    epilog: str | None = None,
+    gpu_devices: bool = False,
 ) -> SlurmCluster:
     """Write the configs, start munged, slurmctld and `nodes` slurmds; return once every node is IDLE."""
     # slurmd runs `health_check_program` as root at its start (before registering) and then every
     # `health_check_interval` s, with PWD and SLURMD_NODENAME as its whole environment: the program
     # must set PATH and SLURM_CONF (always workdir/slurm.conf) itself.
+    # `prolog` and `epilog` (absolute paths) are slurm.conf's Prolog (at allocation: PrologFlags=Alloc) and
+    # Epilog, run by slurmd as root on the job's node with the job's SLURM_* variables but no PATH.
+    # The GPUs are empty files, which slurmd logs as no valid device and then sets neither SLURM_JOB_GPUS nor
+    # CUDA_VISIBLE_DEVICES for a job, its prolog or its epilog; with `gpu_devices` they are character device
+    # nodes (/dev/null's numbers: never opened) and Slurm sets both, as on a real GPU node.
     tools = _tools()
     _require_root()
     workdir = Path(workdir).resolve()
@@ -520,7 +551,7 @@ def start_slurm_cluster(
     for name in names:
         (runtime_dir / "spool" / name).mkdir(parents=True, exist_ok=True)
         for gpu in range(GPUS_PER_NODE):
-            (workdir / "dev" / f"{name}-gpu{gpu}").touch()
+            _make_gpu(workdir / "dev" / f"{name}-gpu{gpu}", gpu_devices)
     hostname = socket.gethostname().split(".", 1)[0]
     ctld_port = free_port()
     conf = workdir / "slurm.conf"
@@ -529,6 +560,7 @@ def start_slurm_cluster(
             hostname=hostname, runtime_dir=runtime_dir, workdir=workdir,
             nodes={name: free_port() for name in names}, ctld_port=ctld_port, slurmd_port=free_port(),
             health_check_program=health_check_program, health_check_interval=health_check_interval,
+            prolog=prolog, epilog=epilog,
         )
     )  # fmt: skip
     (workdir / "gres.conf").write_text(gres_conf_text(workdir / "dev", names))

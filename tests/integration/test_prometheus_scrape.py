@@ -164,10 +164,15 @@ def test_profiling_and_framebuffer_series(scraped: PromClient, sim_node: SimNode
     active = scraped.query("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     assert len(active) == sim_node.gpus
     assert all(0.0 <= v <= 1.0 for v in values_of(active)), "a DCGM_FI_PROF_* ratio lies in [0, 1]"
-    # Used and free come from the same sample, so they add up to the model's framebuffer.
-    total = scraped.query("DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE")
+    # Used, free and reserved come from the same sample (nvmlMemory_v2), so they add up to the framebuffer.
+    total = scraped.query("DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE + DCGM_FI_DEV_FB_RESERVED")
     assert len(total) == sim_node.gpus
     assert values_of(total) == [get_model(DEFAULT_MODEL).fb_total_mib] * sim_node.gpus
+    # dcgm-exporter's driver-version label reaches Prometheus on every GPU's series.
+    by_driver = scraped.query("count by (DCGM_FI_DRIVER_VERSION) (DCGM_FI_PROF_PCIE_TX_BYTES)")
+    assert [(r["metric"].get("DCGM_FI_DRIVER_VERSION"), r["value"][1]) for r in by_driver] == [
+        ("570.124.06", str(sim_node.gpus))
+    ]
 
 
 def test_xid_counter_and_self_health(scraped: PromClient, sim_node: SimNode) -> None:
@@ -214,6 +219,8 @@ def test_target_up_and_scraped_without_errors(scraped: PromClient, target: str, 
     assert seen["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"] == "counter"
     assert seen["gpuhealth_xid_errors_total"] == "counter"
     assert seen["DCGM_FI_DEV_GPU_TEMP"] == "gauge"
+    assert seen["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == "counter"  # as dcgm-exporter types it (a rate)
+    assert seen["DCGM_FI_PROF_PCIE_TX_BYTES"] == "gauge"
 
     # Prometheus counts the samples it dropped: duplicate series, out of order, out of bounds.
     dropped = {

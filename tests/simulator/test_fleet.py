@@ -53,7 +53,7 @@ def test_healthy_gpus_stay_inside_model_limits(model: str) -> None:
         assert np.all(v["gpu_temp_c"] > 15)
         assert np.all(mem[seen] > v["gpu_temp_c"][seen])
         assert np.all(v["power_w"] <= m.power_limit_w)
-        assert np.all(v["fb_used_mib"] + v["fb_free_mib"] == m.fb_total_mib)
+        assert np.all(v["fb_used_mib"] + v["fb_free_mib"] + v["fb_reserved_mib"] == m.fb_total_mib)
     assert not sim.lost.any()
 
 

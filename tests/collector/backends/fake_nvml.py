@@ -22,6 +22,8 @@ import pynvml
 MIB = 1024 * 1024
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
+MAX_MIG_DEVICES = 7
+"""nvmlDeviceGetMaxMigDeviceCount of an A100/H100: seven 1g instances at most."""
 
 _VALUE_MEMBER = {
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
@@ -53,6 +55,8 @@ def h100_values() -> dict[tuple[Any, ...], Any]:
         ("nvmlDeviceGetEncoderUtilization",): 0,
         ("nvmlDeviceGetDecoderUtilization",): 3,
         ("nvmlDeviceGetMemoryInfo",): (81559 * MIB, 41559 * MIB, 40000 * MIB),  # total, free, used
+        # nvmlDeviceGetMemoryInfo_v2 (driver r510+): total, reserved, free, used; v1's used includes reserved.
+        ("nvmlDeviceGetMemoryInfo_v2",): (81559 * MIB, 529 * MIB, 41559 * MIB, 39471 * MIB),
         (
             "nvmlDeviceGetTotalEccErrors",
             p.NVML_MEMORY_ERROR_TYPE_CORRECTED,
@@ -95,7 +99,27 @@ def h100_values() -> dict[tuple[Any, ...], Any]:
         # nvmlDeviceGetFieldValues: field id -> (value type, value) or ("error", NVML code)
         ("field", p.NVML_FI_DEV_MEMORY_TEMP): (p.NVML_VALUE_TYPE_UNSIGNED_INT, 52),
         ("field", p.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): (p.NVML_VALUE_TYPE_UNSIGNED_INT, 0),
+        # NVLink data throughput counters in KiB, asked for all links at once (scope 0xFFFFFFFF).
+        ("field", p.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX): (p.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 10_000_000),
+        ("field", p.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX): (p.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 12_000_000),
+        # nvmlDeviceGetGridLicensableFeatures: (isGridLicenseSupported, [(featureCode, featureState), ...]);
+        # a bare-metal GPU answers, without vGPU licensing.
+        ("nvmlDeviceGetGridLicensableFeatures",): (0, []),
     }
+
+
+@dataclass
+class FakeMig:
+    """One MIG device (a compute instance) of a FakeGpu, in NVML's units."""
+
+    uuid: str
+    gpu_instance_id: int
+    profile: str = "1g.10gb"
+    """As in the device's name: "<GPU name> MIG <profile>"."""
+    memory: tuple[int, int, int] = (9856 * MIB, 9000 * MIB, 856 * MIB)
+    """nvmlDeviceGetMemoryInfo on its handle: total, free, used (bytes)."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Call name -> NVML error code that call on this MIG device raises."""
 
 
 @dataclass
@@ -116,6 +140,11 @@ class FakeGpu:
     lost_after_calls: int | None = None
     """Become lost after this many calls on the handle (mid-read, like a real fall-off)."""
     calls: int = 0
+    mig_mode: int | None = None
+    """Current MIG mode (NVML_DEVICE_MIG_ENABLE/DISABLE); None: a GPU without MIG (pre-Ampere), whose
+    nvmlDeviceGetMigMode answers NVML_ERROR_NOT_SUPPORTED."""
+    mig: list[FakeMig | None] = field(default_factory=list)
+    """MIG devices by index (nvmlDeviceGetMigDeviceHandleByIndex); None or past the end: an empty slot."""
 
 
 class FakeNvml:
@@ -140,6 +169,12 @@ class FakeNvml:
         self._handles = [
             ctypes.cast(ctypes.c_void_p(0x10000 + 0x100 * i), pynvml.c_nvmlDevice_t) for i in range(len(gpus))
         ]
+        # MIG device handles: real pointers too, one per GPU and slot, distinct from the GPUs'.
+        self._mig_handles = {
+            (i, slot): ctypes.cast(ctypes.c_void_p(0x80000 + 0x100 * i + slot), pynvml.c_nvmlDevice_t)
+            for i in range(len(gpus))
+            for slot in range(MAX_MIG_DEVICES)
+        }
         self._lock = threading.Lock()
         self._events: queue.Queue[tuple[int, int] | int] = queue.Queue()
         self._event_set = ctypes.cast(ctypes.c_void_p(0xE000), pynvml.c_nvmlEventSet_t)
@@ -147,6 +182,8 @@ class FakeNvml:
         self.event_set_freed = False
         self.initialized = 0
         self.log: list[tuple[str, int | None]] = []
+        self.now_us = 1_700_000_000_000_000
+        """The CPU timestamp nvmlDeviceGetFieldValues stamps its values with (µs since 1970); tests move it."""
         """Every call made: (name, GPU index or None)."""
 
     # --- module-likeness ----------------------------------------------------------------
@@ -209,6 +246,34 @@ class FakeNvml:
                 return i
         raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
+    def _mig_slot(self, handle: Any) -> tuple[int, int] | None:
+        """(GPU index, slot) of a MIG device handle; None for any other handle."""
+        addr = ctypes.cast(handle, ctypes.c_void_p).value
+        for key, h in self._mig_handles.items():
+            if ctypes.cast(h, ctypes.c_void_p).value == addr:
+                return key
+        return None
+
+    def _mig(self, fn: str, handle: Any) -> FakeMig:
+        """The MIG device behind `handle`: its GPU's loss and the slot's emptiness answer as NVML does."""
+        self._need_init()
+        key = self._mig_slot(handle)
+        if key is None:  # a GPU handle: "if this query is not supported by the device"
+            self._gpu(fn, handle)
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        index, slot = key
+        self._record(fn, index)
+        gpu = self._gpus[index]
+        if gpu.lost:
+            raise pynvml.NVMLError(GPU_IS_LOST)
+        mig = gpu.mig[slot] if slot < len(gpu.mig) else None
+        if mig is None or gpu.mig_mode != pynvml.NVML_DEVICE_MIG_ENABLE:
+            # The instance was destroyed since the handle was handed out: the handle is invalid.
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if fn in mig.errors:
+            raise pynvml.NVMLError(mig.errors[fn])
+        return mig
+
     def _gpu(self, fn: str, handle: Any, *args: Any) -> FakeGpu:
         """Resolve the handle, count the call and raise what the GPU is configured to raise."""
         self._need_init()
@@ -265,9 +330,14 @@ class FakeNvml:
     # --- identity -----------------------------------------------------------------------
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str | bytes:
+        if self._mig_slot(handle) is not None:
+            return self._str(self._mig("nvmlDeviceGetUUID", handle).uuid)
         return self._str(self._gpu("nvmlDeviceGetUUID", handle).uuid)
 
     def nvmlDeviceGetName(self, handle: Any) -> str | bytes:
+        key = self._mig_slot(handle)
+        if key is not None:  # "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+            return self._str(f"{self._gpus[key[0]].name} MIG {self._mig('nvmlDeviceGetName', handle).profile}")
         return self._str(self._gpu("nvmlDeviceGetName", handle).name)
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
@@ -355,8 +425,32 @@ class FakeNvml:
         return [int(self._value("nvmlDeviceGetDecoderUtilization", handle)), 167_000]
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
-        total, free, used = self._value("nvmlDeviceGetMemoryInfo", handle)
+        if version and version != pynvml.nvmlMemory_v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        if self._mig_slot(handle) is not None:  # the instance's own memory (nothing reserved apart)
+            total, free, used = self._mig("nvmlDeviceGetMemoryInfo", handle).memory
+            if version:
+                return pynvml.c_nvmlMemory_v2_t(version=version, total=total, reserved=0, free=free, used=used)
+        elif version:
+            # pynvml calls nvmlDeviceGetMemoryInfo_v2; a driver before r510 lacks the symbol.
+            gpu = self._gpu("nvmlDeviceGetMemoryInfo", handle, version)
+            if ("nvmlDeviceGetMemoryInfo_v2",) not in gpu.values:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            total, reserved, free, used = gpu.values[("nvmlDeviceGetMemoryInfo_v2",)]
+            return pynvml.c_nvmlMemory_v2_t(version=version, total=total, reserved=reserved, free=free, used=used)
+        else:
+            total, free, used = self._value("nvmlDeviceGetMemoryInfo", handle)
         return pynvml.c_nvmlMemory_t(total=total, free=free, used=used)
+
+    def nvmlDeviceGetGridLicensableFeatures(self, handle: Any) -> Any:
+        supported, features = self._value("nvmlDeviceGetGridLicensableFeatures", handle)
+        out = pynvml.c_nvmlGridLicensableFeatures_v4_t()
+        out.isGridLicenseSupported = supported
+        out.licensableFeaturesCount = len(features)
+        for slot, (code, state) in zip(out.gridLicensableFeatures, features, strict=False):
+            slot.featureCode = code
+            slot.featureState = state
+        return out
 
     def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
         return list(self._value("nvmlDeviceGetRetiredPages", device, sourceFilter))
@@ -377,8 +471,11 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: Any) -> Any:
         gpu = self._gpu("nvmlDeviceGetFieldValues", handle, tuple(fieldIds))
         values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
-        for fv, field_id in zip(values, fieldIds, strict=True):
+        for fv, requested in zip(values, fieldIds, strict=True):
+            # An id alone, or (id, scope) as pynvml accepts; values are configured per id.
+            field_id, fv.scopeId = requested if isinstance(requested, tuple) else (requested, 0)
             fv.fieldId = field_id
+            fv.timestamp = self.now_us
             entry = gpu.values.get(("field", field_id))
             if entry is None:
                 # The call succeeds; the unsupported entry carries its own return code.
@@ -392,6 +489,32 @@ class FakeNvml:
             fv.valueType = value_type
             setattr(fv.value, _VALUE_MEMBER[value_type], value)
         return values
+
+    # --- MIG: the error codes nvml.h gives for each call ----------------------------------
+
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        gpu = self._gpu("nvmlDeviceGetMigMode", device)
+        if gpu.mig_mode is None:  # "If device doesn't support MIG mode"
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        return [gpu.mig_mode, gpu.mig_mode]  # [current, pending]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        gpu = self._gpu("nvmlDeviceGetMaxMigDeviceCount", device)
+        # "Returns zero if MIG is not supported or enabled."
+        return MAX_MIG_DEVICES if gpu.mig_mode == pynvml.NVML_DEVICE_MIG_ENABLE else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> Any:
+        gpu = self._gpu("nvmlDeviceGetMigDeviceHandleByIndex", device, index)
+        if gpu.mig_mode != pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError(NOT_SUPPORTED)
+        if not 0 <= index < MAX_MIG_DEVICES:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if index >= len(gpu.mig) or gpu.mig[index] is None:  # "if no valid MIG device was found at index"
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return self._mig_handles[(self._index(device), index)]
+
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        return self._mig("nvmlDeviceGetGpuInstanceId", device).gpu_instance_id
 
     # --- events -------------------------------------------------------------------------
 

@@ -145,7 +145,20 @@ class Engine:
     def __init__(self) -> None:
         self.gpus = {0: "GPU-dcgm-0", 1: "GPU-dcgm-1"}
         self.latest: dict[int, dict[int, object]] = {
-            0: {150: 45, 155: 301.25, 251: 40000, 1002: 0.75, XID_FIELD_ID: 0, 1523: 0},
+            0: {
+                150: 45,
+                155: 301.25,
+                251: 40000,
+                1002: 0.75,
+                XID_FIELD_ID: 0,
+                1523: 0,
+                # dcgm-exporter's other defaults: FB_RESERVED, NVLINK_BANDWIDTH_TOTAL (MB/s), PCIE bytes/s, vGPU
+                253: 529,
+                449: 61234,
+                1009: 2_000_000_000,
+                1010: 3_000_000_000,
+                526: 0,
+            },
             1: {150: 47, 155: DCGM_FP64_BLANK, 251: DCGM_INT64_BLANK + 2, XID_FIELD_ID: 48},
         }
         self.new_xids: dict[int, list[Sample]] = {}
@@ -294,6 +307,11 @@ def test_read_maps_ids_to_names_and_drops_blanks() -> None:
         "fb_free_mib": 40000.0,
         "prof_sm_active": 0.75,
         "xid": 0.0,
+        "fb_reserved_mib": 529.0,
+        "nvlink_bandwidth_mbps": 61234.0,
+        "pcie_tx_bytes_per_s": 2e9,
+        "pcie_rx_bytes_per_s": 3e9,
+        "vgpu_license_status": 0.0,
     }
     assert r1.values == {"gpu_temp_c": 47.0, "xid": 48.0}
     assert not r0.lost and not r1.lost

@@ -13,6 +13,8 @@ import pynvml
 import pytest
 
 from collector.backends import nvml as nvml_mod
+from collector.backends import nvml_derived as nvml_derived_mod
+from collector.backends import nvml_mig as nvml_mig_mod
 from collector.backends.base import Backend, BackendUnavailable, XidEvent
 from collector.backends.nvml import EVENT_FIELDS, NvmlBackend, build_readers, value_members
 from collector.probes import SubprocessProbeRunner
@@ -68,8 +70,15 @@ def test_value_union_members_match_pynvml() -> None:
 
 
 def _nvml_names_used() -> set[str]:
-    """pynvml names in nvml.py's code: attributes and string constants (call names, codes)."""
-    tree = ast.parse(Path(nvml_mod.__file__).read_text())
+    """pynvml names in nvml.py's and nvml_mig.py's code: attributes and string constants (call names, codes)."""
+    names: set[str] = set()
+    for module in (nvml_mod, nvml_mig_mod, nvml_derived_mod):
+        names |= _nvml_names_in(Path(module.__file__).read_text())
+    return names
+
+
+def _nvml_names_in(source: str) -> set[str]:
+    tree = ast.parse(source)
     docstrings = {
         id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
     }
@@ -183,7 +192,8 @@ def test_full_read_has_every_field_in_catalogue_units() -> None:
         "dec_util_pct": 3.0,
         "fb_total_mib": 81559.0,  # bytes / 2**20
         "fb_free_mib": 41559.0,
-        "fb_used_mib": 40000.0,
+        "fb_used_mib": 39471.0,  # nvmlMemory_v2: without the reserved memory, as DCGM
+        "fb_reserved_mib": 529.0,
         "ecc_sbe_volatile": 3.0,
         "ecc_dbe_volatile": 0.0,
         "ecc_sbe_aggregate": 17.0,
@@ -202,13 +212,17 @@ def test_full_read_has_every_field_in_catalogue_units() -> None:
         "pcie_link_width_max": 16.0,
         "pcie_tx_kbps": 1234.0,
         "pcie_rx_kbps": 5678.0,
+        "pcie_tx_bytes_per_s": 1234.0 * 1024,
+        "pcie_rx_bytes_per_s": 5678.0 * 1024,
         "nvlink_crc_flit_errors": 4.0,  # summed over 18 links
         "nvlink_crc_data_errors": 2.0,
         "nvlink_replay_errors": 18.0,
         "nvlink_recovery_errors": 0.0,
         "recovery_action": 0.0,
+        "vgpu_license_status": 0.0,  # no vGPU licensing on bare metal
     }
     assert "xid" not in r0.values  # the sampler fills it from events
+    assert "nvlink_bandwidth_mbps" not in r0.values  # a rate: needs a second read
 
 
 def test_shared_calls_are_made_once_per_read() -> None:
@@ -217,6 +231,42 @@ def test_shared_calls_are_made_once_per_read() -> None:
     mem_calls = [c for c in fake.log if c == ("nvmlDeviceGetMemoryInfo", 0)]
     rows_calls = [c for c in fake.log if c == ("nvmlDeviceGetRemappedRows", 0)]
     assert len(mem_calls) == 1 and len(rows_calls) == 1
+
+
+def test_memory_falls_back_to_v1_on_a_driver_without_v2() -> None:
+    fake = two_gpus()
+    del fake._gpus[0].values[("nvmlDeviceGetMemoryInfo_v2",)]  # pynvml: NVML_ERROR_FUNCTION_NOT_FOUND
+    r0, r1 = backend(fake).read()
+    assert (r0.values["fb_used_mib"], r0.values["fb_free_mib"]) == (40000.0, 41559.0)  # v1: used holds reserved
+    assert "fb_reserved_mib" not in r0.values
+    assert r1.values["fb_reserved_mib"] == 529.0
+
+
+def test_nvlink_bandwidth_is_dcgms_rate_between_reads() -> None:
+    fake = two_gpus()
+    fake._gpus[1].values.pop(("field", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX))  # a PCIe-only board
+    b = backend(fake)
+    b.read()
+    rx = ("field", pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)
+    kind, kib = fake._gpus[0].values[rx]
+    fake._gpus[0].values[rx] = (kind, kib + 30_000_000)  # 30 GiB more in 10 s
+    fake.now_us += 10_000_000
+    r0, r1 = b.read()
+    assert r0.values["nvlink_bandwidth_mbps"] == pytest.approx(3_000.0)  # 3e6 KiB/s / 1000, as DCGM
+    assert "nvlink_bandwidth_mbps" not in r1.values
+    fake._gpus[0].values[rx] = (kind, 5)  # the driver reloaded: counters restart
+    fake.now_us += 10_000_000
+    r0, _ = b.read()
+    assert "nvlink_bandwidth_mbps" not in r0.values
+
+
+def test_vgpu_license_status_follows_the_vgpu_feature() -> None:
+    fake = two_gpus()
+    vgpu = pynvml.NVML_GRID_LICENSE_FEATURE_CODE_VGPU
+    fake._gpus[0].values[("nvmlDeviceGetGridLicensableFeatures",)] = (1, [(vgpu, 1)])
+    fake._gpus[1].values[("nvmlDeviceGetGridLicensableFeatures",)] = (1, [(vgpu, 0)])
+    r0, r1 = backend(fake).read()
+    assert (r0.values["vgpu_license_status"], r1.values["vgpu_license_status"]) == (1.0, 0.0)
 
 
 def test_field_values_use_the_union_member_of_their_type() -> None:
@@ -333,7 +383,7 @@ def test_gpu_lost_in_the_middle_of_a_read_reports_no_partial_values() -> None:
     r0, r1 = b.read()
     assert r0.lost and r0.values == {}
     assert fake._gpus[0].calls == fake._gpus[0].lost_after_calls + 1  # stopped at the loss
-    assert not r1.lost and len(r1.values) == len(build_readers(pynvml))
+    assert not r1.lost and set(r1.values) == set(build_readers(pynvml)) - {"nvlink_bandwidth_mbps"}  # a rate: 2nd read
 
 
 # --- start-up failures ---------------------------------------------------------------------
@@ -464,9 +514,10 @@ def test_real_nvml_reads_every_gpu() -> None:
             assert not r.lost, r.error
             assert 0 < r.values["gpu_temp_c"] < 120
             assert r.values["power_w"] > 0
-            assert r.values["fb_total_mib"] == pytest.approx(
-                r.values["fb_used_mib"] + r.values["fb_free_mib"], abs=1024
-            )
+            # nvmlMemory_v2 (driver r510+) keeps the reserved memory out of used; v1 has no reserved.
+            parts = r.values["fb_used_mib"] + r.values["fb_free_mib"] + r.values.get("fb_reserved_mib", 0.0)
+            assert r.values["fb_total_mib"] == pytest.approx(parts, abs=1024)
+            assert r.values["pcie_tx_bytes_per_s"] == r.values["pcie_tx_kbps"] * 1024
         assert b.drain_xid_events() == []
     finally:
         b.close()

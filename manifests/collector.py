@@ -1,0 +1,138 @@
+"""The per-node collector: a DaemonSet of `gpuhealth collect` on the GPU nodes, and the Service Prometheus scrapes.
+
+Like dcgm-exporter, the collector sees every GPU of its node through the NVIDIA runtime
+(`runtimeClassName: nvidia`, NVIDIA_VISIBLE_DEVICES=all) without asking the scheduler for one,
+so it never competes with workloads for a GPU and its probes touch only idle GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from manifests import config as c
+
+COMPONENT = "collector"
+CONTAINER = "collector"
+TMP = "/tmp"  # the probes' child processes write their output there (tempfile), CuPy its kernel cache
+
+
+def service_account() -> dict[str, Any]:
+    """The collector's own identity: it calls no Kubernetes API, so it gets no token."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": c.metadata(c.COLLECTOR, COMPONENT),
+        "automountServiceAccountToken": False,
+    }
+
+
+def args() -> list[str]:
+    """`gpuhealth collect` with NFD labels from the central service."""
+    return [
+        "collect",
+        "--listen", f"0.0.0.0:{c.COLLECTOR_PORT}",
+        "--nfd-features-dir", c.NFD_FEATURES_DIR,
+        "--service-url", c.SERVICE_URL,
+    ]  # fmt: skip
+
+
+def tolerations() -> list[dict[str, str]]:
+    """Stay on GPU nodes, and on nodes our own decisions tainted (their labels must stay fresh)."""
+    return [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        *({"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in c.OUR_TAINTS),
+    ]
+
+
+def _security_context() -> dict[str, Any]:
+    # uid 0 without any capability: the kubelet's socket and NFD's features.d are root's (0755) on the
+    # host, and connecting to a socket or writing a file there needs its owner, not privilege.
+    return {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsUser": 0,
+        "runAsNonRoot": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _probe(path: str, period_s: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period_s, "timeoutSeconds": 5}
+
+
+def container() -> dict[str, Any]:
+    """The collector container: env, port, probes, mounts."""
+    return {
+        "name": CONTAINER,
+        "image": c.IMAGE,
+        "args": args(),
+        "env": [
+            # The host label is the node's name, as the actuator and NFD know the node.
+            {"name": "GPUHEALTH_HOSTNAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},  # NVML, and CUDA for probes
+            {"name": "CUPY_CACHE_DIR", "value": f"{TMP}/cupy"},
+        ],
+        "ports": [{"name": "metrics", "containerPort": c.COLLECTOR_PORT, "protocol": "TCP"}],
+        "livenessProbe": {**_probe("/healthz", 30), "initialDelaySeconds": 15, "failureThreshold": 3},
+        "readinessProbe": _probe("/healthz", 10),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": _security_context(),
+        "volumeMounts": [
+            {"name": "pod-resources", "mountPath": c.POD_RESOURCES_DIR, "readOnly": True},
+            {"name": "nfd-features", "mountPath": c.NFD_FEATURES_DIR},
+            {"name": "tmp", "mountPath": TMP},
+        ],
+    }
+
+
+def daemonset() -> dict[str, Any]:
+    """One collector per GPU node."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": c.metadata(c.COLLECTOR, COMPONENT),
+        "spec": {
+            "selector": {"matchLabels": c.selector(COMPONENT)},
+            # A fleet updates 10% of its nodes at a time, not one by one.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+            "template": {
+                "metadata": {"labels": c.labels(COMPONENT)},
+                "spec": {
+                    "serviceAccountName": c.COLLECTOR,
+                    "automountServiceAccountToken": False,
+                    "runtimeClassName": c.RUNTIME_CLASS,
+                    "nodeSelector": dict(c.GPU_NODE_SELECTOR),
+                    "tolerations": tolerations(),
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container()],
+                    "volumes": [
+                        {"name": "pod-resources", "hostPath": {"path": c.POD_RESOURCES_DIR, "type": "Directory"}},
+                        # Created when NFD is not installed yet: the collector starts, its labels wait.
+                        {"name": "nfd-features", "hostPath": {"path": c.NFD_FEATURES_DIR, "type": "DirectoryOrCreate"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def service() -> dict[str, Any]:
+    """A headless Service over the collectors, for the ServiceMonitor (each pod is a target)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": c.metadata(c.COLLECTOR, COMPONENT, extra_labels={c.SCRAPE_JOB_LABEL: c.COLLECTOR_JOB}),
+        "spec": {
+            "clusterIP": "None",
+            "selector": c.selector(COMPONENT),
+            "ports": [{"name": "metrics", "port": c.COLLECTOR_PORT, "targetPort": "metrics", "protocol": "TCP"}],
+        },
+    }
+
+
+def objects() -> list[dict[str, Any]]:
+    """deploy/kubernetes/collector.yaml."""
+    return [service_account(), daemonset(), service()]
