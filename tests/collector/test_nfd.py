@@ -32,6 +32,7 @@ from collector.nfd import (
 from core.decisions import DECISIONS, worst
 from core.service_client import GpuView, NodeView, ServiceUnavailable
 from tests.core.test_service_client import TOKEN, closed_port, real_service
+from tests.crd import crd_schema, unknown_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = ROOT / "deploy/examples/nfd-gpuhealth-rule.yaml"
@@ -343,32 +344,8 @@ def test_an_unreachable_service_writes_nothing(tmp_path: Path) -> None:
 # -- the example NodeFeatureRule -----------------------------------------------------------------
 
 
-def _crd() -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(CRD.read_text())
-    assert (doc["kind"], doc["spec"]["group"], doc["spec"]["names"]["kind"]) == (
-        "CustomResourceDefinition", "nfd.k8s-sigs.io", "NodeFeatureRule")  # fmt: skip
-    return doc
-
-
 def _schema(version: str) -> dict[str, Any]:
-    (v,) = [v for v in _crd()["spec"]["versions"] if v["name"] == version]
-    schema: dict[str, Any] = v["schema"]["openAPIV3Schema"]
-    return schema
-
-
-def _unknown_fields(value: Any, schema: dict[str, Any], where: str = "") -> list[str]:
-    """Fields Kubernetes would prune (structural schemas drop what they do not declare)."""
-    if isinstance(value, dict) and schema.get("type") == "object" and "properties" in schema:
-        out = [f"{where}.{k}" for k in value if k not in schema["properties"]]
-        for k, v in value.items():
-            if k in schema["properties"]:
-                out += _unknown_fields(v, schema["properties"][k], f"{where}.{k}")
-        return out
-    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
-        return [f for k, v in value.items() for f in _unknown_fields(v, schema["additionalProperties"], f"{where}.{k}")]
-    if isinstance(value, list) and "items" in schema:
-        return [f for i, v in enumerate(value) for f in _unknown_fields(v, schema["items"], f"{where}[{i}]")]
-    return []
+    return crd_schema(CRD, "nfd.k8s-sigs.io", "NodeFeatureRule", version)
 
 
 def test_example_rule_is_a_valid_nodefeaturerule() -> None:
@@ -380,7 +357,7 @@ def test_example_rule_is_a_valid_nodefeaturerule() -> None:
     validator = jsonschema_rs.validator_for(schema)
     errors = [e.message for e in validator.iter_errors(rule)]
     assert errors == []
-    assert _unknown_fields(rule, schema) == []
+    assert unknown_fields(rule, schema) == []
     # The validator has teeth: a wrong operator and a missing key are refused.
     bad = yaml.safe_load(RULE.read_text())
     bad["spec"]["rules"][0]["matchFeatures"][0]["matchExpressions"]["gpuhealth.io/decision"]["op"] = "Equals"
@@ -388,7 +365,7 @@ def test_example_rule_is_a_valid_nodefeaturerule() -> None:
     assert len(list(validator.iter_errors(bad))) == 2
     typo = yaml.safe_load(RULE.read_text())
     typo["spec"]["rules"][0]["taint"] = typo["spec"]["rules"][0].pop("taints")
-    assert _unknown_fields(typo, schema) == [".spec.rules[0].taint"]
+    assert unknown_fields(typo, schema) == [".spec.rules[0].taint"]
 
 
 def test_example_rule_says_what_the_readme_says() -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from packaging.version import Version
 
+from tests.crd import crd_schema, unknown_fields
 from tests.manifests.files import ROOT, all_objects, one
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -75,37 +75,14 @@ def test_the_validator_has_teeth(version: str) -> None:
 
 def _schema(obj: dict[str, Any]) -> dict[str, Any]:
     group, version = obj["apiVersion"].split("/")
-    crd = yaml.safe_load(CRDS[(group, obj["kind"])].read_text())
-    assert (crd["kind"], crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (
-        "CustomResourceDefinition", group, obj["kind"])  # fmt: skip
-    (v,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
-    assert v["served"] and v["storage"]
-    schema: dict[str, Any] = v["schema"]["openAPIV3Schema"]
-    return schema
-
-
-def _unknown_fields(value: Any, schema: dict[str, Any], where: str = "") -> list[str]:
-    """Fields the API server would prune (a structural schema drops what it does not declare)."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    if isinstance(value, dict) and "properties" in schema:
-        out = [f"{where}.{k}" for k in value if k not in schema["properties"]]
-        for k, v in value.items():
-            if k in schema["properties"]:
-                out += _unknown_fields(v, schema["properties"][k], f"{where}.{k}")
-        return out
-    if isinstance(value, dict) and isinstance(schema.get("additionalProperties"), dict):
-        return [f for k, v in value.items() for f in _unknown_fields(v, schema["additionalProperties"], f"{where}.{k}")]
-    if isinstance(value, list) and "items" in schema:
-        return [f for i, v in enumerate(value) for f in _unknown_fields(v, schema["items"], f"{where}[{i}]")]
-    return []
+    return crd_schema(CRDS[(group, obj["kind"])], group, obj["kind"], version)
 
 
 def _errors(obj: dict[str, Any]) -> list[str]:
     jsonschema_rs = pytest.importorskip("jsonschema_rs")
     schema = _schema(obj)
     errors = [f"{e.instance_path}: {e.message}" for e in jsonschema_rs.validator_for(schema).iter_errors(obj)]
-    return errors + [f"{f}: pruned (not in the schema)" for f in _unknown_fields(obj, schema)]
+    return errors + [f"{f}: pruned (not in the schema)" for f in unknown_fields(obj, schema)]
 
 
 @pytest.mark.parametrize("obj", CUSTOM, ids=_id)
