@@ -1,0 +1,226 @@
+"""`gpuhealth collect`: the per-node exporter, with its NFD labels and workload sources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from core.settings import Settings
+from core.units import parse_duration, parse_listen
+from gpuhealth.cli_backend import (
+    BackendFlags,
+    BackendOpt,
+    CollectorsOpt,
+    FieldsOpt,
+    HistoryOpt,
+    HostnameLabelOpt,
+    HostnameOpt,
+    IntervalOpt,
+    LogLevelOpt,
+    LoopOpt,
+    SeedOpt,
+    SimFaultOpt,
+    SimGpusOpt,
+    SimModelOpt,
+    SimNodesOpt,
+    SimSpareOpt,
+    SimSpeedOpt,
+    SpeedOpt,
+    attributors_from,
+    fail,
+    load_settings,
+    open_from_flags,
+    setup_logging,
+)
+from gpuhealth.cli_serve import probe_config
+
+if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
+    from collector.attribution import Attributor
+    from collector.backends.base import Backend
+    from collector.nfd import NfdConfig
+
+err = Console(stderr=True)
+
+
+def collect(
+    backend: BackendOpt = None,
+    listen: Annotated[str | None, typer.Option(help="HOST:PORT to serve /metrics on")] = None,
+    interval: IntervalOpt = None,
+    hostname: HostnameOpt = None,
+    hostname_label: HostnameLabelOpt = None,
+    fields: FieldsOpt = None,
+    collectors: CollectorsOpt = None,
+    sim_nodes: SimNodesOpt = 1,
+    sim_gpus: SimGpusOpt = 8,
+    sim_spare_nodes: SimSpareOpt = 0,
+    seed: SeedOpt = 0,
+    sim_model: SimModelOpt = None,
+    sim_speed: SimSpeedOpt = 1.0,
+    sim_fault: SimFaultOpt = None,
+    history: HistoryOpt = None,
+    speed: SpeedOpt = 1.0,
+    loop: LoopOpt = True,
+    log_level: LogLevelOpt = None,
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="exporter-toolkit web config (TLS, client certificates, basic auth), as dcgm-exporter's"
+            " (GPUHEALTH_WEB_CONFIG_FILE)"
+        ),
+    ] = None,
+    nfd_features_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="write this node's decision from --service-url as Kubernetes labels through Node Feature Discovery:"
+            " the feature file 'gpuhealth' in this directory, e.g. /etc/kubernetes/node-feature-discovery/features.d"
+            " (GPUHEALTH_NFD_FEATURES_DIR)"
+        ),
+    ] = None,
+    service_url: Annotated[
+        str | None,
+        typer.Option(help="the central gpuhealth serve, e.g. http://gpuhealth:8080 (GPUHEALTH_SERVICE_URL)"),
+    ] = None,
+    service_token: Annotated[
+        str | None,
+        typer.Option(
+            help="bearer token for the service's reads, when it closes them; better GPUHEALTH_SERVICE_TOKEN"
+            " (a flag shows in ps)"
+        ),
+    ] = None,
+    nfd_interval: Annotated[
+        str | None,
+        typer.Option(
+            help="how often to ask the service; labels expire after 3 intervals (60s; GPUHEALTH_NFD_INTERVAL)"
+        ),
+    ] = None,
+    pod_resources_socket: Annotated[
+        str | None,
+        typer.Option(
+            help="the kubelet's pod-resources socket: pod, namespace, container labels on each GPU's series; default:"
+            " /var/lib/kubelet/pod-resources/kubelet.sock when it exists, '' turns it off"
+            " (GPUHEALTH_POD_RESOURCES_SOCKET)"
+        ),
+    ] = None,
+    hpc_job_mapping_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="dcgm-exporter's HPC job mapping directory (one file per GPU index holding job ids, written by a"
+            " Slurm prolog, deploy/slurm/): hpc_job labels (GPUHEALTH_HPC_JOB_MAPPING_DIR)"
+        ),
+    ] = None,
+) -> None:
+    """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
+    from collector.run import build_collector, run_until_signalled
+    from collector.webconfig import WebConfigError, WebConfigFile
+
+    s = load_settings()
+    setup_logging(log_level or s.log_level)
+    nfd_flags = _nfd_flags(nfd_features_dir, service_url, service_token, nfd_interval, s)
+    try:
+        host, port = parse_listen(listen or s.listen)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    try:
+        web_file = web_config_file or (Path(s.web_config_file) if s.web_config_file else None)
+        web = WebConfigFile(web_file) if web_file is not None else None
+    except WebConfigError as e:
+        raise fail(str(e)) from None
+    flags = BackendFlags(
+        backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
+        sim_fault, history, speed, loop, sim_spare_nodes=sim_spare_nodes, collectors=collectors,
+    )  # fmt: skip
+    opened = open_from_flags(flags, s)
+    b, interval_s = opened.backend, opened.interval_s
+    try:
+        nfd = _nfd_config(nfd_flags, b, hostname or s.hostname) if nfd_flags is not None else None
+        attributors = attributors_from(pod_resources_socket, hpc_job_mapping_dir, s)
+        running = build_collector(
+            b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed,
+            web=web, nfd=nfd, attributors=attributors, label_fields=opened.labels,
+        )  # fmt: skip
+    except typer.Exit:
+        b.close()
+        raise
+    except OSError as e:
+        b.close()
+        raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    base = f"{running.server.scheme}://{shown}:{running.server.port}"
+    guard = f" ({web.summary})" if web is not None else ""
+    n = len(b.gpus())
+    labels = (
+        escape(f"\n  labels:  {nfd.path} (NFD), node {nfd.hostname} from {nfd.service_url} every {nfd.interval_s:g}s")
+        if nfd is not None
+        else ""
+    )
+    err.print(
+        f"gpuhealth collect: {b.name} backend, {n} GPU(s), sampling every {interval_s:g}s\n"
+        f"  metrics: {base}/metrics{guard}\n"
+        f"  health:  {base}/healthz{guard}{labels}{_workload_sources(attributors)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    run_until_signalled(running)
+
+
+def _workload_sources(attributors: list[Attributor]) -> str:
+    """The start-up line naming where workload labels come from ("" without any)."""
+    named = ", ".join(f"{a.name} from {a.source}" for a in attributors)
+    return escape(f"\n  workloads: {named}") if named else ""
+
+
+def _nfd_flags(
+    features_dir: Path | None, service_url: str | None, service_token: str | None, interval: str | None, s: Settings
+) -> tuple[Path, str, str | None, float] | None:
+    """(directory, service URL, token, interval) for NFD labels, None when off; checked before the backend opens."""
+    import os
+    import re
+
+    directory = features_dir or (Path(s.nfd_features_dir) if s.nfd_features_dir else None)
+    if directory is None:
+        if service_url is not None:
+            raise fail("--service-url is for --nfd-features-dir (Kubernetes labels through Node Feature Discovery)")
+        return None
+    url = service_url or s.service_url
+    if not url:
+        raise fail("--nfd-features-dir needs --service-url: the central gpuhealth serve, e.g. http://gpuhealth:8080")
+    if not re.match(r"https?://[^/\s]", url):
+        raise fail(f"--service-url {url!r}: use an http:// or https:// URL, e.g. http://gpuhealth:8080")
+    try:
+        interval_s = parse_duration(interval or s.nfd_interval)
+    except ValueError as e:
+        raise fail(f"--nfd-interval: {e}") from None
+    if not directory.is_dir():
+        raise fail(
+            f"--nfd-features-dir {directory}: no such directory (nfd-worker reads"
+            " /etc/kubernetes/node-feature-discovery/features.d on the host; mount it into the collector)"
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise fail(f"--nfd-features-dir {directory}: not writable by this user")
+    token = (service_token or "").strip() or s.service_token
+    return directory, url, token, interval_s
+
+
+def _nfd_config(flags: tuple[Path, str, str | None, float], backend: Backend, hostname: str | None) -> NfdConfig:
+    """The NFD labeler's config; the node is the host the backend reports its GPUs under (the host label)."""
+    import socket
+
+    from collector.nfd import NfdConfig
+
+    hosts = sorted({g.hostname for g in backend.gpus()})
+    if len(hosts) > 1:
+        raise fail(
+            f"--nfd-features-dir labels one node, but the {backend.name} backend reports {len(hosts)} hosts"
+            f" ({', '.join(hosts[:3])}{', …' if len(hosts) > 3 else ''}); run one collector per node"
+        )
+    directory, url, token, interval_s = flags
+    node = hosts[0] if hosts else (hostname or socket.gethostname())
+    return NfdConfig(directory=directory, service_url=url, hostname=node, token=token, interval_s=interval_s)
+
+
+def register_collect(app: typer.Typer) -> None:
+    app.command()(collect)
