@@ -8,6 +8,7 @@ past its bound; a slurmctld restart mid-run is healed; and slurmd itself runs
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -188,3 +189,30 @@ def test_slurmd_runs_the_health_check_and_it_drains_the_node(tmp_path: Path) -> 
     finally:
         svc.stop()
         decisions.close()
+
+
+def test_serve_acts_on_slurm_end_to_end(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """The assembled service (`gpuhealth serve --actuate on --actuate-target slurm`) drains a node whose
+    GPU must be drained, and says so in /v1/actions and /metrics."""
+    db = tmp_path / "svc.db"
+    seed = Store.open(f"sqlite:///{db}")
+    try:
+        set_decisions(seed, T0, slurm.nodes, {("gh-node-2", 1): "rma"})
+    finally:
+        seed.close()
+    port = free_port()
+    cmd = [sys.executable, "-m", "gpuhealth.cli", "serve", "--no-collector", "--db", f"sqlite:///{db}",
+           "--listen", f"127.0.0.1:{port}", "--actuate", "on", "--actuate-target", "slurm"]  # fmt: skip
+    env = {"GPUHEALTH_ACTUATE_INTERVAL": "1s", "GPUHEALTH_SLURM_BIN_DIR": str(Path(slurm.tools["scontrol"]).parent),
+           "SLURM_CONF": str(slurm.conf)}  # fmt: skip
+    svc = start_service("gpuhealth serve", cmd, f"http://127.0.0.1:{port}", "/readyz", tmp_path / "serve.log", env)
+    try:
+        slurm.wait_for(lambda: "DRAIN" in slurm.node("gh-node-2")["State"], 20, "gh-node-2 drained by serve")
+        assert slurm.node("gh-node-2")["Reason"].startswith("gpuhealth: rma GPU 1")
+        assert all("DRAIN" not in slurm.node(n)["State"] for n in ("gh-node-1", "gh-node-3"))
+        (action,) = json.loads(svc.get("/v1/actions"))["items"]
+        assert action["summary"] == "drain gh-node-2: GPU 1 rma (row remap failure)"
+        assert 'gpuhealth_actions_total{action="rma",result="applied",target="slurm"} 1.0' in svc.get("/metrics")
+        svc.assert_alive()
+    finally:
+        svc.stop()
