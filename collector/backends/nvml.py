@@ -7,7 +7,6 @@ pynvml is imported only here, inside the constructor, so the rest of gpuhealth
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import threading
 import time
@@ -25,6 +24,15 @@ from collector.backends.base import (
     MigReading,
     ProbeRunner,
     XidEvent,
+)
+from collector.backends.nvml_common import (
+    absent_codes,
+    address,
+    codes,
+    link_absent_codes,
+    one_line,
+    text,
+    value_members,
 )
 from collector.backends.nvml_derived import derived_readers, memory_reader
 from collector.backends.nvml_mig import MIG_FIELDS, mig_devices
@@ -118,7 +126,7 @@ class _GpuCalls:
                 total += int(self("nvmlDeviceGetNvLinkErrorCounter", link, counter))
             except self.nvml.NVMLError as err:
                 # Links past the GPU's count answer InvalidArgument, absent ones NotSupported.
-                if err.value in _link_absent_codes(self.nvml):
+                if err.value in link_absent_codes(self.nvml):
                     continue
                 raise
             answered.append(link)
@@ -127,66 +135,6 @@ class _GpuCalls:
             # 36 failing calls per counter on every read of a PCIe-only GPU.
             self.gpu.nvlink_links[counter] = answered
         return float(total) if answered else None
-
-
-_VALUE_MEMBERS_BY_TYPE: dict[str, str] = {
-    "NVML_VALUE_TYPE_DOUBLE": "dVal",
-    "NVML_VALUE_TYPE_UNSIGNED_INT": "uiVal",
-    "NVML_VALUE_TYPE_UNSIGNED_LONG": "ulVal",
-    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": "ullVal",
-    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": "sllVal",
-    "NVML_VALUE_TYPE_SIGNED_INT": "siVal",
-    "NVML_VALUE_TYPE_UNSIGNED_SHORT": "usVal",
-}
-"""nvmlValueType_t -> the member of the c_nvmlValue_t union that holds such a value (nvml.h)."""
-
-
-def value_members(nvml: Any) -> dict[int, str]:
-    """nvmlValueType_t value -> c_nvmlValue_t member, for the types this pynvml knows."""
-    return {getattr(nvml, k): v for k, v in _VALUE_MEMBERS_BY_TYPE.items() if hasattr(nvml, k)}
-
-
-def _codes(nvml: Any, *names: str) -> frozenset[int]:
-    """NVML_ERROR_* values by name, skipping names an older pynvml lacks."""
-    return frozenset(getattr(nvml, n) for n in names if hasattr(nvml, n))
-
-
-def _absent_codes(nvml: Any) -> frozenset[int]:
-    """Errors that mean "this GPU has no such value": the field is simply absent."""
-    return _codes(
-        nvml,
-        "NVML_ERROR_NOT_SUPPORTED",
-        "NVML_ERROR_NOT_FOUND",
-        "NVML_ERROR_NO_DATA",
-        "NVML_ERROR_FUNCTION_NOT_FOUND",
-        "NVML_ERROR_INVALID_ARGUMENT",
-    )
-
-
-def _link_absent_codes(nvml: Any) -> frozenset[int]:
-    """Errors of one NVLink link that mean "no such link"."""
-    return _codes(nvml, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT")
-
-
-def _text(value: object) -> str:
-    """A pynvml string: str in nvidia-ml-py 12+, bytes in older versions and some structs."""
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return str(value)
-
-
-def _one_line(err: BaseException) -> str:
-    """An error message squeezed onto one line."""
-    return " ".join(str(err).split()) or type(err).__name__
-
-
-def _address(handle: object) -> int | None:
-    """The C address behind a device handle: two pynvml handle objects for the same GPU
-    compare unequal (ctypes pointers compare by identity), their addresses do not."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value  # type: ignore[arg-type]
-    except (ctypes.ArgumentError, TypeError):
-        return None
 
 
 def build_readers(nvml: Any) -> dict[str, Reader]:
@@ -300,8 +248,8 @@ class NvmlBackend:
             nvml = pynvml
         self.hostname = hostname
         self._nvml: Any = nvml
-        self._absent = _absent_codes(nvml)
-        self._lost = _codes(nvml, "NVML_ERROR_GPU_IS_LOST")
+        self._absent = absent_codes(nvml)
+        self._lost = codes(nvml, "NVML_ERROR_GPU_IS_LOST")
         self._reported: set[tuple[int, str]] = set()
         self._events: collections.deque[XidEvent] = collections.deque()
         self._events_lock = threading.Lock()
@@ -323,7 +271,7 @@ class NvmlBackend:
             self._shutdown_quietly()
             raise
         self._uuid_by_address = {
-            addr: g.info.uuid for g in self._gpus if g.handle is not None and (addr := _address(g.handle)) is not None
+            addr: g.info.uuid for g in self._gpus if g.handle is not None and (addr := address(g.handle)) is not None
         }
         if watch_xid:
             self._start_xid_watch()
@@ -348,7 +296,7 @@ class NvmlBackend:
                 "does nvidia-smi work on this node?",
             )
             raise BackendUnavailable(
-                f"NVML could not be loaded ({_one_line(err)}): {hint} use --backend sim to try a simulated fleet"
+                f"NVML could not be loaded ({one_line(err)}): {hint} use --backend sim to try a simulated fleet"
             ) from err
 
     def _discover(self) -> list[_Gpu]:
@@ -356,11 +304,11 @@ class NvmlBackend:
         try:
             count = int(n.nvmlDeviceGetCount())
         except n.NVMLError as err:
-            raise BackendError(f"counting GPUs with NVML: {_one_line(err)}") from err
+            raise BackendError(f"counting GPUs with NVML: {one_line(err)}") from err
         try:
-            driver = _text(n.nvmlSystemGetDriverVersion())
+            driver = text(n.nvmlSystemGetDriverVersion())
         except n.NVMLError as err:
-            log.warning("reading the NVIDIA driver version failed: %s", _one_line(err))
+            log.warning("reading the NVIDIA driver version failed: %s", one_line(err))
             driver = ""
         gpus = [self._discover_one(index, driver) for index in range(count)]
         if not gpus:
@@ -372,9 +320,9 @@ class NvmlBackend:
         n = self._nvml
         try:
             handle = n.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(n.nvmlDeviceGetUUID(handle))
+            uuid = text(n.nvmlDeviceGetUUID(handle))
         except n.NVMLError as err:
-            reason = f"GPU {index} cannot be addressed by NVML: {_one_line(err)}"
+            reason = f"GPU {index} cannot be addressed by NVML: {one_line(err)}"
             log.error("%s", reason)
             info = GpuInfo(index, f"GPU-unknown-{index}", "", self.hostname, driver_version=driver)
             return _Gpu(info, None, lost=True, error=reason)
@@ -389,13 +337,13 @@ class NvmlBackend:
             if lost:
                 break
             try:
-                extra[key] = _text(get())
+                extra[key] = text(get())
             except n.NVMLError as err:
                 if err.value in self._lost:
-                    lost = f"GPU {index} ({uuid}) is lost: {_one_line(err)}"
+                    lost = f"GPU {index} ({uuid}) is lost: {one_line(err)}"
                     log.error("%s", lost)
                 elif err.value not in self._absent:
-                    log.warning("reading %s of GPU %d failed: %s", key, index, _one_line(err))
+                    log.warning("reading %s of GPU %d failed: %s", key, index, one_line(err))
         info = GpuInfo(
             index=index,
             uuid=uuid,
@@ -434,9 +382,9 @@ class NvmlBackend:
                 if err.value in self._lost:
                     return self._mark_lost(gpu, err, name)
                 if err.value in self._absent:
-                    self._once(gpu, name, logging.DEBUG, "not available: %s", _one_line(err))
+                    self._once(gpu, name, logging.DEBUG, "not available: %s", one_line(err))
                 else:
-                    self._once(gpu, name, logging.WARNING, "read failed: %s", _one_line(err))
+                    self._once(gpu, name, logging.WARNING, "read failed: %s", one_line(err))
                 continue
             except Exception as err:  # one odd value must not cost the other fields
                 self._once(gpu, name, logging.WARNING, "read failed: %r", err)
@@ -453,7 +401,7 @@ class NvmlBackend:
 
     def _mark_lost(self, gpu: _Gpu, err: BaseException, reading: str) -> GpuReading:
         gpu.lost = True
-        gpu.error = f"GPU {gpu.info.index} ({gpu.info.uuid}) is lost: {_one_line(err)}"
+        gpu.error = f"GPU {gpu.info.index} ({gpu.info.uuid}) is lost: {one_line(err)}"
         log.error("%s (while reading %s)", gpu.error, reading)
         return GpuReading(gpu.info, lost=True, error=gpu.error)
 
@@ -467,7 +415,7 @@ class NvmlBackend:
         except self._nvml.NVMLError as err:
             if err.value in self._lost:
                 raise
-            self._once(gpu, "MIG instances", logging.WARNING, "listing failed: %s", _one_line(err))
+            self._once(gpu, "MIG instances", logging.WARNING, "listing failed: %s", one_line(err))
             return []
         if devices is None:
             gpu.has_mig = False
@@ -483,7 +431,7 @@ class NvmlBackend:
                     if err.value in self._lost:
                         raise
                     level = logging.DEBUG if err.value in self._absent else logging.WARNING
-                    self._once(gpu, f"{name} of MIG instance {d.instance.gpu_instance_id}", level, "%s", _one_line(err))
+                    self._once(gpu, f"{name} of MIG instance {d.instance.gpu_instance_id}", level, "%s", one_line(err))
                     continue
                 if value is not None:
                     values[name] = float(value)
@@ -520,7 +468,7 @@ class NvmlBackend:
                 return f"{len(procs)} compute process(es) running (pid {pids})"
             util = float(n.nvmlDeviceGetUtilizationRates(gpu.handle).gpu)
         except n.NVMLError as err:
-            return f"cannot tell whether GPU {gpu.info.index} is idle: {_one_line(err)}"
+            return f"cannot tell whether GPU {gpu.info.index} is idle: {one_line(err)}"
         if util >= util_threshold_pct:
             return f"utilisation {util:g}% >= {util_threshold_pct:g}%"
         return None
@@ -532,7 +480,7 @@ class NvmlBackend:
         try:
             event_set = n.nvmlEventSetCreate()
         except n.NVMLError as err:
-            log.warning("XID events unavailable: nvmlEventSetCreate failed: %s", _one_line(err))
+            log.warning("XID events unavailable: nvmlEventSetCreate failed: %s", one_line(err))
             return
         registered = 0
         for gpu in self._gpus:
@@ -543,7 +491,7 @@ class NvmlBackend:
                 registered += 1
             except n.NVMLError as err:
                 level = logging.DEBUG if err.value in self._absent else logging.WARNING
-                log.log(level, "no XID events from GPU %d: %s", gpu.info.index, _one_line(err))
+                log.log(level, "no XID events from GPU %d: %s", gpu.info.index, one_line(err))
         if not registered:
             self._free_event_set(event_set)
             return
@@ -569,7 +517,7 @@ class NvmlBackend:
                 # the other GPUs, slowly.
                 if err.value not in warned:
                     warned.add(err.value)
-                    log.warning("waiting for XID events failed: %s", _one_line(err))
+                    log.warning("waiting for XID events failed: %s", one_line(err))
                 self._stop.wait(XID_ERROR_BACKOFF_S)
                 continue
             except Exception:  # a bug here must not silently end XID collection
@@ -580,11 +528,11 @@ class NvmlBackend:
                 self._queue(XidEvent(self._uuid_of(data.device), int(data.eventData), time.time()))
 
     def _uuid_of(self, device: object) -> str:
-        addr = _address(device)
+        addr = address(device)
         if addr is not None and addr in self._uuid_by_address:
             return self._uuid_by_address[addr]
         try:
-            return _text(self._nvml.nvmlDeviceGetUUID(device))
+            return text(self._nvml.nvmlDeviceGetUUID(device))
         except self._nvml.NVMLError:
             return "GPU-unknown"
 
@@ -627,13 +575,13 @@ class NvmlBackend:
         try:
             self._nvml.nvmlEventSetFree(event_set)
         except self._nvml.NVMLError as err:
-            log.debug("nvmlEventSetFree failed: %s", _one_line(err))
+            log.debug("nvmlEventSetFree failed: %s", one_line(err))
 
     def _shutdown_quietly(self) -> None:
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as err:
-            log.debug("nvmlShutdown failed: %s", _one_line(err))
+            log.debug("nvmlShutdown failed: %s", one_line(err))
 
 
 def open_nvml(options: NvmlOptions, common: CommonOptions) -> NvmlBackend:

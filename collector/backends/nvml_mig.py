@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.backends.base import MigInstance
+from collector.backends.nvml_common import codes, text
 
 MIG_FIELDS = ("fb_free_mib", "fb_used_mib", "fb_total_mib")
 """What NVML answers per MIG instance: its memory (nvml.h, nvmlDeviceGetMemoryInfo: "Per-instance
@@ -41,21 +42,13 @@ def profile_from_name(name: str) -> str:
     return m.group(1) if m else ""
 
 
-def _text(value: object) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _codes(nvml: Any, *names: str) -> frozenset[int]:
-    return frozenset(getattr(nvml, n) for n in names if hasattr(nvml, n))
-
-
 def mig_devices(nvml: Any, parent: Any) -> list[MigDevice] | None:
     """The GPU instances of GPU `parent`, by GPU instance ID; [] when MIG is off, None when the GPU
     (or this driver or nvidia-ml-py) has no MIG at all, which does not change while the driver is loaded.
 
     Other NVML errors (a lost GPU among them) are raised for the caller to sort out.
     """
-    no_mig = _codes(nvml, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
+    no_mig = codes(nvml, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND")
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(parent)
     except AttributeError:  # an nvidia-ml-py before MIG (11.450)
@@ -68,7 +61,7 @@ def mig_devices(nvml: Any, parent: Any) -> list[MigDevice] | None:
         return []
     # "NVML_ERROR_NOT_FOUND if no valid MIG device was found at index"; INVALID_ARGUMENT for an index
     # past the GPU's; NOT_SUPPORTED when MIG was switched off since the mode was read.
-    empty = _codes(nvml, "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_SUPPORTED")
+    empty = codes(nvml, "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_SUPPORTED")
     found: dict[int, MigDevice] = {}
     for index in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(parent))):
         try:
@@ -80,6 +73,6 @@ def mig_devices(nvml: Any, parent: Any) -> list[MigDevice] | None:
         gi = int(nvml.nvmlDeviceGetGpuInstanceId(handle))
         if gi in found:  # another compute instance of a GPU instance already listed
             continue
-        profile = profile_from_name(_text(nvml.nvmlDeviceGetName(handle)))
-        found[gi] = MigDevice(handle, MigInstance(gi, profile, _text(nvml.nvmlDeviceGetUUID(handle))))
+        profile = profile_from_name(text(nvml.nvmlDeviceGetName(handle)))
+        found[gi] = MigDevice(handle, MigInstance(gi, profile, text(nvml.nvmlDeviceGetUUID(handle))))
     return [found[gi] for gi in sorted(found)]
