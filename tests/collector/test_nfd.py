@@ -33,6 +33,7 @@ from core.decisions import DECISIONS, worst
 from core.service_client import GpuView, NodeView, ServiceUnavailable
 from tests.core.test_service_client import TOKEN, closed_port, real_service
 from tests.crd import crd_schema, unknown_fields
+from tests.integration.conftest import require_module
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE = ROOT / "deploy/examples/nfd-gpuhealth-rule.yaml"
@@ -349,7 +350,7 @@ def _schema(version: str) -> dict[str, Any]:
 
 
 def test_example_rule_is_a_valid_nodefeaturerule() -> None:
-    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    jsonschema_rs = require_module("jsonschema_rs")
     rule = yaml.safe_load(RULE.read_text())
     group, version = rule["apiVersion"].split("/")
     assert (group, rule["kind"]) == ("nfd.k8s-sigs.io", "NodeFeatureRule")

@@ -28,6 +28,7 @@ from collector.podresources.client import DEFAULT_SOCKET, TIMEOUT_S, PodResource
 from collector.sampler import Sampler
 from core import catalog
 from tests.collector.helpers import FakeClock, ScriptedBackend, info
+from tests.integration.conftest import require_module
 
 MIG_UUID = "MIG-5c89c4a4-0d4f-5a71-a5c3-6bd25a6f7a1e"
 
@@ -122,7 +123,7 @@ def registry(sampler: Sampler) -> CollectorRegistry:
 
 
 def test_generated_modules_are_what_the_kubelets_proto_generates() -> None:
-    pytest.importorskip("grpc_tools", reason="grpcio-tools (the dev extra) regenerates them")
+    require_module("grpc_tools")  # grpcio-tools (the dev extra) regenerates them
     import grpc_tools
 
     pinned = (Path(generate.ROOT) / "collector/podresources/api_pb2_grpc.py").read_text()

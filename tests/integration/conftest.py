@@ -8,6 +8,7 @@ services it used are attached to its report.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ import urllib.request
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -51,12 +52,26 @@ def require_tool(name: str, extra_dirs: Sequence[str] = TOOL_DIRS) -> str:
                 path = str(candidate)
                 break
     if path is None:
-        where = f"{name!r} not found on PATH or in {', '.join(extra_dirs)}"
-        if os.environ.get("CI") == "true":
-            # A skipped integration test in CI would hide a broken pipeline: fail loudly.
-            pytest.fail(f"{where}; CI must install it (e.g. apt-get install {name})", pytrace=False)
-        pytest.skip(where)
+        unavailable(f"{name!r} not found on PATH or in {', '.join(extra_dirs)}",
+                    f"CI must install it (e.g. apt-get install {name})")  # fmt: skip
     return path
+
+
+def require_module(name: str) -> Any:
+    """A module of the dev extras (`pip install -e '.[dev]'`, which `make test` runs): skipped locally
+    without it, a failure under CI=true."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        unavailable(f"{name} is not installed ({err})", "make test installs the dev extras")
+
+
+def unavailable(where: str, in_ci: str) -> NoReturn:
+    """Skip because of `where`; under CI=true fail, adding `in_ci`: a skipped test in CI would hide a
+    broken pipeline, so a missing tool, service or permission fails loudly there."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{where}; {in_ci}", pytrace=False)
+    pytest.skip(where, allow_module_level=True)
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -17,9 +17,10 @@ import pytest
 from packaging.version import Version
 
 from tests.crd import crd_schema, unknown_fields
+from tests.integration.conftest import require_module
 from tests.manifests.files import ROOT, all_objects, one
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
+kubernetes_validate = require_module("kubernetes_validate")
 
 OLDEST = "1.27"
 """The oldest minor we support: PodDisruptionBudget policy/v1, runtimeClassName, seccompProfile and
@@ -79,7 +80,7 @@ def _schema(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _errors(obj: dict[str, Any]) -> list[str]:
-    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    jsonschema_rs = require_module("jsonschema_rs")
     schema = _schema(obj)
     errors = [f"{e.instance_path}: {e.message}" for e in jsonschema_rs.validator_for(schema).iter_errors(obj)]
     return errors + [f"{f}: pruned (not in the schema)" for f in unknown_fields(obj, schema)]
