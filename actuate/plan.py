@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from core.decisions import DECISIONS, SEVERITY
+from core.decisions import SEVERITY
 
 ESCALATIONS = frozenset({"demote", "drain", "rma"})
 """States whose new arrival on a node counts against the breaker (work is taken off the node)."""
@@ -181,7 +181,6 @@ def settle_clock(
 
 
 __all__ = [
-    "DECISIONS",
     "ESCALATIONS",
     "Desired",
     "GpuDecision",

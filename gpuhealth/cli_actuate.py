@@ -21,6 +21,9 @@ from core.units import parse_duration
 from gpuhealth.cli_backend import LogLevelOpt, fail, load_settings, setup_logging
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from actuate.slurm import SlurmTarget
     from actuate.target import Target
     from service.actuator import ActuatorConfig, PassReport
     from store import Store
@@ -77,6 +80,21 @@ def actuation_from_settings(
     return None if plan is None else (_target(s, store, plan[0]), plan[1])
 
 
+def slurm_target(s: Settings, *, env: dict[str, str] | None = None, unmanaged: Sequence[str] = ()) -> SlurmTarget:
+    """The Slurm client from settings: scontrol and squeue from GPUHEALTH_SLURM_BIN_DIR, else PATH."""
+    from actuate.slurm import SlurmTarget
+
+    bin_dir = Path(s.slurm_bin_dir) if s.slurm_bin_dir else None
+    return SlurmTarget(
+        scontrol=str(bin_dir / "scontrol") if bin_dir else "scontrol",
+        squeue=str(bin_dir / "squeue") if bin_dir else "squeue",
+        env=env,
+        reliable_feature=s.slurm_reliable_feature,
+        demoted_weight=s.slurm_demoted_weight,
+        unmanaged=unmanaged,
+    )
+
+
 def _target(s: Settings, store: Store, where: str) -> Target:
     from actuate.target import expand_hostlist
 
@@ -85,16 +103,7 @@ def _target(s: Settings, store: Store, where: str) -> Target:
     except ValueError as e:
         raise fail(f"invalid GPUHEALTH_UNMANAGED_NODES: {e}") from None
     if where == "slurm":
-        from actuate.slurm import SlurmTarget
-
-        bin_dir = Path(s.slurm_bin_dir) if s.slurm_bin_dir else None
-        return SlurmTarget(
-            scontrol=str(bin_dir / "scontrol") if bin_dir else "scontrol",
-            squeue=str(bin_dir / "squeue") if bin_dir else "squeue",
-            reliable_feature=s.slurm_reliable_feature,
-            demoted_weight=s.slurm_demoted_weight,
-            unmanaged=unmanaged,
-        )
+        return slurm_target(s, unmanaged=unmanaged)
     if where == "kubernetes":
         from actuate.kubernetes import KubeTarget, client_for
 
@@ -176,7 +185,6 @@ def slurm_healthcheck(
     Exit status 0: all is well; 1: the node needs draining (drained now, or already drained); 2: the
     service or slurmctld could not be asked (the node is left as it is)."""
     from actuate.plan import GpuDecision, desired_states
-    from actuate.slurm import SlurmTarget
     from actuate.target import TargetError, TargetUnavailable
     from core.decisions import SEVERITY
     from core.service_client import ServiceError, node_gpus
@@ -196,8 +204,7 @@ def slurm_healthcheck(
     want = desired_states(gpus).get(host)
     if want is None or SEVERITY[want.state] < SEVERITY["drain"]:
         return
-    bin_dir = Path(s.slurm_bin_dir) if s.slurm_bin_dir else None
-    slurm = SlurmTarget(scontrol=str(bin_dir / "scontrol") if bin_dir else "scontrol", env=env)
+    slurm = slurm_target(s, env=env)
     try:
         drained = slurm.drain(host, want.state, want.why)
     except (TargetError, TargetUnavailable) as e:

@@ -26,7 +26,6 @@ from typing import Any, Literal
 from actuate.breaker import BreakerPolicy
 from actuate.plan import (
     ESCALATIONS,
-    Desired,
     GpuDecision,
     Lowering,
     Observed,
@@ -36,7 +35,6 @@ from actuate.plan import (
     settle_clock,
 )
 from actuate.target import Target, TargetError, TargetUnavailable
-from core.decisions import DECISIONS
 from core.worker import Worker
 from store import ActionRow, Store, StoreError
 
@@ -342,12 +340,4 @@ def _span(d: timedelta) -> str:
     return f"{s // 3600} h" if s % 3600 == 0 else f"{s // 60} min"
 
 
-def desired_for(store: Store) -> dict[str, Desired]:
-    """The desired state of every node with an active decision (for `actuate --once --show`)."""
-    return desired_states(
-        GpuDecision(d["hostname"], d["gpu_uuid"], d["gpu_index"], d["decision"], tuple(d["reasons"]))
-        for d in store.actuation.active_decisions()
-    )
-
-
-__all__ = ["DECISIONS", "MODES", "Actuator", "ActuatorConfig", "ActuatorState", "Outcome", "PassReport", "desired_for"]
+__all__ = ["MODES", "Actuator", "ActuatorConfig", "ActuatorState", "Outcome", "PassReport"]

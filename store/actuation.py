@@ -206,39 +206,44 @@ class Actuation:
 
     # -- per-node controls ------------------------------------------------------------------
 
-    def node_controls(self) -> dict[str, NodeControl]:
-        """Every node with a hold, a release, a settle clock or saved values."""
+    def node_controls(self, hostnames: Sequence[str] | None = None) -> dict[str, NodeControl]:
+        """The nodes with a hold, a release, a settle clock or saved values (those of `hostnames` only)."""
+        q = sa.select(T_ACTUATOR_NODES)
+        if hostnames is not None:
+            q = q.where(T_ACTUATOR_NODES.c.hostname.in_(list(hostnames)))
         with self.db.tx() as conn:
-            rows = conn.execute(sa.select(T_ACTUATOR_NODES)).mappings().all()
+            rows = conn.execute(q).mappings().all()
         return {r["hostname"]: cast(NodeControl, dict(r)) for r in rows}
 
-    def _upsert_node(self, hostname: str, values: Mapping[str, Any]) -> None:
-        host = text(hostname, "hostname")
+    def _upsert_nodes(self, values: Mapping[str, Mapping[str, Any]]) -> None:
+        """Set these columns of these nodes (the same columns for every node), in one statement."""
+        if not values:
+            return
+        columns = list(next(iter(values.values())))
+        rows = [{"hostname": text(h, "hostname"), "held": False, **v} for h, v in values.items()]
         ins = self.db.insert(T_ACTUATOR_NODES)
+        stmt = ins.on_conflict_do_update(index_elements=["hostname"], set_={c: ins.excluded[c] for c in columns})
         with self.db.tx(write=True) as conn:
-            conn.execute(
-                ins.values(**{"hostname": host, "held": False, **values}).on_conflict_do_update(
-                    index_elements=["hostname"], set_=dict(values)
-                )
-            )
+            conn.execute(stmt, rows)
 
     def hold(self, hostname: str, *, held: bool, by: str, at: datetime) -> None:
         """Keep the actuator off a node (held) or let it act again; either way ours is left as it is."""
-        self._upsert_node(hostname, {"held": held, "held_by": text(by, "by"), "held_at": utc(at, "time")})
+        self._upsert_nodes({hostname: {"held": held, "held_by": text(by, "by"), "held_at": utc(at, "time")}})
 
     def release(self, hostname: str, *, by: str, at: datetime) -> None:
         """An operator's release: the node's current decisions are not acted on, ours is undone at once."""
-        self._upsert_node(hostname, {"released_at": utc(at, "time"), "released_by": text(by, "by")})
+        self._upsert_nodes({hostname: {"released_at": utc(at, "time"), "released_by": text(by, "by")}})
 
     def set_lowering(self, clocks: Mapping[str, tuple[datetime, str] | None]) -> None:
-        """Start, keep or clear (None) the settle clock of these nodes."""
-        for host, clock in clocks.items():
-            since, to = clock if clock is not None else (None, None)
-            self._upsert_node(host, {"lowering_since": since, "lowering_to": to})
+        """Start, keep or clear (None) the settle clock of these nodes (one transaction)."""
+        self._upsert_nodes({
+            host: dict(zip(("lowering_since", "lowering_to"), clock or (None, None), strict=True))
+            for host, clock in clocks.items()
+        })  # fmt: skip
 
     def set_saved(self, hostname: str, saved: Mapping[str, Any] | None) -> None:
         """Values the actuator changed and must put back when it lets the node go (None: nothing)."""
-        self._upsert_node(hostname, {"saved": dict(saved) if saved is not None else None})
+        self._upsert_nodes({hostname: {"saved": dict(saved) if saved is not None else None}})
 
     # -- the breaker ------------------------------------------------------------------------
 

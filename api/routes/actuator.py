@@ -71,7 +71,7 @@ def _now(config: ConfigDep) -> datetime:
 
 
 def _control(store: StoreDep, hostname: str) -> dict[str, Any]:
-    c = store.actuation.node_controls().get(hostname)
+    c = store.actuation.node_controls([hostname]).get(hostname)
     return {"hostname": hostname, "held": False} if c is None else dict(c)
 
 
