@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -100,6 +101,26 @@ class _Api:
         return answer.get("data")
 
 
+@contextmanager
+def _api(url: str, client: httpx.Client | None) -> Iterator[_Api]:
+    """The API at `url` over `client`, or over a client of its own, closed when done."""
+    if client is not None:
+        yield _Api(url, client)
+        return
+    with httpx.Client(timeout=TIMEOUT_S) as own:
+        yield _Api(url, own)
+
+
+def _host_name(label: str, value: str) -> str:
+    """A host's name from one of HOST_LABELS: an `instance` loses its port."""
+    return _PORT.sub("", value) if label == "instance" else value
+
+
+def _host_of(m: Mapping[str, str]) -> str:
+    """The host of a series: the first of HOST_LABELS it has ("" when none)."""
+    return next((_host_name(h, str(m[h])) for h in HOST_LABELS if m.get(h)), "")
+
+
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -153,10 +174,7 @@ def import_history(
     _check_range(start, end, step_s, chunk_points)
     if hosts is not None and not any(hosts.values()):
         raise NoSeries(f"Prometheus at {url.rstrip('/')}: no host asked for {span}")
-    own = client is None
-    http = client or httpx.Client(timeout=TIMEOUT_S)
-    try:
-        api = _Api(url, http)
+    with _api(url, client) as api:
         names, fields = _fields(api, columns, start_ms / 1000, end_ms / 1000)
         steps = (end_ms - start_ms) // step_ms + 1
         chunks = [
@@ -179,9 +197,6 @@ def import_history(
                 done += 1
                 if progress is not None:
                     progress(done, total)
-    finally:
-        if own:
-            http.close()
     frame = _join(found, labels, names, start_ms, step_ms)
     if frame is None:
         raise NoSeries(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
@@ -226,12 +241,9 @@ def list_hosts(url: str, start: datetime, end: datetime, *, client: httpx.Client
     Asks the label-values API (index only, no samples) about one metric every GPU exporter has:
     the first of the history columns' metrics Prometheus holds (normally DCGM_FI_DEV_GPU_TEMP).
     """
-    own = client is None
-    http = client or httpx.Client(timeout=TIMEOUT_S)
     window = {"start": f"{_unix(start):.3f}", "end": f"{_unix(end):.3f}"}
     out: dict[str, set[str]] = {label: set() for label in HOST_LABELS}
-    try:
-        api = _Api(url, http)
+    with _api(url, client) as api:
         on_server = set(api.get("/api/v1/label/__name__/values", window) or ())
         metric = next(
             (f.metric_name for f in catalog.FIELDS if f.name in catalog.HISTORY_COLUMNS and f.metric_name in on_server),
@@ -244,12 +256,9 @@ def list_hosts(url: str, start: datetime, end: datetime, *, client: httpx.Client
             match = f'{{__name__="{metric}",UUID!=""{absent}}}'
             values = api.get(f"/api/v1/label/{label}/values", {**window, "match[]": match}) or ()
             for v in values:
-                name = _PORT.sub("", str(v)) if label == "instance" else str(v)
+                name = _host_name(label, str(v))
                 if name:
                     out[label].add(name)
-    finally:
-        if own:
-            http.close()
     return out
 
 
@@ -272,7 +281,7 @@ def _collect(data: Any, labels: dict[tuple[str, int, str, str], int], acc: _Seri
             continue  # not a per-GPU series
         # dcgm-exporter renamed Hostname to hostname (2026); a relabelled setup may have
         # only Prometheus's own instance label (host:port), whose port says nothing.
-        host = m.get("Hostname") or m.get("hostname") or _PORT.sub("", m.get("instance", "")) or "unknown"
+        host = _host_of(m) or "unknown"
         key = (uuid, _gpu_index(m), m.get("modelName") or "unknown", host)
         sid = labels.setdefault(key, len(labels))
         n = len(values)
@@ -344,20 +353,15 @@ def workloads_at(
 ) -> dict[str, tuple[str, list[dict[str, str]]]]:
     """The workloads on each GPU as its exporter labelled them at `at`: UUID -> (host, label sets); a GPU
     with series but no pod or job label has an empty list (what ran there ended)."""
-    own = client is None
-    http = client or httpx.Client(timeout=TIMEOUT_S)
     by = ", ".join(("UUID", *HOST_LABELS, *WORKLOAD_LABELS))
     query = f'group by ({by}) (last_over_time({WORKLOAD_METRIC}{{UUID!=""}}[{int(lookback_s)}s]))'
-    try:
-        data = _Api(url, http).get("/api/v1/query", {"query": query, "time": f"{_unix(at):.3f}"}) or {}
-    finally:
-        if own:
-            http.close()
+    with _api(url, client) as api:
+        data = api.get("/api/v1/query", {"query": query, "time": f"{_unix(at):.3f}"}) or {}
     out: dict[str, tuple[str, list[dict[str, str]]]] = {}
     for series in data.get("result", ()) if isinstance(data, dict) else ():
         m = series.get("metric", {})
         uuid = str(m.get("UUID", ""))
-        host = next((_PORT.sub("", str(m[h])) if h == "instance" else str(m[h]) for h in HOST_LABELS if m.get(h)), "")
+        host = _host_of(m)
         if not uuid:
             continue
         _, sets = out.setdefault(uuid, (host, []))
