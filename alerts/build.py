@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from alerts import config
 from alerts.model import ACTIONS, Alert
 from alerts.rules import ALERTS, GROUPS, RECORDS
@@ -61,25 +59,9 @@ def rule_groups() -> list[dict[str, Any]]:
     return groups
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings (PromQL reads best that way)."""
-
-
-def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
-
-
-_Dumper.add_representer(str, _str)
-
-
-def to_yaml(obj: Any) -> str:
-    """Stable YAML: keys in the order given, block strings, no line wrapping."""
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True, default_flow_style=False)
-
-
 def rules_yaml() -> str:
     """alerts/generated/gpuhealth-rules.yml."""
-    return HEADER + to_yaml({"groups": rule_groups()})
+    return HEADER + generated.to_yaml({"groups": rule_groups()})
 
 
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
@@ -136,7 +118,7 @@ def tests_yaml() -> str:
         "evaluation_interval": "1m",
         "tests": [_test(a) for a in ALERTS],
     }
-    return HEADER + to_yaml(doc)
+    return HEADER + generated.to_yaml(doc)
 
 
 def _cell(text: str) -> str:

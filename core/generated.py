@@ -1,9 +1,33 @@
-"""Generated files (rules, dashboards, docs): write them, or say which ones are stale."""
+"""Generated files (rules, dashboards, docs, manifests): write them, say which ones are stale, and the
+one YAML style they are written in."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (PromQL, dashboard JSON read best that way); no anchors for
+    values that happen to be shared."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(obj: Any) -> str:
+    """Stable YAML: keys in the order given, block strings, no line wrapping, no anchors."""
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True, default_flow_style=False)
 
 
 def write(outputs: Mapping[Path, str], root: Path) -> list[Path]:

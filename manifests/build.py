@@ -30,26 +30,9 @@ class SourceMissing(Exception):
     """A generated file the manifests are built from is missing (run its build first)."""
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for multi-line strings (PromQL, dashboard JSON); no anchors for shared values."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def to_yaml(docs: list[dict[str, Any]]) -> str:
-    """Stable multi-document YAML: keys in the order given, block strings, no line wrapping."""
-    return "---\n".join(
-        yaml.dump(d, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True, default_flow_style=False)
-        for d in docs
-    )
+    """Multi-document YAML in the generated files' one style (`core.generated.to_yaml`)."""
+    return "---\n".join(generated.to_yaml(d) for d in docs)
 
 
 def _read(root: Path, rel: Path, remedy: str) -> str:
