@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import GpuInfo, GpuReading, MigReading, ProbeRunner, XidEvent
+from collector.exporter import GpuCollector, SelfCollector
 from collector.probes import SubprocessProbeRunner
+from core import catalog
+
+if TYPE_CHECKING:
+    from collector.sampler import Sampler
+    from core.catalog import Field
 
 
 def info(index: int, host: str = "node-a") -> GpuInfo:
@@ -72,3 +82,24 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def gpu_labels(b: ScriptedBackend, i: int, host_label: str = "Hostname", **extra: str) -> dict[str, str]:
+    """The labels of GPU `i`'s series as the exporter writes them (dcgm-exporter's), plus `extra`."""
+    inf = b.infos[i]
+    return {
+        "gpu": str(i), "UUID": inf.uuid, "device": f"nvidia{i}", "modelName": inf.model_name,
+        "pci_bus_id": inf.pci_bus_id, host_label: inf.hostname, **extra,
+    }  # fmt: skip
+
+
+def registry(
+    sampler: Sampler, fields: Sequence[Field] | None = None, host_label: str = "Hostname", *, health: bool = False
+) -> CollectorRegistry:
+    """A registry with the GPU collector over `sampler` (all fields by default), and with `health` the
+    scrape-health collector (gpuhealth_collector_success...)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(GpuCollector(lambda: sampler.latest, fields or catalog.select("all"), host_label))
+    if health:
+        reg.register(SelfCollector(sampler))
+    return reg

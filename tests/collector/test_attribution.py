@@ -6,29 +6,12 @@ import logging
 from pathlib import Path
 
 import pytest
-from prometheus_client.registry import CollectorRegistry
 
 from collector.attribution import HPC_JOB_LABEL, POD_LABELS, AttributionError, HpcJobAttributor, merge
 from collector.backends.base import MigInstance, MigReading
-from collector.exporter import MIG_LABELS, GpuCollector, SelfCollector, render
+from collector.exporter import MIG_LABELS, render
 from collector.sampler import Sampler
-from core import catalog
-from tests.collector.helpers import FakeClock, ScriptedBackend
-
-
-def labels(b: ScriptedBackend, i: int, **extra: str) -> dict[str, str]:
-    inf = b.infos[i]
-    return {
-        "gpu": str(i), "UUID": inf.uuid, "device": f"nvidia{i}", "modelName": inf.model_name,
-        "pci_bus_id": inf.pci_bus_id, "Hostname": inf.hostname, **extra,
-    }  # fmt: skip
-
-
-def registry(s: Sampler) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(GpuCollector(lambda: s.latest, catalog.select("all")))
-    reg.register(SelfCollector(s))
-    return reg
+from tests.collector.helpers import FakeClock, ScriptedBackend, gpu_labels, registry
 
 
 def test_label_names_are_dcgm_exporters() -> None:
@@ -90,20 +73,20 @@ def test_hpc_job_labels_one_series_per_job_and_the_other_gpus_stay_plain(tmp_pat
     (tmp_path / "0").write_text("12\n13\n")
     s = Sampler(b, 10.0, clock=FakeClock(), attributors=[HpcJobAttributor(tmp_path)])
     s.sample_once()
-    reg = registry(s)
+    reg = registry(s, health=True)
     for job in ("12", "13"):
-        assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", labels(b, 0, hpc_job=job)) == 40.0
-        assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", labels(b, 0, hpc_job=job)) == 0.0
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", labels(b, 0)) is None
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", labels(b, 1)) == 41.0
+        assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0, hpc_job=job)) == 40.0
+        assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", gpu_labels(b, 0, hpc_job=job)) == 0.0
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0)) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 1)) == 41.0
     assert reg.get_sample_value("gpuhealth_collector_success", {"collector": "hpc_job"}) == 1.0
     assert reg.get_sample_value("gpuhealth_gpus") == 2.0, "GPUs are counted once, not per job"
     # The job ends: its epilog removes the file, and the next sample has no job label.
     (tmp_path / "0").unlink()
     s.sample_once()
-    reg = registry(s)
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", labels(b, 0)) == 40.0
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", labels(b, 0, hpc_job="12")) is None
+    reg = registry(s, health=True)
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0)) == 40.0
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0, hpc_job="12")) is None
 
 
 def test_missing_mapping_directory_is_no_labels_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -145,16 +128,16 @@ def test_mig_instances_export_per_instance_fields_under_gpu_i_labels(tmp_path: P
     (tmp_path / "0.9").write_text("77\n")  # a Slurm job on GPU instance 9
     s = Sampler(b, 10.0, clock=FakeClock(), attributors=[HpcJobAttributor(tmp_path)])
     s.sample_once()
-    reg = registry(s)
-    gi1 = labels(b, 0, GPU_I_PROFILE="3g.40gb", GPU_I_ID="1")
-    gi9 = labels(b, 0, GPU_I_PROFILE="1g.10gb", GPU_I_ID="9", hpc_job="77")
-    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", labels(b, 0)) == 20000.0  # the GPU's own series
+    reg = registry(s, health=True)
+    gi1 = gpu_labels(b, 0, GPU_I_PROFILE="3g.40gb", GPU_I_ID="1")
+    gi9 = gpu_labels(b, 0, GPU_I_PROFILE="1g.10gb", GPU_I_ID="9", hpc_job="77")
+    assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", gpu_labels(b, 0)) == 20000.0  # the GPU's own series
     assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", gi1) == 19000.0
     assert reg.get_sample_value("DCGM_FI_DEV_FB_FREE", gi1) == 21000.0
     assert reg.get_sample_value("DCGM_FI_DEV_FB_USED", gi9) == 1000.0
     assert reg.get_sample_value("DCGM_FI_DEV_FB_FREE", gi9) is None  # NaN: no sample
     # Health stays on the physical GPU.
-    assert reg.get_sample_value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", labels(b, 0)) == 0.0
+    assert reg.get_sample_value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu_labels(b, 0)) == 0.0
     assert reg.get_sample_value("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gi1) is None
     assert reg.get_sample_value("gpuhealth_gpu_lost", gi1) is None
     text = render(reg.collect()).decode()
@@ -167,7 +150,7 @@ def test_a_lost_gpu_exports_no_instance_series() -> None:
     b.lost = {0}
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    assert "GPU_I_ID" not in render(registry(s).collect()).decode()
+    assert "GPU_I_ID" not in render(registry(s, health=True).collect()).decode()
 
 
 def test_collect_options_choose_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

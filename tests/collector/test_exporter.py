@@ -16,23 +16,9 @@ from collector.exporter import ExporterServer, GpuCollector, SelfCollector, acce
 from collector.sampler import Sampler
 from core import catalog
 from simulator.fleet import FaultMode, FaultSpec
-from tests.collector.helpers import FakeClock, ScriptedBackend
+from tests.collector.helpers import FakeClock, ScriptedBackend, gpu_labels, registry
 
 GOLDEN = Path(__file__).parent / "golden"
-
-
-def _registry(sampler: Sampler, fields=None, label: str = "Hostname") -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(GpuCollector(lambda: sampler.latest, fields or catalog.select("all"), label))
-    return reg
-
-
-def _labels(b: ScriptedBackend, i: int, host_label: str = "Hostname") -> dict[str, str]:
-    inf = b.infos[i]
-    return {
-        "gpu": str(i), "UUID": inf.uuid, "device": f"nvidia{i}", "modelName": inf.model_name,
-        "pci_bus_id": inf.pci_bus_id, host_label: inf.hostname,
-    }  # fmt: skip
 
 
 def test_values_under_dcgm_names_and_labels() -> None:
@@ -40,22 +26,22 @@ def test_values_under_dcgm_names_and_labels() -> None:
     b.values[0].update({"ecc_sbe_volatile": 7.0, "pcie_replay_count": 3.0})
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    reg = _registry(s)
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 0)) == 40.0
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 1)) == 41.0
-    assert reg.get_sample_value("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", _labels(b, 0)) == 7.0
-    assert reg.get_sample_value("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", _labels(b, 1)) is None
-    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", _labels(b, 0)) == 0.0
+    reg = registry(s)
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0)) == 40.0
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 1)) == 41.0
+    assert reg.get_sample_value("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu_labels(b, 0)) == 7.0
+    assert reg.get_sample_value("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu_labels(b, 1)) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", gpu_labels(b, 0)) == 0.0
     assert reg.get_sample_value("gpuhealth_gpus") == 2.0
-    assert reg.get_sample_value("gpuhealth_gpu_lost", _labels(b, 1)) == 0.0
+    assert reg.get_sample_value("gpuhealth_gpu_lost", gpu_labels(b, 1)) == 0.0
 
 
 def test_newer_hostname_label_spelling() -> None:
     b = ScriptedBackend(1)
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    reg = _registry(s, label="hostname")
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 0, "hostname")) == 40.0
+    reg = registry(s, host_label="hostname")
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0, "hostname")) == 40.0
 
 
 def test_missing_nan_and_lost_give_fewer_samples_never_errors() -> None:
@@ -64,10 +50,10 @@ def test_missing_nan_and_lost_give_fewer_samples_never_errors() -> None:
     b.lost = {2}
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    reg = _registry(s)
-    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", _labels(b, 0)) is None
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 2)) is None
-    assert reg.get_sample_value("gpuhealth_gpu_lost", _labels(b, 2)) == 1.0
+    reg = registry(s)
+    assert reg.get_sample_value("DCGM_FI_DEV_POWER_USAGE", gpu_labels(b, 0)) is None
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 2)) is None
+    assert reg.get_sample_value("gpuhealth_gpu_lost", gpu_labels(b, 2)) == 1.0
     assert reg.get_sample_value("gpuhealth_gpus") == 2.0
     text = render(reg.collect()).decode()
     assert "DCGM_FI_DEV_POWER_USAGE" not in text, "a family with no samples is not rendered"
@@ -79,10 +65,10 @@ def test_xid_counter_per_code() -> None:
     b.events = [XidEvent(u, 48, 0.0), XidEvent(u, 48, 1.0), XidEvent(u, 92, 2.0)]
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    reg = _registry(s)
-    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**_labels(b, 0), "xid": "48"}) == 2.0
-    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**_labels(b, 0), "xid": "92"}) == 1.0
-    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", _labels(b, 0)) == 92.0
+    reg = registry(s)
+    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**gpu_labels(b, 0), "xid": "48"}) == 2.0
+    assert reg.get_sample_value("gpuhealth_xid_errors_total", {**gpu_labels(b, 0), "xid": "92"}) == 1.0
+    assert reg.get_sample_value("DCGM_FI_DEV_XID_ERRORS", gpu_labels(b, 0)) == 92.0
 
 
 def test_render_keeps_dcgm_counter_names_and_parses_back() -> None:
@@ -92,7 +78,7 @@ def test_render_keeps_dcgm_counter_names_and_parses_back() -> None:
     b.infos[1] = type(b.infos[1])(**{**b.infos[1].__dict__, "model_name": 'odd "name"\\x\n'})
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    text = render(_registry(s).collect()).decode()
+    text = render(registry(s).collect()).decode()
     assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter\n" in text
     assert "# TYPE gpuhealth_xid_errors_total counter\n" in text
     assert "DCGM_FI_DEV_PCIE_REPLAY_COUNTER_total" not in text
@@ -101,7 +87,7 @@ def test_render_keeps_dcgm_counter_names_and_parses_back() -> None:
         for fam in text_string_to_metric_families(text)
         for s_ in fam.samples
     }
-    want = _labels(b, 1)
+    want = gpu_labels(b, 1)
     key = ("DCGM_FI_DEV_GPU_TEMP", tuple(sorted(want.items())))
     assert parsed[key] == 41.0, "escaped label values must round-trip"
 
@@ -150,7 +136,7 @@ def _get(url: str) -> tuple[int, str, str]:
 def test_http_endpoints() -> None:
     b = ScriptedBackend(2)
     s = Sampler(b, 10.0)
-    reg = _registry(s)
+    reg = registry(s)
     srv = ExporterServer(reg, s.health, "127.0.0.1", 0)
     srv.start()
     try:
@@ -176,7 +162,7 @@ def test_golden_metrics_of_simulated_node(golden) -> None:
     s = Sampler(b, 10.0, clock=FakeClock())
     for _ in range(3):
         s.sample_once()
-    reg = _registry(s, fields=catalog.select())
+    reg = registry(s, fields=catalog.select())
     golden(GOLDEN / "sim_metrics.txt", render(reg.collect()).decode())
 
 
@@ -184,7 +170,7 @@ def test_golden_metrics_of_simulated_node(golden) -> None:
 def test_sim_node_sizes(gpus: int) -> None:
     s = Sampler(SimBackend(gpus_per_node=gpus, seed=1), 10.0, clock=FakeClock())
     s.sample_once()
-    reg = _registry(s)
+    reg = registry(s)
     assert reg.get_sample_value("gpuhealth_gpus") == gpus
 
 
@@ -217,15 +203,15 @@ def test_driver_version_label_on_every_series_of_a_gpu_unless_blank() -> None:
     b.events = [XidEvent(b.infos[0].uuid, 48, 0.0)]
     s = Sampler(b, 10.0, clock=FakeClock())
     s.sample_once()
-    with_label = {**_labels(b, 0), "DCGM_FI_DRIVER_VERSION": "570.124.06"}
-    reg = _registry(s)
+    with_label = {**gpu_labels(b, 0), "DCGM_FI_DRIVER_VERSION": "570.124.06"}
+    reg = registry(s)
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", with_label) == 40.0
     assert reg.get_sample_value("gpuhealth_xid_errors_total", {**with_label, "xid": "48"}) == 1.0
     assert reg.get_sample_value("gpuhealth_gpu_lost", with_label) == 0.0
-    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 1)) == 41.0  # no driver version: no label
+    assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 1)) == 41.0  # no driver version: no label
     bare = CollectorRegistry(auto_describe=False)
     bare.register(GpuCollector(lambda: s.latest, catalog.select(), label_fields=()))  # a counters file without it
-    assert bare.get_sample_value("DCGM_FI_DEV_GPU_TEMP", _labels(b, 0)) == 40.0
+    assert bare.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0)) == 40.0
 
 
 @pytest.mark.parametrize(
@@ -250,7 +236,7 @@ def test_accept_encoding(header: str | None, gzipped: bool) -> None:
 def test_metrics_gzip_only_when_asked() -> None:
     s = Sampler(SimBackend(gpus_per_node=8, seed=1), 10.0, clock=FakeClock())
     s.sample_once()
-    srv = ExporterServer(_registry(s, fields=catalog.select()), s.health, "127.0.0.1", 0)
+    srv = ExporterServer(registry(s, fields=catalog.select()), s.health, "127.0.0.1", 0)
     srv.start()
     try:
         url = f"http://127.0.0.1:{srv.port}/metrics"

@@ -18,16 +18,13 @@ from typing import Any
 
 import grpc
 import pytest
-from prometheus_client.registry import CollectorRegistry
 
 from collector.attribution import AttributionError
 from collector.backends.base import GpuReading, MigInstance, MigReading
-from collector.exporter import GpuCollector, SelfCollector
 from collector.podresources import api_pb2, api_pb2_grpc, generate
 from collector.podresources.client import DEFAULT_SOCKET, TIMEOUT_S, PodResourcesAttributor
 from collector.sampler import Sampler
-from core import catalog
-from tests.collector.helpers import FakeClock, ScriptedBackend, info
+from tests.collector.helpers import FakeClock, ScriptedBackend, gpu_labels, info, registry
 from tests.integration.conftest import require_module
 
 MIG_UUID = "MIG-5c89c4a4-0d4f-5a71-a5c3-6bd25a6f7a1e"
@@ -102,21 +99,6 @@ def mig_backend() -> ScriptedBackend:
     b.values[1] = {"gpu_temp_c": 41.0}
     b.mig[1] = [MigReading(MigInstance(5, "1g.10gb", MIG_UUID), {"fb_used_mib": 812.0})]
     return b
-
-
-def gpu_labels(b: ScriptedBackend, i: int, **extra: str) -> dict[str, str]:
-    inf = b.infos[i]
-    return {
-        "gpu": str(i), "UUID": inf.uuid, "device": f"nvidia{i}", "modelName": inf.model_name,
-        "pci_bus_id": inf.pci_bus_id, "Hostname": inf.hostname, **extra,
-    }  # fmt: skip
-
-
-def registry(sampler: Sampler) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(GpuCollector(lambda: sampler.latest, catalog.select("all")))
-    reg.register(SelfCollector(sampler))
-    return reg
 
 
 # --- the generated modules are the proto's ---------------------------------------------------------
@@ -204,7 +186,7 @@ def test_pod_labels_on_the_gpus_and_the_mig_instances_series(server: Server) -> 
     ]
     s = Sampler(b, 10.0, clock=FakeClock(), attributors=[PodResourcesAttributor(server.socket)])
     s.sample_once()
-    reg = registry(s)
+    reg = registry(s, health=True)
     trainer = gpu_labels(b, 0, pod="train-0", namespace="ml", container="trainer")
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) == 40.0
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0)) is None  # no unlabelled copy
@@ -231,16 +213,16 @@ def test_socket_disappearing_drops_labels_logs_once_and_recovers(
     s = Sampler(b, 10.0, clock=FakeClock(), attributors=[PodResourcesAttributor(server.socket)])
     caplog.set_level(logging.INFO, logger="collector.sampler")
     trainer = gpu_labels(b, 0, pod="train-0", namespace="ml", container="trainer")
-    assert registry(s).get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) is None  # nothing sampled yet
+    assert registry(s, health=True).get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) is None  # nothing sampled yet
     s.sample_once()
-    assert registry(s).get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) == 40.0
+    assert registry(s, health=True).get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) == 40.0
 
     server.stop()  # the kubelet goes away with its socket
     for _ in range(3):
         snap = s.sample_once()
         assert snap.status["sample"].success and not snap.status["podresources"].success
         assert "does not exist" in (snap.status["podresources"].error or "")
-    reg = registry(s)
+    reg = registry(s, health=True)
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", gpu_labels(b, 0)) == 40.0  # still there, unlabelled
     assert reg.get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) is None
     assert reg.get_sample_value("gpuhealth_collector_success", {"collector": "podresources"}) == 0.0
@@ -250,7 +232,7 @@ def test_socket_disappearing_drops_labels_logs_once_and_recovers(
 
     server.start()  # the kubelet is back, on a new socket
     s.sample_once()
-    assert registry(s).get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) == 40.0
+    assert registry(s, health=True).get_sample_value("DCGM_FI_DEV_GPU_TEMP", trainer) == 40.0
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
         "podresources answers again: workload labels are back"
     ]
