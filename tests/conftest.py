@@ -1,10 +1,13 @@
-"""Project-wide test options: the golden-file update switch."""
+"""Project-wide test options and fixtures: the golden-file update switch, an empty SQLite store."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from store import Store
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,3 +35,13 @@ def golden(request: pytest.FixtureRequest):
         assert actual == expected, f"output differs from {path}; if intended, run pytest --update-golden"
 
     return check
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """An empty store on a SQLite file of the test's own (tests/store/ runs its own on PostgreSQL too)."""
+    s = Store.open(f"sqlite:///{tmp_path / 'gpuhealth.db'}")
+    try:
+        yield s
+    finally:
+        s.close()

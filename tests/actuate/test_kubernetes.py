@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from lightkube.resources.policy_v1 import PodDisruptionBudget
@@ -37,13 +36,6 @@ def kube() -> Iterator[KubeApiServer]:
         for h in HOSTS:
             server.add_node(h, labels={"nvidia.com/gpu.present": "true"})
         yield server
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'act.db'}")
-    yield s
-    s.close()
 
 
 def actuator(store: Store, kube: KubeApiServer, clock: Clock, breaker: BreakerPolicy = LENIENT) -> Actuator:

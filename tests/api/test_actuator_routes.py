@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from fastapi.testclient import TestClient
 
 from actuate.breaker import BreakerPolicy
@@ -19,13 +15,6 @@ from tests.fleet_decisions import T0, set_decisions
 TOKEN = "t0ken-for-the-actuator"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 HOSTS = [f"node-{i:03d}" for i in range(4)]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'api.db'}")
-    yield s
-    s.close()
 
 
 def app_with(store: Store, mode: str = "dry-run") -> tuple[TestClient, Actuator]:

@@ -42,13 +42,6 @@ def slurm(shared_cluster: SlurmCluster) -> SlurmCluster:
     return shared_cluster
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'act.db'}")
-    yield s
-    s.close()
-
-
 def actuator(store: Store, slurm: SlurmCluster, clock: Clock, breaker: BreakerPolicy = LENIENT) -> Actuator:
     target = SlurmTarget(scontrol=slurm.tools["scontrol"], squeue=slurm.tools["squeue"], env=slurm.env)
     config = ActuatorConfig(mode="on", breaker=breaker, settle=timedelta(hours=1))

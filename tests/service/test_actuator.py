@@ -4,9 +4,8 @@ hold and release, the breaker (a real year passes, a storm trips it), and faults
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,13 +41,6 @@ class Flaky(MemoryTarget):
             raise TargetUnavailable(f"lost the scheduler while changing {step.hostname}")
         self.applied[(step.hostname, step.to_state)] += 1
         return super().apply(step, observed, saved)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'act.db'}")
-    yield s
-    s.close()
 
 
 def hosts(n: int) -> list[str]:

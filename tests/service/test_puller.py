@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pandas as pd
@@ -43,13 +41,6 @@ class Clock:
 
     def __call__(self) -> datetime:
         return at(self.step) + timedelta(seconds=20)  # past the 15 s scrape grace, before the next step
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'p.db'}")
-    yield s
-    s.close()
 
 
 def puller(store: Store, prom: FakePrometheus, clock: Clock, backfill_steps: int = 10) -> PrometheusPuller:

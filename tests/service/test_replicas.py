@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pandas as pd
@@ -41,13 +39,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.t += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
-    yield s
-    s.close()
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -18,15 +16,6 @@ from simulator.run import simulate
 from store import Store
 from tests.frames import T0, rows
 from tests.service.tiny_model import tiny_model
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'train.db'}")
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def test_fleet_history_reads_the_stored_hours_in_batches(store: Store) -> None:
