@@ -13,6 +13,8 @@ node finding (`predictor.node`), not a reason to demote its GPUs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -31,77 +33,118 @@ NODE_MIN_GPUS = 3
 """With fewer GPUs of a node scored, a GPU is measured against its model's GPUs instead."""
 
 
-class _Moments:
-    """Window sums of a gap-free series x (NaN where the sample lacks a value): n, Σx, Σx²."""
-
-    def __init__(self, q: Queries, x: np.ndarray) -> None:
-        self.q = q
-        ok = ~np.isnan(x)
-        v = np.where(ok, x, 0.0).astype(np.float64)
-        self.gaps = np.flatnonzero(~ok)
-        self.s1, self.s2 = Sums(v), Sums(v * v)
-
-    def get(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        q = self.q
-        return _present(q, self.gaps, w), q.window_sum(self.s1, w), q.window_sum(self.s2, w)
-
-
 def _present(q: Queries, gaps: np.ndarray, w: int) -> np.ndarray:
     """Samples with a value in each query's window: all of them less the gaps (sorted positions)."""
     return q.window_count(None, w) - (q.window_count(gaps, w) if len(gaps) else 0.0)
 
 
-def _z(recent: np.ndarray, base_n: np.ndarray, base_s: np.ndarray, base_ss: np.ndarray) -> np.ndarray:
-    """(recent - baseline mean) / baseline σ (floored), NaN without a baseline of 2+ samples."""
+def _excess(
+    recent: np.ndarray, base_n: np.ndarray, base_s: np.ndarray, base_ss: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(recent - baseline mean, baseline σ floored): both NaN without a baseline of 2+ samples."""
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = base_s / base_n
         var = (base_ss - base_s * mean) / (base_n - 1)
         sd = np.maximum(np.sqrt(np.maximum(var, 0.0)), SD_FLOOR_C)
-        return np.where(base_n > 1, (recent - mean) / sd, np.nan)
+        ok = base_n > 1
+        return np.where(ok, recent - mean, np.nan), np.where(ok, sd, np.nan)
 
 
-def _residual_moments(ctx: FeatureContext) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """Per window (6 h, 1 d, 30 d): n, Σr, Σr² of r = temperature - k·power, k per model and cutoff."""
+@dataclass
+class _Residuals:
+    """Window sums of r = y - k·power per query, and how far the slope k may be off.
+
+    `moments[w]` is (n, Σr, Σr²) over the window w before the cutoff; `power[w]` the mean power
+    there. `k_sd` is the slope's uncertainty: a residual measured at a load far from the
+    baseline's is an extrapolation, off by about k_sd x the difference in power.
+    """
+
+    moments: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    power: dict[int, np.ndarray]
+    base_power: np.ndarray
+    k_sd: np.ndarray
+
+    def excess(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the window's mean residual above the baseline's, its σ): the baseline's own σ and
+        the extrapolation's, added in quadrature. NaN without a baseline."""
+        base = _minus(self.moments[MONTH], self.moments[DAY])
+        n, s1, _ = self.moments[w]
+        e, sd = _excess(mean(s1, n), *base)
+        extrapolation = self.k_sd * np.abs(self.power[w] - self.base_power)
+        return e, np.sqrt(sd * sd + np.nan_to_num(extrapolation) ** 2)
+
+
+def _residuals(
+    ctx: FeatureContext, y: np.ndarray, windows: tuple[int, ...] = (MONTH, DAY, 6 * HOUR)
+) -> _Residuals | None:
+    """`_Residuals` of y on power, k fitted per GPU over its baseline (its model's pooled slope
+    where its load barely varied). None without a power column."""
     f, q = ctx.f, ctx.q
-    temp, power = f.col("gpu_temp_c", native=True), f.col("power_w", native=True)
-    if temp is None or power is None:
+    power = f.col("power_w", native=True)
+    if power is None:
         return None
-    both = ~np.isnan(temp) & ~np.isnan(power)
-    t = np.where(both, temp, 0.0).astype(np.float64)
+    both = ~np.isnan(y) & ~np.isnan(power)
+    t = np.where(both, y, 0.0).astype(np.float64)
     p = np.where(both, power, 0.0).astype(np.float64)
     gaps = np.flatnonzero(~both)
     sums = {"t": Sums(t), "p": Sums(p), "tt": Sums(t * t), "pp": Sums(p * p), "tp": Sums(t * p)}
     del t, p
-    out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     raw = {}
-    for w in (MONTH, DAY, 6 * HOUR):
+    for w in windows:
         raw[w] = (_present(q, gaps, w), {name: q.window_sum(x, w) for name, x in sums.items()})
     # Degrees per watt of each GPU over its baseline (heat sinks differ), its model's pooled
     # slope where its load did not vary enough to fit one.
     bn, bs = raw[MONTH][0] - raw[DAY][0], {k: raw[MONTH][1][k] - raw[DAY][1][k] for k in sums}
-    k = _slope(f, q, bn, bs)
+    baseline_days = np.clip((q.c - f.first_t[q.gpu_pos]) / DAY - 1.0, 1.0, (MONTH - DAY) / DAY)
+    k, k_sd = _slope(f, q, bn, bs, baseline_days)
+    moments = {}
     for w, (n, s) in raw.items():
         sr = s["t"] - k * s["p"]
         srr = s["tt"] - 2 * k * s["tp"] + k * k * s["pp"]
-        out[w] = (n, sr, srr)
-    return out
+        moments[w] = (n, sr, srr)
+    return _Residuals(moments, {w: mean(s["p"], n) for w, (n, s) in raw.items()}, mean(bs["p"], bn), k_sd)
 
 
-def _slope(f: OrderedFrame, q: Queries, n: np.ndarray, s: dict[str, np.ndarray]) -> np.ndarray:
-    """Least-squares slope of temperature on power per GPU over the baseline; where the GPU's
-    power barely varied (< 20 W σ), the slope pooled over its model's GPUs at the cutoff."""
+MIN_LOAD_SD_W = 20.0
+"""A GPU whose power varied less than this over its baseline (W, σ) gets its model's pooled slope."""
+POOLED_SLOPE_SD = 0.1
+"""The pooled slope's uncertainty as a share of it, where too few peers have a slope of their own
+to measure how much heat sinks differ (they differ by a few to ten per cent)."""
+
+
+def _slope(
+    f: OrderedFrame, q: Queries, n: np.ndarray, s: dict[str, np.ndarray], baseline_days: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares slope of y on power per GPU over the baseline, and its uncertainty.
+
+    Where the GPU's power barely varied (< MIN_LOAD_SD_W σ), the slope pooled over its model's
+    GPUs at the cutoff, uncertain by how much its peers' own slopes spread (robust σ). An own
+    slope is uncertain by its standard error, counting one independent sample per baseline day:
+    load and air change over hours, so samples minutes apart are not independent.
+    """
     with np.errstate(invalid="ignore", divide="ignore"):
         sxy = np.where(n > 1, s["tp"] - s["p"] * s["t"] / n, 0.0)
         sxx = np.where(n > 1, s["pp"] - s["p"] * s["p"] / n, 0.0)
+        syy = np.where(n > 1, s["tt"] - s["t"] * s["t"] / n, 0.0)
         own = sxy / sxx
+        varied = (sxx > np.maximum(n - 1, 1) * MIN_LOAD_SD_W**2) & np.isfinite(own)
+        # σ of the fit's residuals, and the slope's standard error with one sample a day.
+        res_var = np.maximum(syy - own * sxy, 0.0) / np.maximum(n - 2, 1)
+        own_se = np.sqrt(res_var / (sxx / np.maximum(n, 1)) / baseline_days)
     model_code = f.frame["model_name"].astype("category").cat.codes.to_numpy()
     rows = q.end_row if f.identity else f.order[q.end_row]
-    key = pd.DataFrame({"c": q.c, "m": model_code[rows], "sxy": sxy, "sxx": sxx})
-    pooled = key.groupby(["c", "m"])[["sxy", "sxx"]].transform("sum")
+    key = pd.DataFrame({"c": q.c, "m": model_code[rows], "sxy": sxy, "sxx": sxx, "own": np.where(varied, own, np.nan)})
+    groups = key.groupby(["c", "m"])
+    pooled = groups[["sxy", "sxx"]].transform("sum")
+    dev = (key["own"] - groups["own"].transform("median")).abs()
+    peers = groups["own"].transform("count").to_numpy()
+    spread = 1.4826 * dev.groupby([key["c"], key["m"]]).transform("median").to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         pool = np.where(pooled["sxx"] > 1.0, pooled["sxy"] / pooled["sxx"], 0.0)
-        varied = sxx > np.maximum(n - 1, 1) * 20.0**2
-    return np.asarray(np.where(varied & np.isfinite(own), own, pool), dtype=float)
+    pool_sd = np.where(peers >= NODE_MIN_GPUS, spread, POOLED_SLOPE_SD * np.abs(pool))
+    k = np.where(varied, own, pool)
+    k_sd = np.where(varied, own_se, pool_sd)
+    return np.asarray(k, dtype=float), np.asarray(np.nan_to_num(k_sd), dtype=float)
 
 
 def _minus(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -112,52 +155,89 @@ def _minus(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.nda
 @family("gpu_temp_c", "power_w", "memory_temp_c")
 def heat(ctx: FeatureContext) -> Columns:
     """Excess temperature and memory-core spread in units of the GPU's own σ, and against its node."""
-    m = _residual_moments(ctx)
-    if m is None:
+    temp = ctx.f.col("gpu_temp_c", native=True)
+    res = None if temp is None else _residuals(ctx, temp)
+    if res is None:
         return {}
-    base = _minus(m[MONTH], m[DAY])
     young = (ctx.q.c - ctx.f.first_t[ctx.q.gpu_pos]) < MIN_AGE_S
-    own6 = np.where(young, np.nan, _z(mean(m[6 * HOUR][1], m[6 * HOUR][0]), *base))
-    own1 = np.where(young, np.nan, _z(mean(m[DAY][1], m[DAY][0]), *base))
-    del m
+    e6, sd6 = res.excess(6 * HOUR)
+    e1, sd1 = res.excess(DAY)
+    e6, e1 = np.where(young, np.nan, e6), np.where(young, np.nan, e1)
+    del res
+    with np.errstate(invalid="ignore"):
+        own6 = e6 / sd6
+        own1 = e1 / sd1
     out: Columns = {"temp_excess_own_z": own6}
-    out |= _against_node(ctx, own6, "temp_excess_vs_node_z", with_node=True)
-    out |= _against_node(ctx, own1, "temp_excess_vs_node_z_1d")
-    out["mem_spread_z"] = np.where(young, np.nan, _memory_spread(ctx))
+    out |= _against_node(ctx, e6, sd6, "temp_excess_vs_node_z", own_z=own6)
+    out |= _against_node(ctx, e1, sd1, "temp_excess_vs_node_z_1d")
+    # A failing heat sink makes its GPU hotter than its own past *and* than its node now: the
+    # node's air heats every GPU of it (own past only), a node that cools leaves one GPU at its
+    # usual heat standing out (the node only). The heads learn from the lesser of the two, and
+    # only from heat: a GPU running cooler than both is no less healthy for it (0).
+    out["heat_excess_z"] = _excess_over_both(own6, out["temp_excess_vs_node_z"])
+    out["heat_excess_z_1d"] = _excess_over_both(own1, out["temp_excess_vs_node_z_1d"])
+    # A memory sensor that reads nothing says nothing either way: no change (0), where the core's
+    # excess is known, so a GPU without one is judged by its core alone (its trees never learned
+    # that a missing sensor means health, which the few such GPUs in training would teach them).
+    spread = _memory_spread(ctx)
+    out["mem_spread_z"] = np.where(young, np.nan, np.where(np.isnan(spread) & ~np.isnan(own6), 0.0, spread))
     return out
 
 
-def _against_node(ctx: FeatureContext, z: np.ndarray, name: str, with_node: bool = False) -> Columns:
-    """z minus the median z of the GPU's node at its cutoff (its model's GPUs if the node has few)."""
+def _excess_over_both(own: np.ndarray, vs_node: np.ndarray) -> np.ndarray:
+    """The lesser of two z-scores, floored at 0 (NaN where either is unknown)."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(own) | np.isnan(vs_node), np.nan, np.maximum(np.minimum(own, vs_node), 0.0))
+
+
+def _against_node(
+    ctx: FeatureContext, e: np.ndarray, sd: np.ndarray, name: str, own_z: np.ndarray | None = None
+) -> Columns:
+    """How far a GPU's excess heat (°C) stands above its node's median at the cutoff (its model's
+    GPUs if the node has few), in the larger of its own σ and the node's current spread.
+
+    A node's air (an incident, a rack door, a fan) adds about the same °C to each of its GPUs, so
+    the comparison is made in °C, before dividing by anyone's σ: a quiet sensor must not make a
+    GPU stand out of a node that heated evenly. And a node that heats unevenly (1.4826 x the
+    median absolute deviation of its GPUs' excess) widens the yardstick, so no GPU stands out
+    of it by the unevenness alone. With `own_z` (each GPU's excess in its own σ), also the
+    node's columns for the node finding.
+    """
     ident = ctx.ident
-    s = pd.Series(z)
+    s = pd.Series(e)
     node = [ident["cutoff"], ident["hostname"]]
+    peer = [ident["cutoff"], ident["model_name"]]
     node_med = s.groupby(node).transform("median").to_numpy()
     node_n = s.groupby(node).transform("count").to_numpy()
-    peer_med = s.groupby([ident["cutoff"], ident["model_name"]]).transform("median").to_numpy()
-    # In units of the node's spread too (robust: 1.4826 x the median absolute deviation), so
-    # GPUs of a node that heats up unevenly do not stand out by the unevenness alone.
-    dev = (s - pd.Series(node_med)).abs()
-    node_sd = np.maximum(1.4826 * dev.groupby(node).transform("median").to_numpy(), 1.0)
-    pdev = (s - pd.Series(peer_med)).abs()
-    peer_sd = np.maximum(
-        1.4826 * pdev.groupby([ident["cutoff"], ident["model_name"]]).transform("median").to_numpy(), 1.0
-    )
+    peer_med = s.groupby(peer).transform("median").to_numpy()
+    node_spread = 1.4826 * (s - pd.Series(node_med)).abs().groupby(node).transform("median").to_numpy()
+    peer_spread = 1.4826 * (s - pd.Series(peer_med)).abs().groupby(peer).transform("median").to_numpy()
     by_node = node_n >= NODE_MIN_GPUS
-    out: Columns = {name: np.where(by_node, (z - node_med) / node_sd, (z - peer_med) / peer_sd)}
-    if with_node:
-        out["node_heat_z"] = np.where(node_n >= NODE_MIN_GPUS, node_med, np.nan)
-        out["node_hot_gpus"] = pd.Series(z >= HOT_Z).groupby(node).transform("sum").to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: Columns = {
+            name: np.where(
+                by_node, (e - node_med) / np.fmax(sd, node_spread), (e - peer_med) / np.fmax(sd, peer_spread)
+            )
+        }
+    if own_z is not None:
+        z = pd.Series(own_z)
+        out["node_heat_z"] = np.where(by_node, z.groupby(node).transform("median").to_numpy(), np.nan)
+        out["node_hot_gpus"] = pd.Series(own_z >= HOT_Z).groupby(node).transform("sum").to_numpy(dtype=float)
         out["node_gpus"] = node_n.astype(float)
     return out
 
 
 def _memory_spread(ctx: FeatureContext) -> np.ndarray:
-    """Memory minus core temperature over the last day against its baseline, in its own σ."""
-    f, q = ctx.f, ctx.q
+    """Memory minus core temperature beyond what the GPU's power explains, over the last day
+    against its baseline, in its own σ (the spread narrows as the load rises: a quiet day is no
+    sign of a failing heat sink)."""
+    f = ctx.f
     mem, temp = f.col("memory_temp_c", native=True), f.col("gpu_temp_c", native=True)
     if mem is None or temp is None:
         return ctx.nan
-    mom = _Moments(q, np.subtract(mem, temp, dtype=np.float64))
-    month, day = mom.get(MONTH), mom.get(DAY)
-    return _z(mean(day[1], day[0]), *_minus(month, day))
+    res = _residuals(ctx, np.subtract(mem, temp, dtype=np.float64), (MONTH, DAY))
+    if res is None:
+        return ctx.nan
+    e, sd = res.excess(DAY)
+    with np.errstate(invalid="ignore"):
+        return e / sd

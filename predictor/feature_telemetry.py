@@ -47,8 +47,17 @@ def throttle_shares(ctx: FeatureContext) -> Columns:
     hours' shares (`core.hourly.SHARE`, made from the bitmask), whatever the sampling interval."""
     if SHARE not in ctx.f.columns:
         return {}
-    day, week = ctx.window_means(None, DAY, WEEK, name=SHARE)
-    return {"throttle_share_1d": day, "throttle_share_7d": week}
+    day, week, month = ctx.window_means(None, DAY, WEEK, MONTH, name=SHARE)
+    # How much more than usual, for this GPU and for its node: a GPU in a hot aisle throttles
+    # every afternoon, healthy, and a node-wide heat episode throttles all its GPUs together.
+    ident = ctx.ident
+    node = pd.Series(day).groupby([ident["cutoff"], ident["hostname"]])
+    node_med = np.where(node.transform("count").to_numpy() >= 3, node.transform("median").to_numpy(), 0.0)
+    return {
+        "throttle_share_1d": day,
+        "throttle_share_7d": week,
+        "throttle_new_1d": np.maximum(day - np.fmax(month, node_med), 0.0),
+    }
 
 
 @family("thermal_violation_us", "power_violation_us")

@@ -94,8 +94,8 @@ SPECS: tuple[FeatureSpec, ...] = (
     FeatureSpec("retired_pages_pending", "page retirement pending", "", "ecc", "last", latest_values),
     # thermal: what the heads see
     FeatureSpec(
-        "temp_excess_vs_node_z",
-        "heat beyond its power (6 h) vs its node, in its own σ",
+        "heat_excess_z",
+        "heat beyond its power (6 h) over both its own 30 days and its node, in its own σ",
         "σ",
         "thermal",
         "6h/30d",
@@ -103,8 +103,8 @@ SPECS: tuple[FeatureSpec, ...] = (
         1,
     ),
     FeatureSpec(
-        "temp_excess_vs_node_z_1d",
-        "heat beyond its power (1 d) vs its node, in its own σ",
+        "heat_excess_z_1d",
+        "heat beyond its power (1 d) over both its own 30 days and its node, in its own σ",
         "σ",
         "thermal",
         "1d/30d",
@@ -115,15 +115,33 @@ SPECS: tuple[FeatureSpec, ...] = (
         "mem_spread_z", "memory-core spread vs its own 30 days, in its own σ", "σ", "thermal", "1d/30d", heat, 1
     ),
     FeatureSpec(
-        "throttle_share_1d", "share of samples thermally throttled (1 d)", "", "thermal", "1d", throttle_shares, 1
-    ),
-    FeatureSpec(
-        "throttle_share_7d", "share of samples thermally throttled (7 d)", "", "thermal", "7d", throttle_shares, 1
-    ),
-    FeatureSpec(
-        "thermal_violation_share_1d", "share of time in thermal violation (1 d)", "", "thermal", "1d", violations, 1
+        "throttle_new_1d",
+        "thermal throttling (1 d) beyond its own 30 days and its node's",
+        "",
+        "thermal",
+        "1d/30d",
+        throttle_shares,
+        1,
     ),
     # thermal: context (reasons, the node finding, the API), not learned from
+    FeatureSpec(
+        "temp_excess_vs_node_z",
+        "heat beyond its power (6 h) vs its node, in its own σ",
+        "σ",
+        "thermal",
+        "6h/30d",
+        heat,
+        head=False,
+    ),
+    FeatureSpec(
+        "temp_excess_vs_node_z_1d",
+        "heat beyond its power (1 d) vs its node, in its own σ",
+        "σ",
+        "thermal",
+        "1d/30d",
+        heat,
+        head=False,
+    ),
     FeatureSpec(
         "temp_excess_own_z",
         "heat beyond its power (6 h) vs its own 30 days",
@@ -135,6 +153,33 @@ SPECS: tuple[FeatureSpec, ...] = (
     ),
     FeatureSpec(
         "node_heat_z", "its node's median heat vs their own 30 days", "σ", "thermal", "6h/30d", heat, head=False
+    ),
+    FeatureSpec(
+        "throttle_share_1d",
+        "share of samples thermally throttled (1 d)",
+        "",
+        "thermal",
+        "1d",
+        throttle_shares,
+        head=False,
+    ),
+    FeatureSpec(
+        "throttle_share_7d",
+        "share of samples thermally throttled (7 d)",
+        "",
+        "thermal",
+        "7d",
+        throttle_shares,
+        head=False,
+    ),
+    FeatureSpec(
+        "thermal_violation_share_1d",
+        "share of time in thermal violation (1 d)",
+        "",
+        "thermal",
+        "1d",
+        violations,
+        head=False,
     ),
     FeatureSpec("node_hot_gpus", "GPUs of its node running hot (>= 2 σ)", "", "thermal", "6h/30d", heat, head=False),
     FeatureSpec("node_gpus", "GPUs of its node scored", "", "thermal", "last", heat, head=False),
@@ -160,7 +205,10 @@ SPECS: tuple[FeatureSpec, ...] = (
     FeatureSpec(
         "replays_per_active_hour_7d", "PCIe replays per hour that saw any (7 d)", "", "pcie", "7d", pcie_replays
     ),
-    FeatureSpec("link_retrained_1d", "resets (its link trained again) in 1 day", "", "pcie", "1d", pcie_replays),
+    # A reset is the node's event (a reboot, a driver reload), not the link's health: context only.
+    FeatureSpec(
+        "link_retrained_1d", "resets (its link trained again) in 1 day", "", "pcie", "1d", pcie_replays, head=False
+    ),
     FeatureSpec(
         "node_replaying_gpus_6h", "other GPUs of its node with new replays in 6 h", "", "pcie", "6h", pcie_replays
     ),

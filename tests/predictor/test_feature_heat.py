@@ -242,18 +242,20 @@ def test_memory_core_spread_widening_on_one_gpu() -> None:
     assert abs(f.loc["GPU-node-a-3", "temp_excess_own_z"]) < 2
 
 
-def test_missing_memory_temperature_is_unknown_not_an_error() -> None:
+def test_a_missing_memory_sensor_says_nothing_either_way() -> None:
+    """A GPU whose memory sensor reads nothing has a neutral spread (0, no change), so the heads
+    judge it by its core: trained on few such GPUs, they would read "missing" as "healthy"."""
     gpus = [*node("node-a"), *node("node-b")]
     gpus[0] = Gpu("node-a", 0, mem=False)
     f = features(gpus)
-    assert np.isnan(f.loc["GPU-node-a-0", "mem_spread_z"])
+    assert f.loc["GPU-node-a-0", "mem_spread_z"] == 0.0
     assert f.drop(index="GPU-node-a-0")["mem_spread_z"].notna().all()
     assert np.isfinite(f.loc["GPU-node-a-0", "temp_excess_own_z"])
 
 
 def test_a_history_without_memory_temperature() -> None:
     f = features([*node("node-a"), *node("node-b")], drop=("memory_temp_c",))
-    assert f["mem_spread_z"].isna().all()
+    assert (f["mem_spread_z"] == 0.0).all()
     assert f["temp_excess_own_z"].notna().all()
 
 
@@ -279,3 +281,62 @@ def test_a_young_gpu_is_unknown(age_h: int, known: bool) -> None:
         assert heat["temp_excess_own_z"] > 4
     assert f.loc[uuids("node-b"), "temp_excess_own_z"].notna().all()
     assert f.loc[young.uuid, "node_gpus"] == (4 if known else 3)
+
+
+# -- (e) what the heads learn from: hotter than both its past and its node ---------------------
+
+
+def test_heat_excess_is_hot_against_both_its_past_and_its_node() -> None:
+    """A failing heat sink is hotter than its past and its node; a node's air heats every GPU
+    against its past but none against its node; a node that cools leaves a GPU at its usual
+    heat standing out of it, not hotter than its past."""
+    failing = Gpu("node-a", 0, hot_c=6.0)
+    cooled = [Gpu("node-c", i, hot_c=-6.0) for i in range(1, 4)]
+    f = features([failing, *node("node-a", 4)[1:], *node("node-b", hot_c=8.0), Gpu("node-c", 0), *cooled])
+    assert f.loc[failing.uuid, "heat_excess_z"] > 3
+    assert (f.loc[uuids("node-b"), "heat_excess_z"] < 1).all(), "node-wide heat: no GPU of it"
+    assert f.loc["GPU-node-c-0", "temp_excess_vs_node_z"] > 3, "it stands out of its cooled node ..."
+    assert f.loc["GPU-node-c-0", "heat_excess_z"] < 1, "... but is no hotter than its past"
+    assert (f[["heat_excess_z", "heat_excess_z_1d"]].dropna() >= 0).all().all()
+
+
+def test_an_even_node_incident_does_not_make_a_quiet_sensor_stand_out() -> None:
+    """The node's air adds the same °C to its GPUs: measured in °C first, a GPU with a quiet
+    sensor (small σ) stands out no more than its noisy neighbours."""
+    gpus = [Gpu("node-a", 0, noise=0.3, hot_c=8.0), *[Gpu("node-a", i, noise=1.5, hot_c=8.0) for i in (1, 2, 3)]]
+    f = features([*gpus, *node("node-b")])
+    assert f.loc["GPU-node-a-0", "temp_excess_own_z"] > 10, "8 °C is many of its own σ"
+    assert abs(f.loc["GPU-node-a-0", "temp_excess_vs_node_z"]) < 1.5
+
+
+def test_a_load_the_baseline_never_saw_widens_the_yardstick() -> None:
+    """A GPU that ran 100-500 W for a month and now runs at 700 W: its slope is known only so
+    well, so the same 4 °C weighs less than at a load it knows; a failing one at that load still shows."""
+    heavy = Gpu("node-a", 0, full_load_hours=24, hot_c=4.0)
+    usual = Gpu("node-b", 0, hot_c=4.0)
+    failing = Gpu("node-c", 0, full_load_hours=24, hot_c=15.0)
+    f = features([heavy, *node("node-a", 4)[1:], usual, *node("node-b", 4)[1:], failing, *node("node-c", 4)[1:]])
+    assert f.loc[heavy.uuid, "temp_excess_own_z"] < f.loc[usual.uuid, "temp_excess_own_z"]
+    assert f.loc[failing.uuid, "heat_excess_z"] > 3
+
+
+def test_throttling_counts_beyond_its_own_month_and_its_node() -> None:
+    """In a hot aisle a healthy GPU throttles every afternoon; a node's heat throttles all its
+    GPUs; a failing heat sink starts throttling on its own."""
+    frame = validate(pd.concat([rows(g, k) for k, g in enumerate([*node("node-a"), *node("node-b")])]),
+                     source="test")  # fmt: skip
+    hour = (frame["timestamp"] - T0) / pd.Timedelta(hours=1)
+    last_day = hour > HOURS - 24
+    afternoons = (hour % 24).between(13, 17)
+    throttled = (
+        (frame["gpu_uuid"].eq("GPU-node-a-0") & afternoons)  # always, healthy
+        | (frame["gpu_uuid"].eq("GPU-node-a-1") & last_day & (hour % 3 == 0))  # new
+        | (frame["hostname"].eq("node-b") & last_day & (hour % 2 == 0))  # its whole node, new
+    )
+    frame["clocks_event_reasons"] = np.where(throttled, 0x20, 0x0).astype(float)
+    f = build_features(frame.reset_index(drop=True), CUTOFF).set_index("gpu_uuid")
+    assert f.loc["GPU-node-a-0", "throttle_share_1d"] > 0.15
+    assert f.loc["GPU-node-a-0", "throttle_new_1d"] < 0.02
+    assert f.loc["GPU-node-a-1", "throttle_new_1d"] > 0.2  # a third of the day, less its node's median
+    assert (f.loc[uuids("node-b"), "throttle_new_1d"] == 0).all()
+    assert (f.loc[uuids("node-b"), "throttle_share_1d"] > 0.4).all()

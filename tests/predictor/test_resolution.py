@@ -33,9 +33,9 @@ EXACT_FAMILIES = {
     "sbe_rates", "dbe_counts", "latest_values", "new_remaps", "retired_pages", "pcie_replays", "pcie_link",
     "xid_counts", "violations", "repeat_offenders",
 }  # fmt: skip
-SHARES = {"throttle_share_1d", "throttle_share_7d", "power_violation_share_1d"}
+SHARES = {"throttle_share_1d", "throttle_share_7d", "throttle_new_1d", "power_violation_share_1d"}
 PERCENT = {"util_mean_1d"}
-HEAT_Z = {"temp_excess_vs_node_z", "temp_excess_vs_node_z_1d", "mem_spread_z"}
+HEAT_Z = {"temp_excess_vs_node_z", "temp_excess_vs_node_z_1d", "mem_spread_z", "heat_excess_z", "heat_excess_z_1d"}
 FAULTS = [
     (24 * 3.5, FaultSpec(1, FaultMode.ECC, 60)),
     (24 * 4.0, FaultSpec(3, FaultMode.THERMAL, 50)),
