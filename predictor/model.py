@@ -352,16 +352,42 @@ def train(
     return train_sets([TrainingSet("history", frame, failures)], lead, window, every, seed, folds, progress)
 
 
+POSITIVES_EVERY = "1h"
+"""Cutoff spacing of the rows before a failure (or just after the window) in training: a fast
+precursor (a heat sink failing within two days) shows in a handful of rows at a 6 h spacing,
+so the rows near failures are taken every hour and the healthy ones at the training spacing,
+weighted up by the ratio (the weighted rows stand for every hour's)."""
+CHUNK_CUTOFFS = 1024
+"""Cutoffs per feature build in training: the hourly rows are thinned chunk by chunk."""
+
+
 def _set_rows(
     ts: TrainingSet, lead: pd.Timedelta, window: pd.Timedelta, every: str, say: Progress
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Features and labels of one set at its cutoffs, rows just before a failure left out."""
-    cuts = training_cutoffs(ts.frame, window, every)
-    say(f"{ts.name}: features at {len(cuts)} cutoffs")
-    X = build_features(ts.frame, cuts, failures=ts.failures)
-    y = make_labels(X, ts.failures, lead, window)
-    usable = y["imminent"].to_numpy() == 0
-    X, y = X[usable].reset_index(drop=True), y[usable].reset_index(drop=True)
+    """Features and labels of one set at its cutoffs, rows just before a failure left out.
+
+    Rows whose GPU fails within the window are taken every POSITIVES_EVERY (when that is
+    finer than `every`), the others every `every` with their weight scaled to match.
+    """
+    coarse = pd.Timedelta(every)
+    fine = pd.Timedelta(POSITIVES_EVERY)
+    if fine >= coarse or coarse % fine != pd.Timedelta(0):
+        fine = coarse  # the grid cannot be thinned evenly: every row at `every`
+    cuts = training_cutoffs(ts.frame, window, POSITIVES_EVERY if fine < coarse else every)
+    on_grid = ((cuts - cuts[0]) % coarse) == pd.Timedelta(0)
+    say(f"{ts.name}: features at {int(on_grid.sum())} cutoffs (every {fine} before failures)")
+    parts = []
+    for i in range(0, len(cuts), CHUNK_CUTOFFS):
+        X = build_features(ts.frame, cuts[i : i + CHUNK_CUTOFFS], failures=ts.failures)
+        y = make_labels(X, ts.failures, lead, window)
+        grid = np.isin(X["cutoff"].to_numpy(), cuts[on_grid].to_numpy())
+        keep = (y["imminent"].to_numpy() == 0) & (grid | (y["any"].to_numpy() == 1))
+        X, y = X[keep].reset_index(drop=True), y[keep].reset_index(drop=True)
+        # A healthy row stands for the hours between grid cutoffs; a row before a failure for its own.
+        X["_rows"] = np.where(y["any"].to_numpy() == 1, 1.0, coarse / fine)
+        parts.append((X, y))
+    X = pd.concat([p[0] for p in parts], ignore_index=True)
+    y = pd.concat([p[1] for p in parts], ignore_index=True)
     # Validation: each set's last 20 % of time (sets may cover different spans).
     X["_set"] = ts.name
     X["_fit"] = (X["cutoff"] <= X["cutoff"].quantile(0.8)).to_numpy()
@@ -399,11 +425,12 @@ def train_sets(
     del parts
     fit_rows = X.pop("_fit").to_numpy(dtype=bool)
     weight = X.pop("_weight").to_numpy(dtype=float)
+    stands_for = X.pop("_rows").to_numpy(dtype=float)
     set_name = X.pop("_set").to_numpy()
     # Per set, rows count as weight / (rows of the set): every set weighs what it is told,
     # whatever its size (a 90-day prior fleet against a fortnight of real history).
-    per_set = pd.Series(set_name).map(pd.Series(set_name).value_counts()).to_numpy(dtype=float)
-    w = weight / per_set
+    per_set = pd.Series(stands_for).groupby(set_name).transform("sum").to_numpy(dtype=float)
+    w = weight * stands_for / per_set
     w = w / w[fit_rows].mean()
     Xf, yf, wf = X[fit_rows].reset_index(drop=True), y[fit_rows].reset_index(drop=True), w[fit_rows]
     groups = (pd.Series(set_name[fit_rows]) + "/" + Xf["gpu_uuid"].astype(str)).to_numpy()
@@ -466,6 +493,7 @@ def train_sets(
         "lead_hours": lead / HOUR,
         "window_days": window / DAY,
         "cutoff_every": every,
+        "positives_every": POSITIVES_EVERY,
         "calibration": f"isotonic on {folds}-fold out-of-fold scores, folds by GPU",
         "data_hash": _sets_hash(sets),
         "inputs_seen": [c for c in USED_COLUMNS if any(c in f.columns and f[c].notna().any() for f in frames)],
