@@ -271,7 +271,7 @@ def score(
     from core.history import HistoryError
     from predictor.model import ModelError
     from predictor.policy import Thresholds
-    from predictor.score import SCORE_COLUMNS, load_model, to_records
+    from predictor.score import SCORE_COLUMNS, history_risk_since, load_model, to_records
     from predictor.score import score as run_score
 
     if output not in ("json", "table"):
@@ -284,7 +284,9 @@ def score(
     try:
         s = Settings()
         m = load_model(model)
-        result = run_score(m, frame, when, Thresholds(s.watch_threshold, s.demote_threshold), failures=records)
+        th = Thresholds.from_settings(s)
+        since = history_risk_since(m, frame, th, failures=records)
+        result = run_score(m, frame, when, th, failures=records, risk_since=since)
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
     if output == "json":
@@ -376,7 +378,7 @@ def evaluate(
         m = load_model(model)
         rep = run_eval(
             m, frame, labels, lead=lead_td, window=window_td, every=every,
-            thresholds=Thresholds(s.watch_threshold, s.demote_threshold), progress=_progress_printer("evaluate"),
+            thresholds=Thresholds.from_settings(s), progress=_progress_printer("evaluate"),
             downtime=costs,
         )  # fmt: skip
         paths = write_report(rep, out)

@@ -140,7 +140,7 @@ def promote_cmd(
         try:
             verdict = promote(
                 store, version, against=against, force=force, min_failures=min_failures,
-                thresholds=Thresholds(s.watch_threshold, s.demote_threshold), progress=_say,
+                thresholds=Thresholds.from_settings(s), progress=_say,
             )  # fmt: skip
         except (PromoteError, ModelError, StoreError) as e:
             raise fail(str(e)) from None

@@ -227,7 +227,7 @@ def serve(
         host, port = parse_listen(listen or s.api_listen)
         score_s = parse_duration(score_interval or s.score_interval)
         body_timeout_s = parse_duration(s.body_timeout)
-        thresholds = Thresholds(s.watch_threshold, s.demote_threshold)
+        thresholds = Thresholds.from_settings(s)
     except ValueError as e:
         raise fail(str(e)) from None
     src, prom_url = _source(s, source, prometheus, backend=backend, no_collector=no_collector)
@@ -442,7 +442,7 @@ def demo(
         fields=opened.fields,
         interval_s=interval_s,
         score_interval_s=5.0,
-        thresholds=Thresholds(s.watch_threshold, s.demote_threshold),
+        thresholds=Thresholds.from_settings(s),
         token=token,
         hostname_label=opened.hostname_label,
         probes=probe_config(s, every=DEMO_PROBE_EVERY),

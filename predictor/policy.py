@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from core.decisions import DECISIONS, SEVERITY
+from core.settings import Settings
+from core.units import parse_duration
 from predictor.node import NodeHeat, held_reason, node_findings, node_reason
 from predictor.rules import evaluate_rules
 
@@ -40,6 +42,12 @@ class Thresholds:
     demote: float = 0.7
     """At or above: demote. The product brief's 0.7 = "warning: interruptible work only"
     (checkpointed training, never non-interruptible inference; diagnose at next maintenance)."""
+    demote_for_s: float = 3 * 3600.0
+    """The model's demote stands once the GPU's risk has held at or above `demote` this long
+    (seconds), as an alert rule's `for:`; until then the GPU is at watch, and its reasons say
+    since when and until when. The rules act at once. A policy choice: on held-out fleets a few
+    hours take out the model's brief excursions (a flaky link's burst, a load change) and cost
+    no failure caught a day ahead (docs/model.md)."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -47,6 +55,86 @@ class Thresholds:
             raise ValueError(
                 f"risk thresholds must satisfy 0 < watch < demote <= 1; got watch={self.watch}, demote={self.demote}"
             )
+        if not (0.0 <= self.demote_for_s < float("inf")):
+            raise ValueError(f"demote_for must be a duration >= 0; got {self.demote_for_s} s")
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Thresholds:
+        """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR)."""
+        text = s.demote_for.strip()
+        at_once = text.rstrip("smhdw") in {"0", "0.0"}
+        return cls(s.watch_threshold, s.demote_threshold, 0.0 if at_once else parse_duration(text))
+
+    @property
+    def demote_for(self) -> pd.Timedelta:
+        """`demote_for_s` as a Timedelta."""
+        return pd.Timedelta(seconds=self.demote_for_s)
+
+
+def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Per row: when the GPU's run of high rows that the row belongs to began (NaT where not high).
+
+    Rows are (GPU, time) points in any order; a run is the GPU's consecutive high rows in time.
+    The evaluation gives every scored hour; the service its stored rounds and the current one.
+    """
+    n = len(gpu)
+    out = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
+    if n == 0:
+        return out
+    t = (
+        pd.DatetimeIndex(at).tz_convert(None).to_numpy()
+        if getattr(at, "tz", None)
+        else np.asarray(at, "datetime64[ns]")
+    )
+    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
+    g, tt, h = np.asarray(gpu)[order], t[order], np.asarray(high, dtype=bool)[order]
+    starts = h & ~np.r_[False, (g[1:] == g[:-1]) & h[:-1]]
+    run = np.cumsum(starts)
+    first = np.full(run.max() + 1 if n else 1, np.datetime64("NaT"), dtype="datetime64[ns]")
+    first[run[starts]] = tt[starts]
+    out[order] = np.where(h, first[run], np.datetime64("NaT"))
+    return out
+
+
+def stored_run_began(
+    stored: Sequence[tuple[str, Any, float | None]], uuids: Sequence[str], now: pd.Timestamp, threshold: float
+) -> dict[str, pd.Timestamp]:
+    """For GPUs whose risk is at `threshold` or above now: when that run began, from their stored
+    rounds (gpu_uuid, scored_at, risk); a GPU whose last stored round was below (or has none) is
+    left out: its run begins now."""
+    if not stored or not uuids:
+        return {}
+    gpu = np.asarray([r[0] for r in stored] + list(uuids), dtype=object)
+    at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored] + [pd.Timestamp(now)] * len(uuids))
+    with np.errstate(invalid="ignore"):
+        high = np.r_[np.asarray([np.nan if r[2] is None else r[2] for r in stored], dtype=float) >= threshold,
+                     np.ones(len(uuids), dtype=bool)]  # fmt: skip
+    since = high_since(gpu, at, high)[len(stored) :]
+    now_naive = _naive_utc([now])[0]
+    return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
+
+
+def pending_demote(cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether a demote by the model still waits for its risk to hold `demote_for`
+    (since NaT: the run begins now)."""
+    c, s = _naive_utc(cutoff), _naive_utc(since)
+    held_for = c - np.where(np.isnat(s), c, s)
+    return np.asarray(held_for < thresholds.demote_for.to_timedelta64())
+
+
+def _naive_utc(t: Any) -> np.ndarray:
+    """Times (aware or naive UTC, any unit) as naive UTC datetime64[ns]."""
+    idx = pd.DatetimeIndex(t)
+    return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
+
+
+def pending_reason(since: pd.Timestamp, thresholds: Thresholds) -> str:
+    """Why a demote by the model is a watch for now: since when its risk is high, and until when it must stay so."""
+    due = since + thresholds.demote_for
+    return (
+        f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
+        f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
+    )
 
 
 def _model_severity(risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
@@ -95,8 +183,13 @@ def decide(
     *,
     nodes: pd.DataFrame | None = None,
     node_heat: NodeHeat | None = None,
+    since: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
+
+    `since` (per row, with a `cutoff` column in features): when the GPU's risk last rose to
+    `demote` and stayed (NaT: in this round); a model demote whose risk has not held
+    `thresholds.demote_for` is a watch saying so. None: the risk of this instant decides alone.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -120,6 +213,10 @@ def decide(
     on_hot_node, node_text = _hot_node_rows(features, node_findings(features, heat) if nodes is None else nodes)
     held = _held_demotes(features, risk, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
+    pending = np.zeros(n, dtype=bool)
+    if since is not None and thresholds.demote_for_s > 0:
+        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"].to_numpy(), since, thresholds)
+        model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
     final = np.maximum(np.maximum(rule_sev, model_sev), node_sev)
 
@@ -134,7 +231,11 @@ def decide(
         reasons[i].append(node_text[i])
         if held[i]:
             reasons[i].append(held_reason(float(vs_node[i]), heat))
-    # ... then the model's, where the model's own decision is the final one.
+    # ... then the model's, where the model's own decision is the final one (a pending demote says so first).
+    for i in np.flatnonzero(pending & (model_sev == final)):
+        began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
+        at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
+        reasons[i].append(pending_reason(at, thresholds))
     _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):

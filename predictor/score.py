@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import Thresholds, decide
+from predictor.policy import Thresholds, decide, stored_run_began
 from predictor.rules import evaluate_rules
 
 DEFAULT_MODEL = "default.skops"
@@ -43,16 +44,24 @@ def read_history(path: str | Path) -> pd.DataFrame:
     return history.read(path, columns=SCORE_COLUMNS)
 
 
+RiskSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
+"""(GPUs at the demote threshold now, the cutoff) -> when each one's risk rose to it, if before this round."""
+
+
 def score(
     model: RiskModel,
     frame: pd.DataFrame,
     at: pd.Timestamp | None = None,
     thresholds: Thresholds | None = None,
     failures: pd.DataFrame | None = None,
+    risk_since: RiskSince | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
 
     `failures`: failures and RMAs recorded so far (the store's), for the repeat-offender features.
+    `risk_since(uuids, cutoff)`: for the GPUs at the demote threshold now, when their risk rose to it
+    (earlier rounds: the service's store); a model demote stands once that has held
+    `thresholds.demote_for` (`policy.decide`). None: this instant's risk decides alone.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
@@ -86,7 +95,15 @@ def score(
     explained = model.explain(x, risk, flagged)
     risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
     hits = evaluate_rules(x)
-    decided = decide(x, risk, th, hits, nodes=node_findings(x))
+    since = None
+    if risk_since is not None:
+        high = (risk["risk"].to_numpy() >= th.demote) & ~thin
+        began = risk_since([str(u) for u in x.loc[high, "gpu_uuid"]], cutoff) if high.any() else {}
+        since = np.array(
+            [began[u].tz_convert(None).as_unit("ns").to_datetime64() if u in began else np.datetime64("NaT")
+             for u in x["gpu_uuid"].astype(str)], dtype="datetime64[ns]",
+        )  # fmt: skip
+    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since)
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
@@ -96,6 +113,29 @@ def score(
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
     return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
+
+
+def history_risk_since(
+    model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
+) -> RiskSince:
+    """`score`'s `risk_since` read from the history itself: the GPUs' risk at every hour of the
+    `demote_for` before the cutoff, as the service's stored rounds would say (`gpuhealth score`
+    has no rounds of its own)."""
+
+    def since(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        hours = int(np.ceil(thresholds.demote_for / pd.Timedelta(hours=1)))
+        cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
+        cuts = cuts[cuts >= frame["timestamp"].min()]
+        if len(cuts) == 0:
+            return {}
+        x = build_features(_up_to(frame, cuts[-1]), cuts, stale_s=STALE_S, failures=failures)
+        x = x[x["gpu_uuid"].astype(str).isin(set(uuids))]
+        young = x["age_days"].to_numpy() * 86400 < MIN_HISTORY_S
+        risk = np.where(young, np.nan, model.predict(x)["risk"].to_numpy()) if len(x) else np.empty(0)
+        stored = list(zip(x["gpu_uuid"].astype(str), x["cutoff"], risk.tolist(), strict=True))
+        return stored_run_began(stored, uuids, cutoff, thresholds.demote)
+
+    return since
 
 
 def _samples_per_gpu(frame: pd.DataFrame) -> pd.Series:

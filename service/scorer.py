@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from core.worker import Worker
 from predictor.model import RiskModel
-from predictor.policy import DECISIONS, SEVERITY, Thresholds, decision_changes
+from predictor.policy import DECISIONS, SEVERITY, Thresholds, decision_changes, stored_run_began
 from predictor.probes import slow_gpus
 from predictor.score import score, to_records
 from service.replicas import Replica, Share, round_of, until_next_round
@@ -170,6 +170,7 @@ class Scorer(Worker):
                 at=pd.Timestamp(at) if at else None,
                 thresholds=self.thresholds,
                 failures=self.store.failures_frame(),  # repeat offenders: the fleet's own record
+                risk_since=self._risk_since,
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
@@ -192,6 +193,13 @@ class Scorer(Worker):
         if share is None or 0 in share.shards:  # one replica applies the retention: shard 0's
             self.prune_if_due(scored_at)
         return records
+
+    def _risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
+        """When each GPU's risk rose to the demote threshold, from the stored rounds before this one."""
+        th = self.thresholds
+        lookback = cutoff - th.demote_for - pd.Timedelta(hours=1)
+        stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime())
+        return stored_run_began(stored, uuids, cutoff, th.demote)
 
     def _gpus_of(self, share: Share) -> list[GpuItem]:
         """The store's GPUs on the share's hosts."""

@@ -314,6 +314,28 @@ class Decisions:
                 )
             return _decision_rows(conn, d.id == decision_id)[0]
 
+    def recent_risks(
+        self, uuids: Sequence[str], since: datetime, until: datetime
+    ) -> list[tuple[str, datetime, float | None]]:
+        """(gpu_uuid, scored_at, risk) of the GPUs' stored rounds in [since, until), oldest first.
+
+        The scorer reads how long a GPU's risk has held (a model demote waits `demote_for`);
+        unknown GPUs have no rows. Only the raw rounds (the score retention is days)."""
+        if not uuids:
+            return []
+        s = T_SCORES.c
+        lo, hi = utc(since, "since"), utc(until, "until")
+        out: list[tuple[str, datetime, float | None]] = []
+        with self.db.tx() as conn:
+            for i in range(0, len(uuids), 1000):  # bounded IN lists
+                q = (
+                    sa.select(s.gpu_uuid, s.scored_at, s.risk)
+                    .where(s.gpu_uuid.in_(list(uuids[i : i + 1000])), s.scored_at >= lo, s.scored_at < hi)
+                    .order_by(s.gpu_uuid, s.scored_at)
+                )
+                out += [(str(u), utc(t, "scored_at"), r) for u, t, r in conn.execute(q)]
+        return out
+
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
     ) -> list[ScorePoint]:

@@ -224,6 +224,12 @@ class Store:
         With a `fence` (a replica's round), only the shards it still holds and nobody wrote in the round."""
         return self._decisions.write_scores(records, scored_at, rule=rule, fence=fence)
 
+    def recent_risks(
+        self, uuids: Sequence[str], since: datetime, until: datetime
+    ) -> list[tuple[str, datetime, float | None]]:
+        """(gpu_uuid, scored_at, risk) of the GPUs' stored rounds in [since, until), oldest first."""
+        return self._decisions.recent_risks(uuids, since, until)
+
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
     ) -> list[ScorePoint]:

@@ -8,8 +8,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.settings import Settings
 from predictor.node import NODE_COLUMNS, NodeHeat, node_findings, node_reason
-from predictor.policy import DECISIONS, DecisionChanges, Thresholds, decide, decision_changes
+from predictor.policy import (
+    DECISIONS,
+    DecisionChanges,
+    Thresholds,
+    decide,
+    decision_changes,
+    high_since,
+    stored_run_began,
+)
 from predictor.rules import evaluate_rules
 from tests.predictor.test_rules import HEALTHY, frame
 
@@ -366,3 +375,74 @@ def test_decision_changes_copies_the_reasons() -> None:
     changes = decision_changes({"GPU-a": (7, "watch")}, [("GPU-a", "watch", reasons)])
     reasons.append("later")
     assert changes.refresh == ((7, ["warm"]),)
+
+
+# -- a model demote stands once its risk has held (an alert rule's `for:`) --------------------
+
+CUT = pd.Timestamp("2026-03-01", tz="UTC")
+
+
+def naive(*times: str | None) -> np.ndarray:
+    """Times as the naive-UTC datetime64 array `decide` takes (None: NaT)."""
+    return np.array([np.datetime64("NaT") if t is None else pd.Timestamp(t).to_datetime64() for t in times],
+                    dtype="datetime64[ns]")  # fmt: skip
+
+
+def test_a_model_demote_waits_until_its_risk_has_held_demote_for() -> None:
+    f = frame(HEALTHY, HEALTHY, HEALTHY, HEALTHY)
+    since = naive(None, "2026-02-28 22:00", "2026-02-28 21:00", "2026-02-20")
+    out = decide(f, risk_frame(f.index, [0.9, 0.9, 0.9, 0.5]), Thresholds(), since=since)
+    # Began now, 2 h ago: pending; 3 h ago: it stands; a watch is no demote to wait for.
+    assert out["decision"].tolist() == ["watch", "watch", "demote", "watch"]
+    assert out["reasons"].iat[0][0] == (
+        "demote pending: risk at or above 0.70 since 2026-03-01 00:00 UTC; "
+        "it is demoted if that holds until 2026-03-01 03:00 UTC"
+    )
+    assert out["reasons"].iat[1][0].startswith("demote pending: risk at or above 0.70 since 2026-02-28 22:00 UTC")
+    assert len(out["reasons"].iat[0]) > 1  # the model's own reasons follow
+    assert not any(r.startswith("demote pending") for r in out["reasons"].iat[2] + out["reasons"].iat[3])
+
+
+def test_rules_never_wait_and_no_since_means_this_instant_decides() -> None:
+    f = frame(HEALTHY | {"row_remap_failure": 1}, HEALTHY)
+    out = decide(f, risk_frame(f.index, [0.9, 0.9]), Thresholds(), since=naive(None, None))
+    assert out["decision"].tolist() == ["rma", "watch"]
+    assert decide(f, risk_frame(f.index, [0.9, 0.9]), Thresholds())["decision"].tolist() == ["rma", "demote"]
+    at_once = Thresholds(demote_for_s=0)
+    assert decide(f, risk_frame(f.index, [0.9, 0.9]), at_once, since=naive(None, None))["decision"].iat[1] == "demote"
+
+
+def test_high_since_finds_each_run_of_high_rows_in_any_order() -> None:
+    gpu = np.array(["a", "b", "a", "a", "b", "a"])
+    at = pd.to_datetime(["01:00", "00:00", "00:00", "03:00", "01:00", "02:00"], format="%H:%M", utc=True)
+    high = np.array([False, True, True, True, True, True])
+    got = pd.DatetimeIndex(high_since(gpu, at, high))
+    t = pd.Timestamp("1900-01-01")
+    want = pd.DatetimeIndex([pd.NaT, t, t, t + pd.Timedelta(hours=2), t, t + pd.Timedelta(hours=2)])
+    assert got.equals(want)
+
+
+def test_stored_run_began_reads_the_run_before_this_round() -> None:
+    stored = [
+        ("a", CUT - pd.Timedelta(hours=4), 0.5), ("a", CUT - pd.Timedelta(hours=3), 0.8),
+        ("a", CUT - pd.Timedelta(hours=1), 0.75), ("b", CUT - pd.Timedelta(hours=2), 0.9),
+        ("b", CUT - pd.Timedelta(hours=1), None), ("c", CUT - pd.Timedelta(hours=9), 0.95),
+    ]  # fmt: skip
+    # a: high since 3 h ago (a missing round does not break a run); b: its last round is
+    # unknown, so its run begins now; c: high at its last round; d: never stored.
+    got = stored_run_began(stored, ["a", "b", "c", "d"], CUT, 0.7)
+    assert got == {"a": CUT - pd.Timedelta(hours=3), "c": CUT - pd.Timedelta(hours=9)}
+    assert stored_run_began([], ["a"], CUT, 0.7) == {}
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("3h", 10800.0), ("90m", 5400.0), ("0", 0.0), ("0s", 0.0)])
+def test_demote_for_from_settings(text: str, seconds: float) -> None:
+    s = Settings(demote_for=text)
+    assert Thresholds.from_settings(s).demote_for_s == seconds
+
+
+def test_invalid_demote_for_raises() -> None:
+    with pytest.raises(ValueError, match="demote_for must be a duration >= 0"):
+        Thresholds(demote_for_s=-1)
+    with pytest.raises(ValueError, match="invalid duration"):
+        Thresholds.from_settings(Settings(demote_for="soon"))

@@ -220,3 +220,17 @@ def test_counts(fleet: Store) -> None:
     c = fleet.counts()
     assert (c["gpus"], c["nodes"], c["samples"], c["risk_scores"]) == (6, 2, 1, 5)
     assert (c["decisions_rma"], c["decisions_demote"], c["decisions_watch"], c["decisions_active"]) == (1, 1, 1, 3)
+
+
+def test_recent_risks_are_the_rounds_in_the_window_oldest_first(store: Store) -> None:
+    for h, (a, b) in enumerate([(0.8, 0.1), (0.9, None), (0.2, 0.95)]):
+        store.write_scores([score("GPU-a", risk=a), score("GPU-b", risk=b)], T0 + timedelta(hours=h),
+                           rule=decision_changes)  # fmt: skip
+    got = store.recent_risks(["GPU-a", "GPU-b", "GPU-x"], T0 + timedelta(hours=1), T0 + timedelta(hours=3))
+    assert got == [
+        ("GPU-a", T0 + timedelta(hours=1), 0.9), ("GPU-a", T0 + timedelta(hours=2), 0.2),
+        ("GPU-b", T0 + timedelta(hours=1), None), ("GPU-b", T0 + timedelta(hours=2), 0.95),
+    ]  # fmt: skip
+    # The end is open: a round at `until` is the one being scored, not yet stored.
+    assert store.recent_risks(["GPU-a"], T0, T0) == []
+    assert store.recent_risks([], T0, T0 + timedelta(hours=9)) == []
