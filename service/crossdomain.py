@@ -42,8 +42,9 @@ class Plan:
     test_nodes: int = 64
     test_days: float = 90.0
     test_acceleration: float = 8.0
-    test_seed: int = 900
-    """Held-out fleets use this seed: never a training seed."""
+    test_seeds: tuple[int, ...] = (900, 901)
+    """Held-out fleets use these seeds, never a training seed: each family is evaluated on a fleet
+    of each. Seed 900's fleets were looked at while the model was built; 901's only at the end."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     score_every: str = "1h"
@@ -55,8 +56,10 @@ class Plan:
             raise ValueError(f"unknown families {unknown}: choose from {', '.join(FAMILIES)}")
         if self.fleets_per_family < 1 or self.train_nodes < 1 or self.test_nodes < 1:
             raise ValueError("fleets per family and nodes must be at least 1")
-        if self.train_seed <= self.test_seed < self.train_seed + self.fleets_per_family:
-            raise ValueError("the held-out fleets' seed must not be one of the training seeds")
+        if not self.test_seeds or any(
+            self.train_seed <= t < self.train_seed + self.fleets_per_family for t in self.test_seeds
+        ):
+            raise ValueError("the held-out fleets' seeds must be given and none of them a training seed")
 
 
 def family_sets(plan: Plan, exclude: str | None = None, progress: Progress | None = None) -> list[TrainingSet]:
@@ -84,35 +87,41 @@ def train_on_families(plan: Plan, exclude: str | None = None, progress: Progress
     return model
 
 
-def held_out_fleet(plan: Plan, family: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The evaluation fleet of a family (history, failures)."""
-    cfg = family_config(family, plan.test_seed, nodes=plan.test_nodes, acceleration=plan.test_acceleration)
+def held_out_fleet(plan: Plan, family: str, seed: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """An evaluation fleet of a family (history, failures): seed None is the plan's first."""
+    seed = plan.test_seeds[0] if seed is None else seed
+    cfg = family_config(family, seed, nodes=plan.test_nodes, acceleration=plan.test_acceleration)
     return simulate(cfg, plan.test_days)
 
 
-def evaluate_on(model: RiskModel, plan: Plan, family: str, progress: Progress | None = None) -> dict[str, Any]:
-    """Evaluate a model on the family's held-out fleet; the report of `predictor.evaluate`."""
+def evaluate_on(
+    model: RiskModel, plan: Plan, family: str, progress: Progress | None = None, seed: int | None = None
+) -> dict[str, Any]:
+    """Evaluate a model on the family's held-out fleet of `seed`; the report of `predictor.evaluate`."""
     say = progress or (lambda _m: None)
-    say(f"simulating the held-out {family} fleet ({plan.test_nodes * 8} GPUs x {plan.test_days:g} days)")
-    frame, failures = held_out_fleet(plan, family)
+    say(f"simulating the held-out {family} fleet ({plan.test_nodes * 8} GPUs x {plan.test_days:g} days, seed {seed})")
+    frame, failures = held_out_fleet(plan, family, seed)
     return evaluate(model, frame, failures, every=plan.score_every, progress=progress, downtime=DowntimeParams())
 
 
 def leave_one_family_out(
     plan: Plan, shipped: RiskModel | None = None, progress: Progress | None = None
 ) -> list[dict[str, Any]]:
-    """Per family: train on the others, evaluate on it; then the shipped model on "unseen"."""
+    """Per family: train on the others, evaluate on its fleet of each test seed; then the shipped
+    model on "unseen"'s. One row per (family, seed), seeds in the plan's order."""
     say = progress or (lambda _m: None)
     rows = []
     for family in plan.families:
         say(f"== leaving out {family}: training on {', '.join(f for f in plan.families if f != family)}")
         model = train_on_families(plan, exclude=family, progress=progress)
-        report = evaluate_on(model, plan, family, say)
-        rows.append({"family": family, "trained": "without it", **_summary(report)})
+        for seed in plan.test_seeds:
+            report = evaluate_on(model, plan, family, say, seed)
+            rows.append({"family": family, "seed": seed, "trained": "without it", **_summary(report)})
     if shipped is not None:
         say(f"== the shipped model on the {UNSEEN.name} family (no model trains on it)")
-        report = evaluate_on(shipped, plan, UNSEEN.name, say)
-        rows.append({"family": UNSEEN.name, "trained": "shipped model", **_summary(report)})
+        for seed in plan.test_seeds:
+            report = evaluate_on(shipped, plan, UNSEEN.name, say, seed)
+            rows.append({"family": UNSEEN.name, "seed": seed, "trained": "shipped model", **_summary(report)})
     return rows
 
 
@@ -147,7 +156,18 @@ def _pct(row: dict[str, Any], policy: str) -> float | None:
 
 
 def table_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """The cross-domain table: one column per held-out family, model + rules beside rules alone."""
+    """The cross-domain tables: one per test seed, one column per held-out family, model + rules
+    beside rules alone."""
+    seeds = list(dict.fromkeys(r.get("seed") for r in rows))
+    return "\n".join(
+        (f"**Held-out fleets of seed {seed}**\n\n" if seed is not None else "")
+        + _table([r for r in rows if r.get("seed") == seed])
+        for seed in seeds
+    )
+
+
+def _table(rows: Sequence[dict[str, Any]]) -> str:
+    """One cross-domain table: a column per row given."""
     head = "| measure | " + " | ".join(f"{r['family']} ({r.get('trained', '')})" for r in rows) + " | floor |"
     lines = [head, "|---|" + "---|" * len(rows) + "---|"]
     measures = [
@@ -200,8 +220,8 @@ def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path
     paths[1].write_text(
         "# Leave-one-family-out evaluation\n\n" + table_markdown(rows) + "\n![cross-domain](cross-domain.png)\n"
     )
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    names = [r["family"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(rows)), 3.5))
+    names = [f"{r['family']}\n{r['seed']}" if "seed" in r else r["family"] for r in rows]
     keys = [("recall_ecc", "recall ECC"), ("recall_thermal", "recall thermal"), ("recall_pcie", "recall PCIe"),
             ("precision", "precision"), ("field_precision", "field precision")]  # fmt: skip
     width = 0.8 / len(keys)

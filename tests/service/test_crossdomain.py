@@ -59,7 +59,8 @@ def test_write_cross_domain(tmp_path: Path) -> None:
     [
         ({"families": ("temperate", "arctic")}, "unknown families"),
         ({"fleets_per_family": 0}, "at least 1"),
-        ({"train_seed": 900, "test_seed": 900}, "training seeds"),
+        ({"train_seed": 900, "test_seeds": (901, 900)}, "training seed"),
+        ({"test_seeds": ()}, "must be given"),
     ],
 )
 def test_a_bad_plan_is_refused(kwargs: dict[str, Any], message: str) -> None:
