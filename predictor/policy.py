@@ -46,8 +46,9 @@ class Thresholds:
     """The model's demote stands once the GPU's risk has held at or above `demote` this long
     (seconds), as an alert rule's `for:`; until then the GPU is at watch, and its reasons say
     since when and until when. The rules act at once. A policy choice: on held-out fleets a few
-    hours take out the model's brief excursions (a flaky link's burst, a load change) and cost
-    no failure caught a day ahead (docs/model.md)."""
+    hours take out the model's brief excursions (a flaky link's burst, a load change); the
+    cost is lead time, a fault first seen 24-27 h ahead is caught under a day ahead
+    (docs/model.md)."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -81,16 +82,12 @@ def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
     out = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
     if n == 0:
         return out
-    t = (
-        pd.DatetimeIndex(at).tz_convert(None).to_numpy()
-        if getattr(at, "tz", None)
-        else np.asarray(at, "datetime64[ns]")
-    )
+    t = _naive_utc(at)
     order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
     g, tt, h = np.asarray(gpu)[order], t[order], np.asarray(high, dtype=bool)[order]
     starts = h & ~np.r_[False, (g[1:] == g[:-1]) & h[:-1]]
     run = np.cumsum(starts)
-    first = np.full(run.max() + 1 if n else 1, np.datetime64("NaT"), dtype="datetime64[ns]")
+    first = np.full(run.max() + 1, np.datetime64("NaT"), dtype="datetime64[ns]")
     first[run[starts]] = tt[starts]
     out[order] = np.where(h, first[run], np.datetime64("NaT"))
     return out
