@@ -112,7 +112,7 @@ class ProbeConfig:
     @classmethod
     def from_settings(cls, s: Any) -> ProbeConfig:
         """From a gpuhealth Settings (probe_every "0" turns probing off); ValueError on bad values."""
-        every = 0.0 if str(s.probe_every).strip() in ("0", "") else parse_duration(s.probe_every)
+        every = 0.0 if str(s.probe_every).strip() == "" else parse_duration(s.probe_every, allow_zero=True)
         budget = parse_duration(s.probe_budget)
         if budget <= 0:
             raise ValueError(f"probe budget must be positive, not {s.probe_budget!r}")

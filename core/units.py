@@ -8,8 +8,11 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
-def parse_duration(text: str | float) -> float:
-    """Seconds from "500ms", "10s", "5m", "1h", "7d", "2w" or a bare number of seconds."""
+def parse_duration(text: str | float, allow_zero: bool = False) -> float:
+    """Seconds from "500ms", "10s", "5m", "1h", "7d", "2w" or a bare number of seconds.
+
+    A duration must be positive; with `allow_zero`, zero ("0", "0s", "0.0h") is one too, for
+    settings where 0 means "off" or "at once"."""
     if isinstance(text, int | float):
         seconds = float(text)
     else:
@@ -17,7 +20,7 @@ def parse_duration(text: str | float) -> float:
         if not m:
             raise ValueError(f"invalid duration {text!r}: use e.g. 10s, 5m, 1h, 7d")
         seconds = float(m.group(1)) * _SECONDS[m.group(2) or "s"]
-    if seconds <= 0:
+    if seconds < 0 or (seconds == 0 and not allow_zero):
         raise ValueError(f"duration must be positive, got {text!r}")
     return seconds
 

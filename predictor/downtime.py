@@ -145,9 +145,7 @@ def parse_span(text: str) -> pd.Timedelta:
     t = text.strip()
     if t.startswith("-"):
         raise ValueError(f"must not be negative, got {text!r}")
-    if t.rstrip("smhdw").replace(".", "", 1).strip("0") == "" and t[:1].isdigit():
-        return pd.Timedelta(0)  # "0", "0s", "0.0h": core.units accepts only positive durations
-    return pd.Timedelta(seconds=parse_duration(t))
+    return pd.Timedelta(seconds=parse_duration(t, allow_zero=True))
 
 
 def parse_repair_times(text: str, base: Mapping[str, pd.Timedelta] = REPAIR_DEFAULT) -> dict[str, pd.Timedelta]:

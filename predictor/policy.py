@@ -62,9 +62,7 @@ class Thresholds:
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR)."""
-        text = s.demote_for.strip()
-        at_once = text.rstrip("smhdw") in {"0", "0.0"}
-        return cls(s.watch_threshold, s.demote_threshold, 0.0 if at_once else parse_duration(text))
+        return cls(s.watch_threshold, s.demote_threshold, parse_duration(s.demote_for, allow_zero=True))
 
     @property
     def demote_for(self) -> pd.Timedelta:

@@ -27,6 +27,19 @@ def test_parse_duration_rejects(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize("text", ["0", "0s", "0.0h", 0])
+def test_parse_duration_allows_zero_when_asked(text: str | float) -> None:
+    assert parse_duration(text, allow_zero=True) == 0.0
+    with pytest.raises(ValueError, match="must be positive"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["", "-1s", -1.0, "soon"])
+def test_parse_duration_allowing_zero_still_rejects_the_rest(text: str | float) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text, allow_zero=True)
+
+
 def test_parse_listen() -> None:
     assert parse_listen("0.0.0.0:9400") == ("0.0.0.0", 9400)
     assert parse_listen(":9400") == ("0.0.0.0", 9400)
