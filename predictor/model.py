@@ -380,7 +380,7 @@ def _set_rows(
     for i in range(0, len(cuts), CHUNK_CUTOFFS):
         X = build_features(ts.frame, cuts[i : i + CHUNK_CUTOFFS], failures=ts.failures)
         y = make_labels(X, ts.failures, lead, window)
-        grid = np.isin(X["cutoff"].to_numpy(), cuts[on_grid].to_numpy())
+        grid = (((X["cutoff"] - cuts[0]) % coarse) == pd.Timedelta(0)).to_numpy()
         keep = (y["imminent"].to_numpy() == 0) & (grid | (y["any"].to_numpy() == 1))
         X, y = X[keep].reset_index(drop=True), y[keep].reset_index(drop=True)
         # A healthy row stands for the hours between grid cutoffs; a row before a failure for its own.

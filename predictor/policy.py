@@ -210,7 +210,7 @@ def decide(
     model_sev[held] = SEVERITY["watch"]
     pending = np.zeros(n, dtype=bool)
     if since is not None and thresholds.demote_for_s > 0:
-        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"].to_numpy(), since, thresholds)
+        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds)
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
     final = np.maximum(np.maximum(rule_sev, model_sev), node_sev)
