@@ -19,6 +19,8 @@ from predictor.feature_windows import DAY, CounterIncreases, Queries, Sums
 
 Columns = dict[str, np.ndarray]
 """Feature values by name, one per query; a family leaves out those it has no data for."""
+NODE_MIN_GPUS = 3
+"""A node with fewer GPUs scored at a cutoff has no median worth comparing a GPU with."""
 
 
 @dataclass(frozen=True)

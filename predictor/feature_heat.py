@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from predictor.feature_context import Columns, FeatureContext, family, mean
+from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean
 from predictor.feature_frame import OrderedFrame
 from predictor.feature_windows import DAY, HOUR, MONTH, Queries, Sums
 
@@ -29,8 +29,8 @@ HOT_Z = 2.0
 MIN_AGE_S = 4 * DAY
 """A GPU younger than this at the cutoff has no heat z-scores (NaN): a baseline of a few hours
 (a GPU just replaced) has no idea how much its temperature wanders."""
-NODE_MIN_GPUS = 3
-"""With fewer GPUs of a node scored, a GPU is measured against its model's GPUs instead."""
+MIN_PEER_SLOPES = 3
+"""Peers (same model, same cutoff) with a slope of their own needed to measure how much slopes spread."""
 
 
 def _present(q: Queries, gaps: np.ndarray, w: int) -> np.ndarray:
@@ -141,7 +141,7 @@ def _slope(
     spread = 1.4826 * dev.groupby([key["c"], key["m"]]).transform("median").to_numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         pool = np.where(pooled["sxx"] > 1.0, pooled["sxy"] / pooled["sxx"], 0.0)
-    pool_sd = np.where(peers >= NODE_MIN_GPUS, spread, POOLED_SLOPE_SD * np.abs(pool))
+    pool_sd = np.where(peers >= MIN_PEER_SLOPES, spread, POOLED_SLOPE_SD * np.abs(pool))
     k = np.where(varied, own, pool)
     k_sd = np.where(varied, own_se, pool_sd)
     return np.asarray(k, dtype=float), np.asarray(np.nan_to_num(k_sd), dtype=float)
@@ -212,7 +212,7 @@ def _against_node(
     peer_med = s.groupby(peer).transform("median").to_numpy()
     node_spread = 1.4826 * (s - pd.Series(node_med)).abs().groupby(node).transform("median").to_numpy()
     peer_spread = 1.4826 * (s - pd.Series(peer_med)).abs().groupby(peer).transform("median").to_numpy()
-    by_node = node_n >= NODE_MIN_GPUS
+    by_node = node_n >= NODE_MIN_GPUS  # fewer: against its model's GPUs instead
     with np.errstate(invalid="ignore", divide="ignore"):
         out: Columns = {
             name: np.where(

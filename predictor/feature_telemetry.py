@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from core.hourly import SHARE
-from predictor.feature_context import Columns, FeatureContext, family
+from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family
 from predictor.feature_windows import DAY, MONTH, WEEK, Sums
 
 
@@ -52,7 +52,7 @@ def throttle_shares(ctx: FeatureContext) -> Columns:
     # every afternoon, healthy, and a node-wide heat episode throttles all its GPUs together.
     ident = ctx.ident
     node = pd.Series(day).groupby([ident["cutoff"], ident["hostname"]])
-    node_med = np.where(node.transform("count").to_numpy() >= 3, node.transform("median").to_numpy(), 0.0)
+    node_med = np.where(node.transform("count").to_numpy() >= NODE_MIN_GPUS, node.transform("median").to_numpy(), 0.0)
     return {
         "throttle_share_1d": day,
         "throttle_share_7d": week,
