@@ -23,9 +23,12 @@ import urllib.request
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
+
+if TYPE_CHECKING:  # slurm_cluster imports this module
+    from tests.integration.slurm_cluster import SlurmCluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOOL_DIRS = ("/usr/bin", "/usr/local/bin")
@@ -440,3 +443,20 @@ def pytest_runtest_makereport(
                 if isinstance(svc, Service):
                     report.sections.append((f"{svc.name} log ({svc.log_path})", svc.log_tail()))
     return report
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A Slurm cluster per test module: three nodes gh-node-1..3, each Features=reliable,
+    Weight=1, Gres=gpu:h100:2 (tests/integration/slurm_cluster.py)."""
+    from tests.integration.slurm_cluster import start_slurm_cluster
+
+    with start_slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def slurm(shared_cluster: SlurmCluster) -> SlurmCluster:
+    """The module's cluster with no jobs and every node IDLE, reliable, Weight=1."""
+    shared_cluster.reset()
+    return shared_cluster

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,18 +27,6 @@ from tests.integration.slurm_cluster import RELIABLE_FEATURE, SlurmCluster, star
 pytestmark = pytest.mark.integration
 
 LENIENT = BreakerPolicy(max_fraction=1.0, max_nodes=100)
-
-
-@pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    with start_slurm_cluster(tmp_path_factory.mktemp("slurm-act")) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def slurm(shared_cluster: SlurmCluster) -> SlurmCluster:
-    shared_cluster.reset()
-    return shared_cluster
 
 
 def actuator(store: Store, slurm: SlurmCluster, clock: Clock, breaker: BreakerPolicy = LENIENT) -> Actuator:

@@ -8,7 +8,6 @@ lets running jobs finish (MIXED+DRAIN, then IDLE+DRAIN), drains survive a contro
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,20 +25,6 @@ pytestmark = pytest.mark.integration
 SHORT_JOB = "sleep 2"
 """Long enough to see a job RUNNING and a node draining, short enough to wait for its end."""
 HEALTH_CHECK_INTERVAL_S = 2
-
-
-@pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """Three nodes gh-node-1..3, each Features=reliable, Weight=1, Gres=gpu:h100:2."""
-    with start_slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def slurm(shared_cluster: SlurmCluster) -> SlurmCluster:
-    """The shared cluster with no jobs and every node IDLE, reliable, Weight=1."""
-    shared_cluster.reset()
-    return shared_cluster
 
 
 def wait_job(cluster: SlurmCluster, job_id: str, *states: str, timeout: float = 15.0) -> str:
