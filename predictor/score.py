@@ -81,7 +81,7 @@ def score(
     risk = model.predict(x)
     # Too little history: no model score, the rules still decide.
     age_s = x["age_days"].to_numpy() * 86400
-    thin = age_s < MIN_HISTORY_S
+    thin = _too_little_history(x)
     risk.loc[thin, ["risk", *[f"risk_{m}" for m in MODES]]] = np.nan
     notes = pd.Series("", index=x.index)
     n_samples = _samples_per_gpu(past) if thin.any() else pd.Series(dtype=int)
@@ -96,7 +96,7 @@ def score(
     risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
     hits = evaluate_rules(x)
     since = None
-    if risk_since is not None:
+    if risk_since is not None and th.demote_for_s > 0:  # with no wait, no earlier round matters
         high = (risk["risk"].to_numpy() >= th.demote) & ~thin
         began = risk_since([str(u) for u in x.loc[high, "gpu_uuid"]], cutoff) if high.any() else {}
         since = np.array(
@@ -130,12 +130,16 @@ def history_risk_since(
             return {}
         x = build_features(_up_to(frame, cuts[-1]), cuts, stale_s=STALE_S, failures=failures)
         x = x[x["gpu_uuid"].astype(str).isin(set(uuids))]
-        young = x["age_days"].to_numpy() * 86400 < MIN_HISTORY_S
-        risk = np.where(young, np.nan, model.predict(x)["risk"].to_numpy()) if len(x) else np.empty(0)
+        risk = np.where(_too_little_history(x), np.nan, model.predict(x)["risk"].to_numpy()) if len(x) else np.empty(0)
         stored = list(zip(x["gpu_uuid"].astype(str), x["cutoff"], risk.tolist(), strict=True))
         return stored_run_began(stored, uuids, cutoff, thresholds.demote)
 
     return since
+
+
+def _too_little_history(x: pd.DataFrame) -> np.ndarray:
+    """Per feature row: whether its GPU has reported for less than MIN_HISTORY_S (no model score)."""
+    return np.asarray(x["age_days"].to_numpy() * 86400 < MIN_HISTORY_S)
 
 
 def _samples_per_gpu(frame: pd.DataFrame) -> pd.Series:
