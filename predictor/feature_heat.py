@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean
 from predictor.feature_frame import OrderedFrame
@@ -63,6 +64,8 @@ class _Residuals:
     power: dict[int, np.ndarray]
     base_power: np.ndarray
     k_sd: np.ndarray
+    days: np.ndarray
+    """Independent samples the baseline holds: one per day of it (1 to 29)."""
 
     def excess(self, w: int) -> tuple[np.ndarray, np.ndarray]:
         """(the window's mean residual above the baseline's, its σ): the baseline's own σ and
@@ -72,6 +75,27 @@ class _Residuals:
         e, sd = _excess(mean(s1, n), *base)
         extrapolation = self.k_sd * np.abs(self.power[w] - self.base_power)
         return e, np.sqrt(sd * sd + np.nan_to_num(extrapolation) ** 2)
+
+    def own_z(self, e: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        """The excess in the GPU's own σ, as the normal z-score that is as rare (`as_rare`)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return as_rare(e / sd, self.days)
+
+
+def as_rare(z: np.ndarray, days: np.ndarray) -> np.ndarray:
+    """A z-score against a baseline of `days` independent samples, as the normal z-score that is as rare.
+
+    The baseline's mean and σ are estimates, and from a week of days they are rough: a new
+    reading is then Student-t distributed, t = z / sqrt(1 + 1/n) with n - 1 degrees of freedom
+    (the prediction interval). So a GPU installed last week must run hotter to be as unusual
+    as one with a month behind it: 3 σ over 7 days is as rare as 2.2 σ is, over 29 days as
+    2.7 σ. One sample a day, as for the slope: air and load change over hours.
+    """
+    n = np.maximum(days, 2.0)
+    with np.errstate(invalid="ignore"):
+        t = np.abs(z) / np.sqrt(1.0 + 1.0 / n)
+        p = np.maximum(special.stdtr(n - 1.0, -t), 1e-300)
+        return np.where(np.isnan(z), np.nan, np.copysign(-special.ndtri(p), z))
 
 
 def _residuals(
@@ -102,7 +126,8 @@ def _residuals(
         sr = s["t"] - k * s["p"]
         srr = s["tt"] - 2 * k * s["tp"] + k * k * s["pp"]
         moments[w] = (n, sr, srr)
-    return _Residuals(moments, {w: mean(s["p"], n) for w, (n, s) in raw.items()}, mean(bs["p"], bn), k_sd)
+    power_means = {w: mean(s["p"], n) for w, (n, s) in raw.items()}
+    return _Residuals(moments, power_means, mean(bs["p"], bn), k_sd, baseline_days)
 
 
 MIN_LOAD_SD_W = 20.0
@@ -163,10 +188,8 @@ def heat(ctx: FeatureContext) -> Columns:
     e6, sd6 = res.excess(6 * HOUR)
     e1, sd1 = res.excess(DAY)
     e6, e1 = np.where(young, np.nan, e6), np.where(young, np.nan, e1)
+    own6, own1 = res.own_z(e6, sd6), res.own_z(e1, sd1)
     del res
-    with np.errstate(invalid="ignore"):
-        own6 = e6 / sd6
-        own1 = e1 / sd1
     out: Columns = {"temp_excess_own_z": own6}
     out |= _against_node(ctx, e6, sd6, "temp_excess_vs_node_z", own_z=own6)
     out |= _against_node(ctx, e1, sd1, "temp_excess_vs_node_z_1d")
@@ -238,6 +261,4 @@ def _memory_spread(ctx: FeatureContext) -> np.ndarray:
     res = _residuals(ctx, np.subtract(mem, temp, dtype=np.float64), (MONTH, DAY))
     if res is None:
         return ctx.nan
-    e, sd = res.excess(DAY)
-    with np.errstate(invalid="ignore"):
-        return e / sd
+    return res.own_z(*res.excess(DAY))

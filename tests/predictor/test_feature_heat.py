@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from core.history import validate
+from predictor.feature_heat import as_rare
 from predictor.features import build_features
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
@@ -109,11 +111,43 @@ def test_a_node_heating_together_is_a_node_finding_not_a_gpu_one() -> None:
 @pytest.mark.parametrize("hot_hours", [6, 20])
 def test_own_z_is_the_excess_over_the_gpus_own_sigma(hot_hours: int) -> None:
     """8 C at a noise of 1 C is 8 σ, however long within the last day: the baseline is the
-    30 days before the last day, so the heat itself neither moves its mean nor widens its σ."""
+    30 days before the last day, so the heat itself neither moves its mean nor widens its σ.
+    Over a baseline of 29 days that is as rare as 5.7 σ of a normal (`as_rare`)."""
     gpus = [*node("node-a"), *node("node-b")]
     gpus[0] = Gpu("node-a", 0, hot_c=8.0, hot_hours=hot_hours)
     z = features(gpus).loc["GPU-node-a-0", "temp_excess_own_z"]
-    assert 8.0 * 0.85 < z < 8.0 * 1.15
+    want = float(as_rare(np.array([8.0]), np.array([29.0]))[0])
+    assert want * 0.85 < z < want * 1.15
+
+
+def test_as_rare_is_the_student_t_prediction_tail() -> None:
+    """A z over n baseline days is t-distributed with n - 1 degrees of freedom, after the
+    prediction interval's sqrt(1 + 1/n): the normal z with the same tail."""
+    z = np.array([-4.0, -1.0, 0.0, 1.5, 3.0, 8.0, np.nan])
+    for days in (3.0, 7.0, 29.0):
+        got = as_rare(z, np.full(len(z), days))
+        tail = stats.t.sf(np.abs(z[:-1]) / np.sqrt(1 + 1 / days), days - 1)
+        assert np.allclose(stats.norm.sf(np.abs(got[:-1])), tail, rtol=1e-6)
+        assert np.array_equal(np.sign(got[:-1]), np.sign(z[:-1])) and np.isnan(got[-1])
+    # A week's baseline needs more heat for the same rarity than a month's; a long one is the normal.
+    assert as_rare(np.array([3.0]), np.array([7.0]))[0] < as_rare(np.array([3.0]), np.array([29.0]))[0] < 3.0
+    assert as_rare(np.array([3.0]), np.array([1e6]))[0] == pytest.approx(3.0, abs=1e-3)
+    assert np.isfinite(as_rare(np.array([1e6]), np.array([29.0]))).all()
+
+
+def test_the_same_heat_is_less_unusual_on_a_gpu_installed_last_week() -> None:
+    """8 C at a noise of 1 C: a GPU with a week behind it is less sure it is unusual than one
+    with a month (its baseline's mean and σ are rougher), so its z is lower."""
+    old, young = Gpu("node-a", 0, hot_c=8.0), Gpu("node-a", 0, hot_c=8.0)
+    zs = []
+    for g, days in ((old, HOURS), (young, 8 * 24)):
+        frame = validate(
+            pd.concat([rows(x, k) for k, x in enumerate([g, *node("node-a")[1:], *node("node-b")])]), source="test"
+        )
+        frame = frame[(frame["gpu_uuid"] != g.uuid) | (frame["timestamp"] > CUTOFF - pd.Timedelta(hours=days))]
+        zs.append(build_features(frame.reset_index(drop=True), CUTOFF).set_index("gpu_uuid").loc[g.uuid])
+    assert 2.5 < zs[1]["temp_excess_own_z"] < zs[0]["temp_excess_own_z"] - 1.0
+    assert zs[1]["mem_spread_z"] <= zs[0]["mem_spread_z"] + 0.5
 
 
 def test_node_values_are_the_same_for_every_gpu_of_the_node() -> None:
@@ -277,8 +311,8 @@ def test_a_young_gpu_is_unknown(age_h: int, known: bool) -> None:
     f = build_features(frame.reset_index(drop=True), CUTOFF).set_index("gpu_uuid")
     heat = f.loc[young.uuid, ["temp_excess_own_z", "temp_excess_vs_node_z", "temp_excess_vs_node_z_1d", "mem_spread_z"]]
     assert heat.notna().all() if known else heat.isna().all()
-    if known:
-        assert heat["temp_excess_own_z"] > 4
+    if known:  # 8 σ over a baseline of 3.5 days is as rare as 2.5 σ of a normal (as_rare)
+        assert heat["temp_excess_own_z"] > 2
     assert f.loc[uuids("node-b"), "temp_excess_own_z"].notna().all()
     assert f.loc[young.uuid, "node_gpus"] == (4 if known else 3)
 
@@ -305,7 +339,7 @@ def test_an_even_node_incident_does_not_make_a_quiet_sensor_stand_out() -> None:
     sensor (small σ) stands out no more than its noisy neighbours."""
     gpus = [Gpu("node-a", 0, noise=0.3, hot_c=8.0), *[Gpu("node-a", i, noise=1.5, hot_c=8.0) for i in (1, 2, 3)]]
     f = features([*gpus, *node("node-b")])
-    assert f.loc["GPU-node-a-0", "temp_excess_own_z"] > 10, "8 °C is many of its own σ"
+    assert f.loc["GPU-node-a-0", "temp_excess_own_z"] > 6, "8 °C is many of its own σ (16, as rare as 7.9)"
     assert abs(f.loc["GPU-node-a-0", "temp_excess_vs_node_z"]) < 1.5
 
 
