@@ -24,7 +24,7 @@ from sklearn.metrics import average_precision_score
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_markdown, downtime_report, plot_downtime, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
-from predictor.policy import Thresholds, held_by_node, high_since, pending_demote
+from predictor.policy import Thresholds, held_by_node, high_since, pending_demote, top_heads
 from predictor.rules import RULES, rule_alerts
 
 HOUR = pd.Timedelta(hours=1)
@@ -88,10 +88,11 @@ def score_span(
         parts.append(keep)
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
-    # A model demote stands once the risk has held demote_for, as the service decides.
+    # A model demote stands once the risk has held its riskiest head's wait, as the service decides.
     high = (rows["risk"] >= th.demote).to_numpy()
     since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
-    rows["demote"] = high & ~rows["held"].to_numpy() & ~pending_demote(rows["cutoff"], since, th)
+    mode, _ = top_heads(rows)
+    rows["demote"] = high & ~rows["held"].to_numpy() & ~pending_demote(rows["cutoff"], since, th, mode)
     rows["alert"] = rows["demote"] | rows["rule_act"]
     return Scored(rows, pd.Timedelta(every))
 

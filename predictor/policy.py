@@ -48,7 +48,12 @@ class Thresholds:
     since when and until when. The rules act at once. A policy choice: on held-out fleets a few
     hours take out the model's brief excursions (a flaky link's burst, a load change); the
     cost is lead time, a fault first seen 24-27 h ahead is caught under a day ahead
-    (docs/model.md)."""
+    (docs/model.md). It is the wait of a thermal or PCIe demote (the riskiest head's)."""
+    ecc_demote_for_s: float = 12 * 3600.0
+    """The wait of a demote whose riskiest head is ECC (seconds). Memory wears out over days
+    (the first alert of an ECC failure on the held-out fleets came a median 84 h ahead), while
+    a burst of corrected errors on a healthy GPU lifts its risk for hours: there, waiting half
+    a day took out a third of the false demotes and caught every ECC failure as early."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -56,18 +61,37 @@ class Thresholds:
             raise ValueError(
                 f"risk thresholds must satisfy 0 < watch < demote <= 1; got watch={self.watch}, demote={self.demote}"
             )
-        if not (0.0 <= self.demote_for_s < float("inf")):
-            raise ValueError(f"demote_for must be a duration >= 0; got {self.demote_for_s} s")
+        for name, v in (("demote_for", self.demote_for_s), ("demote_for_ecc", self.ecc_demote_for_s)):
+            if not (0.0 <= v < float("inf")):
+                raise ValueError(f"{name} must be a duration >= 0; got {v} s")
 
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
-        """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR)."""
-        return cls(s.watch_threshold, s.demote_threshold, parse_duration(s.demote_for, allow_zero=True))
+        """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
+        _DEMOTE_FOR_ECC)."""
+        return cls(
+            s.watch_threshold,
+            s.demote_threshold,
+            parse_duration(s.demote_for, allow_zero=True),
+            parse_duration(s.demote_for_ecc, allow_zero=True),
+        )
 
     @property
     def demote_for(self) -> pd.Timedelta:
         """`demote_for_s` as a Timedelta."""
         return pd.Timedelta(seconds=self.demote_for_s)
+
+    @property
+    def longest_wait(self) -> pd.Timedelta:
+        """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
+        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s))
+
+    def wait_for(self, mode: Any) -> np.ndarray:
+        """Per row, the wait of a demote whose riskiest head is `mode` ("ECC", "thermal", "PCIe", "";
+        `top_heads`' names), as timedelta64[ns]."""
+        ecc = np.asarray(mode, dtype=object) == HEADS["risk_ecc"]
+        seconds = np.where(ecc, self.ecc_demote_for_s, self.demote_for_s)
+        return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
 
 
 def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -109,12 +133,12 @@ def stored_run_began(
     return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
 
 
-def pending_demote(cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds) -> np.ndarray:
-    """Per row: whether a demote by the model still waits for its risk to hold `demote_for`
-    (since NaT: the run begins now)."""
+def pending_demote(cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any) -> np.ndarray:
+    """Per row: whether a demote by the model still waits for its risk to hold the wait of its
+    riskiest head `mode` (`Thresholds.wait_for`; since NaT: the run begins now)."""
     c, s = _naive_utc(cutoff), _naive_utc(since)
     held_for = c - np.where(np.isnat(s), c, s)
-    return np.asarray(held_for < thresholds.demote_for.to_timedelta64())
+    return np.asarray(held_for < thresholds.wait_for(mode))
 
 
 def _naive_utc(t: Any) -> np.ndarray:
@@ -123,9 +147,10 @@ def _naive_utc(t: Any) -> np.ndarray:
     return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
 
 
-def pending_reason(since: pd.Timestamp, thresholds: Thresholds) -> str:
-    """Why a demote by the model is a watch for now: since when its risk is high, and until when it must stay so."""
-    due = since + thresholds.demote_for
+def pending_reason(since: pd.Timestamp, thresholds: Thresholds, mode: str) -> str:
+    """Why a demote by the model is a watch for now: since when its risk is high, and until when it
+    must stay so (the wait of its riskiest head `mode`)."""
+    due = since + pd.Timedelta(thresholds.wait_for([mode])[0])
     return (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
         f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
@@ -142,7 +167,7 @@ def _model_severity(risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
         )
 
 
-def _top_heads(risk: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def top_heads(risk: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the name of the highest mode head ("" if none is known) and its value."""
     cols = [c for c in HEADS if c in risk.columns]
     n = len(risk)
@@ -183,8 +208,9 @@ def decide(
     """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
 
     `since` (per row, with a `cutoff` column in features): when the GPU's risk last rose to
-    `demote` and stayed (NaT: in this round); a model demote whose risk has not held
-    `thresholds.demote_for` is a watch saying so. None: the risk of this instant decides alone.
+    `demote` and stayed (NaT: in this round); a model demote whose risk has not held the wait of
+    its riskiest head (`Thresholds.wait_for`) is a watch saying so. None: the risk of this
+    instant decides alone.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -209,8 +235,9 @@ def decide(
     held = _held_demotes(features, risk, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
     pending = np.zeros(n, dtype=bool)
-    if since is not None and thresholds.demote_for_s > 0:
-        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds)
+    mode, _ = top_heads(risk)
+    if since is not None and thresholds.longest_wait > pd.Timedelta(0):
+        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode)
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
     final = np.maximum(np.maximum(rule_sev, model_sev), node_sev)
@@ -230,7 +257,7 @@ def decide(
     for i in np.flatnonzero(pending & (model_sev == final)):
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
-        reasons[i].append(pending_reason(at, thresholds))
+        reasons[i].append(pending_reason(at, thresholds, str(mode[i])))
     _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):
@@ -295,7 +322,7 @@ def _held_demotes(
     candidates = on_hot_node & (model_sev == SEVERITY["demote"])
     if not candidates.any():
         return candidates
-    mode, _ = _top_heads(risk)
+    mode, _ = top_heads(risk)
     with np.errstate(invalid="ignore"):
         stands_out = _column(features, "temp_excess_vs_node_z") >= heat.stands_out_z
     return candidates & (mode == "thermal") & ~stands_out
@@ -331,7 +358,7 @@ def _add_model_reasons(reasons: list[list[str]], risk: pd.DataFrame, r: np.ndarr
     """Append the model's reasons to the rows (positions in `contributed`) whose decision it set."""
     if not len(contributed):
         return
-    mode, head = _top_heads(risk.iloc[contributed])
+    mode, head = top_heads(risk.iloc[contributed])
     model_reasons = risk["reasons"].to_numpy()[contributed] if "reasons" in risk.columns else None
     for k, i in enumerate(contributed):
         prefix = f"risk {r[i]:.2f}" + (f" ({mode[k]} {head[k]:.2f})" if mode[k] else "")

@@ -61,7 +61,8 @@ def score(
     `failures`: failures and RMAs recorded so far (the store's), for the repeat-offender features.
     `risk_since(uuids, cutoff)`: for the GPUs at the demote threshold now, when their risk rose to it
     (earlier rounds: the service's store); a model demote stands once that has held
-    `thresholds.demote_for` (`policy.decide`). None: this instant's risk decides alone.
+    its riskiest head's wait (`Thresholds.wait_for`, `policy.decide`). None: this instant's risk
+    decides alone.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
@@ -96,7 +97,7 @@ def score(
     risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
     hits = evaluate_rules(x)
     since = None
-    if risk_since is not None and th.demote_for_s > 0:  # with no wait, no earlier round matters
+    if risk_since is not None and th.longest_wait > pd.Timedelta(0):  # with no wait, no earlier round matters
         high = (risk["risk"].to_numpy() >= th.demote) & ~thin
         began = risk_since([str(u) for u in x.loc[high, "gpu_uuid"]], cutoff) if high.any() else {}
         since = np.array(
@@ -119,11 +120,11 @@ def history_risk_since(
     model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
 ) -> RiskSince:
     """`score`'s `risk_since` read from the history itself: the GPUs' risk at every hour of the
-    `demote_for` before the cutoff, as the service's stored rounds would say (`gpuhealth score`
+    longest wait before the cutoff, as the service's stored rounds would say (`gpuhealth score`
     has no rounds of its own)."""
 
     def since(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
-        hours = int(np.ceil(thresholds.demote_for / pd.Timedelta(hours=1)))
+        hours = int(np.ceil(thresholds.longest_wait / pd.Timedelta(hours=1)))
         cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
         cuts = cuts[cuts >= frame["timestamp"].min()]
         if len(cuts) == 0:

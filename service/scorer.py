@@ -197,7 +197,7 @@ class Scorer(Worker):
     def _risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When each GPU's risk rose to the demote threshold, from the stored rounds before this one."""
         th = self.thresholds
-        lookback = cutoff - th.demote_for - pd.Timedelta(hours=1)
+        lookback = cutoff - th.longest_wait - pd.Timedelta(hours=1)
         stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime())
         return stored_run_began(stored, uuids, cutoff, th.demote)
 

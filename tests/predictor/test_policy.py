@@ -388,10 +388,15 @@ def naive(*times: str | None) -> np.ndarray:
                     dtype="datetime64[ns]")  # fmt: skip
 
 
+def thermal(index: pd.Index, risk: list[float]) -> pd.DataFrame:
+    """A risk frame whose riskiest head is thermal."""
+    return risk_frame(index, risk, risk_ecc=[0.0] * len(risk), risk_thermal=risk)
+
+
 def test_a_model_demote_waits_until_its_risk_has_held_demote_for() -> None:
     f = frame(HEALTHY, HEALTHY, HEALTHY, HEALTHY)
     since = naive(None, "2026-02-28 22:00", "2026-02-28 21:00", "2026-02-20")
-    out = decide(f, risk_frame(f.index, [0.9, 0.9, 0.9, 0.5]), Thresholds(), since=since)
+    out = decide(f, thermal(f.index, [0.9, 0.9, 0.9, 0.5]), Thresholds(), since=since)
     # Began now, 2 h ago: pending; 3 h ago: it stands; a watch is no demote to wait for.
     assert out["decision"].tolist() == ["watch", "watch", "demote", "watch"]
     assert out["reasons"].iat[0][0] == (
@@ -403,12 +408,32 @@ def test_a_model_demote_waits_until_its_risk_has_held_demote_for() -> None:
     assert not any(r.startswith("demote pending") for r in out["reasons"].iat[2] + out["reasons"].iat[3])
 
 
+def test_an_ecc_demote_waits_half_a_day() -> None:
+    """Memory wears out over days, a burst of corrected errors on a healthy GPU lasts hours: the
+    wait is the riskiest head's, 12 h for ECC, 3 h for thermal and PCIe."""
+    f = frame(HEALTHY, HEALTHY, HEALTHY, HEALTHY)
+    since = naive("2026-02-28 20:00", "2026-02-28 12:00", "2026-02-28 20:00", "2026-02-28 20:00")
+    risk = risk_frame(f.index, [0.9] * 4, risk_ecc=[0.9, 0.9, 0.2, 0.2],
+                      risk_thermal=[0.1, 0.1, 0.9, 0.2], risk_pcie=[0.0, 0.0, 0.0, 0.9])  # fmt: skip
+    out = decide(f, risk, Thresholds(), since=since)
+    # ECC for 4 h: pending; ECC for 12 h: it stands; thermal and PCIe for 4 h: they stand.
+    assert out["decision"].tolist() == ["watch", "demote", "demote", "demote"]
+    assert out["reasons"].iat[0][0] == (
+        "demote pending: risk at or above 0.70 since 2026-02-28 20:00 UTC; "
+        "it is demoted if that holds until 2026-03-01 08:00 UTC"
+    )
+    same = Thresholds(ecc_demote_for_s=3 * 3600)
+    assert decide(f, risk, same, since=since)["decision"].tolist() == ["demote"] * 4
+    assert Thresholds().longest_wait == pd.Timedelta(hours=12)
+    assert Thresholds(demote_for_s=0, ecc_demote_for_s=0).longest_wait == pd.Timedelta(0)
+
+
 def test_rules_never_wait_and_no_since_means_this_instant_decides() -> None:
     f = frame(HEALTHY | {"row_remap_failure": 1}, HEALTHY)
     out = decide(f, risk_frame(f.index, [0.9, 0.9]), Thresholds(), since=naive(None, None))
     assert out["decision"].tolist() == ["rma", "watch"]
     assert decide(f, risk_frame(f.index, [0.9, 0.9]), Thresholds())["decision"].tolist() == ["rma", "demote"]
-    at_once = Thresholds(demote_for_s=0)
+    at_once = Thresholds(demote_for_s=0, ecc_demote_for_s=0)
     assert decide(f, risk_frame(f.index, [0.9, 0.9]), at_once, since=naive(None, None))["decision"].iat[1] == "demote"
 
 
@@ -437,12 +462,16 @@ def test_stored_run_began_reads_the_run_before_this_round() -> None:
 
 @pytest.mark.parametrize(("text", "seconds"), [("3h", 10800.0), ("90m", 5400.0), ("0", 0.0), ("0s", 0.0)])
 def test_demote_for_from_settings(text: str, seconds: float) -> None:
-    s = Settings(demote_for=text)
-    assert Thresholds.from_settings(s).demote_for_s == seconds
+    s = Settings(demote_for=text, demote_for_ecc=text)
+    th = Thresholds.from_settings(s)
+    assert th.demote_for_s == seconds and th.ecc_demote_for_s == seconds
+    assert Thresholds.from_settings(Settings()).ecc_demote_for_s == 12 * 3600
 
 
 def test_invalid_demote_for_raises() -> None:
     with pytest.raises(ValueError, match="demote_for must be a duration >= 0"):
         Thresholds(demote_for_s=-1)
+    with pytest.raises(ValueError, match="demote_for_ecc must be a duration >= 0"):
+        Thresholds(ecc_demote_for_s=float("nan"))
     with pytest.raises(ValueError, match="invalid duration"):
         Thresholds.from_settings(Settings(demote_for="soon"))
