@@ -20,7 +20,7 @@ from simulator.families import FAMILIES, UNSEEN, family_config
 from simulator.run import simulate
 
 SEED = 31
-"""Not a training seed of `make model` (100, 101) nor one of the docs' held-out seeds (900, 901)."""
+"""Not a training seed of `make model` (100, 101) nor one of the docs' held-out seeds (900-903)."""
 TOLERANT = {
     "precision": 0.80,
     "false_episodes_per_1000_gpu_days": 1.0,

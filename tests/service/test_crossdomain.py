@@ -9,7 +9,14 @@ import pytest
 
 from gpuhealth.cli_crossdomain import parse_families
 from predictor.evaluate import FLOORS
-from service.crossdomain import Plan, all_floors_hold, family_sets, table_markdown, write_cross_domain
+from service.crossdomain import (
+    Plan,
+    all_floors_hold,
+    family_sets,
+    overview_markdown,
+    table_markdown,
+    write_cross_domain,
+)
 from simulator.families import FAMILIES
 
 
@@ -19,6 +26,7 @@ def table_row(family: str, precision: float, ok: bool = True) -> dict[str, Any]:
         "recall_ecc_warned": 0.95, "recall_thermal_warned": 0.85, "recall_pcie_warned": 1.0,
         "recall_ecc": 0.9, "recall_thermal": 0.7, "recall_pcie": 1.0, "precision": precision,
         "field_precision": 0.5, "false_episodes_per_1000_gpu_days": 0.2, "recall_precursor_modes": 0.9,
+        "episodes": 60, "true_episodes": 58,
     }  # fmt: skip
     return {
         "family": family,
@@ -33,13 +41,27 @@ def table_row(family: str, precision: float, ok: bool = True) -> dict[str, Any]:
 def test_the_table_has_a_column_per_family_and_the_floors() -> None:
     rows = [table_row("temperate", 0.93), table_row("hot-aisle", 0.81, ok=False)]
     text = table_markdown(rows)
-    header = text.splitlines()[0]
+    header = next(line for line in text.splitlines() if line.startswith("| measure"))
     assert "temperate" in header and "hot-aisle" in header
     assert "| precision over alert episodes | 0.93 | 0.81 | ≥ 0.9 |" in text
     assert "| false episodes / 1,000 GPU-days | 0.20 | 0.20 | ≤ 1 |" in text
     assert "| all floors hold | yes | NO | |" in text
     assert not all_floors_hold(rows)
     assert all_floors_hold(rows[:1])
+
+
+def test_the_overview_names_the_floors_that_miss_per_family_and_seed() -> None:
+    bad = table_row("hot-aisle", 0.81) | {"seed": 901}
+    bad["floors"] = bad["floors"] | {
+        "recall_thermal": {"ok": False, "value": 4 / 7, "floor": 0.8},
+        "beats_rule_baseline": {"ok": False, "value": "recall 0.84 vs 0.77, precision 0.97 vs 1.00", "floor": "…"},
+    }
+    rows = [table_row("temperate", 0.93) | {"seed": 900}, table_row("hot-aisle", 0.9) | {"seed": 900}, bad]
+    text = overview_markdown(rows)
+    assert "| held-out family | seed 900 | seed 901 |" in text
+    assert "| temperate | 2 false; all floors hold |  |" in text
+    assert "| hot-aisle | 2 false; all floors hold | 2 false; misses recall thermal 0.57, above rules |" in text
+    assert text in table_markdown(rows)
 
 
 def test_nan_shows_as_n_a() -> None:
