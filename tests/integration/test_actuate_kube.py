@@ -39,8 +39,11 @@ def test_serve_acts_on_kubernetes_end_to_end(tmp_path: Path) -> None:
             assert node["spec"]["unschedulable"] is True
             assert node["metadata"]["labels"]["gpuhealth.io/state"] == "drain"
             assert "gpuhealth.io/state" not in kube.node("gpu-1")["metadata"]["labels"]
-            assert [e["reason"] for e in kube.events] == ["GpuHealthDrain"]
-            (action,) = json.loads(svc.get("/v1/actions"))["items"]
+            # The pass records the Event and the action after the eviction: wait for them too
+            # (a busy machine can read the API server in between).
+            reasons = poll("the drain's Event", lambda: [e["reason"] for e in kube.events], bool, deadline_s=20)
+            assert reasons == ["GpuHealthDrain"]
+            (action,) = poll("the action", lambda: json.loads(svc.get("/v1/actions"))["items"], bool, deadline_s=20)
             assert (action["result"], action["workloads"]) == ("applied", ["train/job-0 (gpu)"])
             svc.assert_alive()
         finally:

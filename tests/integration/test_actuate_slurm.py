@@ -21,7 +21,7 @@ from actuate.target import TargetUnavailable
 from service.actuator import Actuator, ActuatorConfig
 from store import Store
 from tests.fleet_decisions import T0, Clock, set_decisions
-from tests.integration.conftest import free_port, start_service
+from tests.integration.conftest import free_port, poll, start_service
 from tests.integration.slurm_cluster import RELIABLE_FEATURE, SlurmCluster, start_slurm_cluster
 
 pytestmark = pytest.mark.integration
@@ -190,9 +190,11 @@ def test_serve_acts_on_slurm_end_to_end(slurm: SlurmCluster, tmp_path: Path) -> 
         slurm.wait_for(lambda: "DRAIN" in slurm.node("gh-node-2")["State"], 20, "gh-node-2 drained by serve")
         assert slurm.node("gh-node-2")["Reason"].startswith("gpuhealth: rma GPU 1")
         assert all("DRAIN" not in slurm.node(n)["State"] for n in ("gh-node-1", "gh-node-3"))
-        (action,) = json.loads(svc.get("/v1/actions"))["items"]
+        # The pass records the action after slurmctld took the drain: wait for it too.
+        (action,) = poll("the action", lambda: json.loads(svc.get("/v1/actions"))["items"], bool, deadline_s=20)
         assert action["summary"] == "drain gh-node-2: GPU 1 rma (row remap failure)"
-        assert 'gpuhealth_actions_total{action="rma",result="applied",target="slurm"} 1.0' in svc.get("/metrics")
+        applied = 'gpuhealth_actions_total{action="rma",result="applied",target="slurm"} 1.0'
+        poll("the action's metric", lambda: svc.get("/metrics"), lambda text: applied in text, deadline_s=20)
         svc.assert_alive()
     finally:
         svc.stop()
