@@ -69,12 +69,13 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC)."""
-        return cls(
-            s.watch_threshold,
-            s.demote_threshold,
-            parse_duration(s.demote_for, allow_zero=True),
-            parse_duration(s.demote_for_ecc, allow_zero=True),
-        )
+        waits = {}
+        for name, text in (("GPUHEALTH_DEMOTE_FOR", s.demote_for), ("GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc)):
+            try:
+                waits[name] = parse_duration(text, allow_zero=True)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return cls(s.watch_threshold, s.demote_threshold, *waits.values())
 
     @property
     def demote_for(self) -> pd.Timedelta:

@@ -473,5 +473,7 @@ def test_invalid_demote_for_raises() -> None:
         Thresholds(demote_for_s=-1)
     with pytest.raises(ValueError, match="demote_for_ecc must be a duration >= 0"):
         Thresholds(ecc_demote_for_s=float("nan"))
-    with pytest.raises(ValueError, match="invalid duration"):
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR: invalid duration"):
         Thresholds.from_settings(Settings(demote_for="soon"))
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_ECC: invalid duration 'later'"):
+        Thresholds.from_settings(Settings(demote_for_ecc="later"))
