@@ -78,11 +78,6 @@ class Thresholds:
         return cls(s.watch_threshold, s.demote_threshold, *waits.values())
 
     @property
-    def demote_for(self) -> pd.Timedelta:
-        """`demote_for_s` as a Timedelta."""
-        return pd.Timedelta(seconds=self.demote_for_s)
-
-    @property
     def longest_wait(self) -> pd.Timedelta:
         """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
         return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s))
@@ -233,10 +228,10 @@ def decide(
     model_sev = _model_severity(r, thresholds)
     heat = node_heat or NodeHeat()
     on_hot_node, node_text = _hot_node_rows(features, node_findings(features, heat) if nodes is None else nodes)
-    held = _held_demotes(features, risk, model_sev, on_hot_node, heat)
+    mode, _ = top_heads(risk)
+    held = _held_demotes(features, mode, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
     pending = np.zeros(n, dtype=bool)
-    mode, _ = top_heads(risk)
     if since is not None and thresholds.longest_wait > pd.Timedelta(0):
         pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode)
         model_sev[pending] = SEVERITY["watch"]
@@ -313,17 +308,17 @@ def held_by_node(
     heat = node_heat or NodeHeat()
     model_sev = _model_severity(risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan), thresholds)
     on_hot_node, _ = _hot_node_rows(features, node_findings(features, heat))
-    return _held_demotes(features, risk, model_sev, on_hot_node, heat)
+    return _held_demotes(features, top_heads(risk)[0], model_sev, on_hot_node, heat)
 
 
 def _held_demotes(
-    features: pd.DataFrame, risk: pd.DataFrame, model_sev: np.ndarray, on_hot_node: np.ndarray, heat: NodeHeat
+    features: pd.DataFrame, mode: np.ndarray, model_sev: np.ndarray, on_hot_node: np.ndarray, heat: NodeHeat
 ) -> np.ndarray:
-    """Rows whose model demote is held at watch: on a hot node, thermal head riskiest, not standing out."""
+    """Rows whose model demote is held at watch: on a hot node, thermal head riskiest (`mode`, per
+    row as `top_heads` names it), not standing out."""
     candidates = on_hot_node & (model_sev == SEVERITY["demote"])
     if not candidates.any():
         return candidates
-    mode, _ = top_heads(risk)
     with np.errstate(invalid="ignore"):
         stands_out = _column(features, "temp_excess_vs_node_z") >= heat.stands_out_z
     return candidates & (mode == "thermal") & ~stands_out
