@@ -8,30 +8,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import sklearn
-from sklearn.dummy import DummyClassifier
-from sklearn.pipeline import Pipeline
 
-from predictor.features import FEATURES
-from predictor.model import MODES, ColumnSelector, RiskModel, head_features
 from predictor.policy import Thresholds
 from service.scorer import Scorer
 from store import Store
+from tests.service.tiny_model import constant_model
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
-
-
-def constant_model(ecc: int) -> RiskModel:
-    """Risk 1.0 from the ECC head when `ecc` is 1, else 0 (only the decisions matter here)."""
-    X = pd.DataFrame(np.zeros((2, len(FEATURES))), columns=list(FEATURES))
-    heads = {
-        m: Pipeline([("select", ColumnSelector(head_features(m))),
-                     ("c", DummyClassifier(strategy="constant", constant=ecc if m == "ecc" else 0))]).fit(X, [0, 1])
-        for m in MODES
-    }  # fmt: skip
-    return RiskModel(heads=heads, meta={"sklearn_version": sklearn.__version__})
 
 
 def samples(hours: float, uuid: str = "GPU-a") -> list[dict[str, Any]]:
@@ -52,7 +36,7 @@ def test_a_model_demote_stands_after_its_risk_held_demote_for_and_a_restart_keep
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
     store.ingest(pd.DataFrame(samples(4 * 24)))
     start = T0 + timedelta(days=3)
-    scorer = Scorer(store, constant_model(1), Thresholds(ecc_demote_for_s=3 * 3600), 300)
+    scorer = Scorer(store, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=3 * 3600), 300)
     seen = []
     for h in range(3):
         recs = scorer.run_once(at=start + timedelta(hours=h))
@@ -60,7 +44,7 @@ def test_a_model_demote_stands_after_its_risk_held_demote_for_and_a_restart_keep
         assert recs[0]["reasons"][0].startswith("demote pending: risk at or above 0.70 since 2026-03-04 00:00 UTC")
     assert seen == [("watch", "watch")] * 3
     # A new scorer (a restart) reads the stored rounds: the risk has held 3 h at the next round.
-    again = Scorer(store, constant_model(1), Thresholds(ecc_demote_for_s=3 * 3600), 300)
+    again = Scorer(store, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=3 * 3600), 300)
     recs = again.run_once(at=start + timedelta(hours=3))
     assert recs[0]["decision"] == "demote" and open_decision(store) == "demote"
     assert not any(r.startswith("demote pending") for r in recs[0]["reasons"])
@@ -71,7 +55,7 @@ def test_a_dip_below_the_threshold_starts_the_clock_again(tmp_path: Path) -> Non
     store.ingest(pd.DataFrame(samples(4 * 24)))
     start = T0 + timedelta(days=3)
     th = Thresholds(ecc_demote_for_s=2 * 3600)
-    high, low = Scorer(store, constant_model(1), th, 300), Scorer(store, constant_model(0), th, 300)
+    high, low = Scorer(store, constant_model(("ecc",)), th, 300), Scorer(store, constant_model(), th, 300)
     got = [s.run_once(at=start + timedelta(hours=h))[0]["decision"]
            for h, s in enumerate([high, high, low, high, high, high])]  # fmt: skip
     assert got == ["watch", "watch", "ok", "watch", "watch", "demote"]
@@ -83,7 +67,7 @@ def test_gpuhealth_score_reads_how_long_the_risk_held_from_the_history() -> None
 
     frame = pd.DataFrame(samples(4 * 24))
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
-    model, th = constant_model(1), Thresholds(ecc_demote_for_s=3 * 3600)
+    model, th = constant_model(("ecc",)), Thresholds(ecc_demote_for_s=3 * 3600)
     held = score(model, frame, thresholds=th, risk_since=history_risk_since(model, frame, th))
     assert held["decision"].tolist() == ["demote"]
     # A history that begins 6 h before the cutoff has no model score in its first hours (too

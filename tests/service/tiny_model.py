@@ -35,14 +35,22 @@ def tiny_model(tag: str = "tiny", seed: int = 0, rows: int = 300) -> RiskModel:
     return RiskModel(heads=heads, meta=meta)
 
 
-def silent_model(like: RiskModel | None = None, tag: str = "silent") -> RiskModel:
-    """A model whose risk is always 0 (only the rules alert): worse than any model that catches something."""
+def constant_model(risky: tuple[str, ...] = (), like: RiskModel | None = None, tag: str = "constant") -> RiskModel:
+    """A model whose heads in `risky` (modes) always say 1.0 and the others 0."""
     X = pd.DataFrame(np.zeros((2, len(FEATURES))), columns=list(FEATURES))
     heads = {
         m: Pipeline(
-            [("select", ColumnSelector(head_features(m))), ("never", DummyClassifier(strategy="constant", constant=0))]
+            [
+                ("select", ColumnSelector(head_features(m))),
+                ("constant", DummyClassifier(strategy="constant", constant=int(m in risky))),
+            ]
         ).fit(X, [0, 1])
         for m in MODES
     }
     meta = {**(like.meta if like is not None else {"sklearn_version": sklearn.__version__}), "tag": tag}
     return RiskModel(heads=heads, meta=meta)
+
+
+def silent_model(like: RiskModel | None = None, tag: str = "silent") -> RiskModel:
+    """A model whose risk is always 0 (only the rules alert): worse than any model that catches something."""
+    return constant_model((), like, tag)
