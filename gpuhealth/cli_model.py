@@ -1,4 +1,4 @@
-"""`gpuhealth model …` (list, show, promote) and `gpuhealth train --db`: models trained on the fleet's own history."""
+"""`gpuhealth model …` (list, show, promote, prune) and `gpuhealth train --db`: models from the fleet's history."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from service.promote import Verdict
 
 model_app = typer.Typer(
-    help="Risk models trained on the fleet's own history (gpuhealth train --db): list, show, promote.",
+    help="Risk models trained on the fleet's own history (gpuhealth train --db): list, show, promote, prune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -90,6 +90,34 @@ def _summary(m: Any) -> dict[str, Any]:
         "holdout_failures": ", ".join(f"{k} {v}" for k, v in sorted((held.get("failures") or {}).items())) or "-",
         "promotion": promotion,
     }
+
+
+KEEP_MODELS = 5
+"""`model prune`'s default: the newest few, to go back to, besides the active one."""
+
+
+@model_app.command("prune")
+def prune_cmd(
+    keep: Annotated[int, typer.Option(help="how many of the newest models to keep (the active one is kept too)")] = (
+        KEEP_MODELS
+    ),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would go; delete nothing")] = False,
+    db: DbOption = None,
+) -> None:
+    """Delete stored models but the newest few and the active one (each archive is tens of MB)."""
+    from store import StoreError
+
+    with _store(db) as store:
+        try:
+            gone = store.prune_models(keep, dry_run=dry_run)
+        except StoreError as e:
+            raise fail(str(e)) from None
+    verb = "would delete" if dry_run else "deleted"
+    for m in gone:
+        typer.echo(f"{verb} {m['version']} (created {_when(m['created_at'])}, {m['size'] / 1e6:.1f} MB)")
+    total = sum(m["size"] for m in gone) / 1e6
+    err.print(f"{verb} {len(gone)} model(s), {total:.1f} MB; kept the {keep} newest and the active one",
+              highlight=False)  # fmt: skip
 
 
 @model_app.command("show")

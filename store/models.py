@@ -172,6 +172,25 @@ class Models:
             conn.execute(sa.update(T_MODELS).where(m.id == info["id"]).values(**values))
             return _find(conn, version)
 
+    def prune_models(self, keep: int, *, dry_run: bool = False) -> list[ModelInfo]:
+        """Delete all stored models but the `keep` newest and the active one; returns those deleted
+        (with `dry_run`, those that would be), newest first.
+
+        An archive is tens of MB and `train --db` may add one a night. Runs under promote's lock
+        (PostgreSQL), so a model being activated is never deleted under it.
+        """
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise StoreError(f"keep must be a whole number of models >= 1, got {keep!r}")
+        m = T_MODELS.c
+        with self.db.tx(write=not dry_run) as conn:
+            if self.db.dialect == "postgresql" and not dry_run:
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ACTIVATE_LOCK})")
+            rows = conn.execute(sa.select(*_INFO_COLUMNS).order_by(m.created_at.desc(), m.id.desc())).mappings()
+            gone = [_info(r) for i, r in enumerate(rows) if i >= keep and not r["active"]]
+            if gone and not dry_run:
+                conn.execute(sa.delete(T_MODELS).where(m.id.in_([g["id"] for g in gone])))
+        return gone
+
 
 def _find(conn: Connection, version: str) -> ModelInfo:
     name = text(version, "model version", max_len=VERSION_CHARS)

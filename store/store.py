@@ -360,6 +360,10 @@ class Store:
         """Make `version` the one active model (its card replaced when given); the others become inactive."""
         return self._models.activate_model(version, at, card)
 
+    def prune_models(self, keep: int, *, dry_run: bool = False) -> list[ModelInfo]:
+        """Delete all stored models but the `keep` newest and the active one; returns those deleted."""
+        return self._models.prune_models(keep, dry_run=dry_run)
+
     # -- retention (store.retention) --------------------------------------------------------
 
     def prune(self, now: datetime, retention: timedelta) -> int:

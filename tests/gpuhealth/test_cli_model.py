@@ -85,3 +85,23 @@ def test_promote_refusal_exits_1_and_force_activates(url: str) -> None:
     r = runner.invoke(app, ["model", "promote", v, "--db", url, "--force"])
     assert r.exit_code == 0, r.stderr
     assert f"FORCED: model {v} is active although promote refused it" in " ".join(r.stderr.split())
+
+
+def test_prune_lists_what_goes_and_keeps_the_active_model(url: str) -> None:
+    store = Store.open(url)
+    try:
+        made = [store.put_model(bytes([i]) * 2_000_000, CARD, created_at=AT.replace(hour=i))["version"]
+                for i in range(4)]  # fmt: skip
+        store.activate_model(made[0], AT)
+    finally:
+        store.close()
+    r = runner.invoke(app, ["model", "prune", "--keep", "1", "--dry-run", "--db", url])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.splitlines() == [f"would delete {v} (created 2026-12-01 {h:02d}:00, 2.0 MB)" for v, h in
+                                     ((made[2], 2), (made[1], 1))]  # fmt: skip
+    assert "would delete 2 model(s), 4.0 MB" in r.stderr
+    r = runner.invoke(app, ["model", "prune", "--keep", "1", "--db", url])
+    assert r.exit_code == 0 and r.stdout.startswith(f"deleted {made[2]}")
+    listing = json.loads(runner.invoke(app, ["model", "list", "--db", url, "--format", "json"]).stdout)
+    assert [m["version"] for m in listing] == [made[3], made[0]]
+    assert error_line(["model", "prune", "--keep", "0", "--db", url]).startswith("error: keep must be a whole number")

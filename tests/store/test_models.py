@@ -111,3 +111,33 @@ def test_unknown_versions_are_not_found(store: Store) -> None:
     for call in (store.get_model, store.model_info, lambda v: store.activate_model(v, T0)):
         with pytest.raises(NotFound, match="model nope not found"):
             call("nope")
+
+
+def test_prune_keeps_the_newest_and_the_active_one(store: Store) -> None:
+    made = [store.put_model(bytes([i]) * 10, CARD, created_at=T0 + timedelta(hours=i))["version"] for i in range(5)]
+    store.activate_model(made[0], T0 + timedelta(days=1))  # the oldest is the one serving
+    would = store.prune_models(2, dry_run=True)
+    assert [m["version"] for m in would] == [made[2], made[1]]  # newest first; the active one stays
+    assert len(store.list_models()) == 5  # a dry run deletes nothing
+    gone = store.prune_models(2)
+    assert [m["version"] for m in gone] == [made[2], made[1]] and all("data" not in m for m in gone)
+    assert [m["version"] for m in store.list_models()] == [made[4], made[3], made[0]]
+    assert store.active_model_version() == made[0] and store.get_model(made[0])["data"] == bytes([0]) * 10
+    assert store.prune_models(2) == []  # nothing left to prune
+    with pytest.raises(NotFound):
+        store.get_model(made[1])
+
+
+def test_prune_when_the_active_model_is_among_the_newest(store: Store) -> None:
+    made = [store.put_model(bytes([i]) * 10, CARD, created_at=T0 + timedelta(hours=i))["version"] for i in range(3)]
+    store.activate_model(made[2], T0 + timedelta(days=1))
+    assert [m["version"] for m in store.prune_models(1)] == [made[1], made[0]]
+    assert [m["version"] for m in store.list_models()] == [made[2]]
+
+
+@pytest.mark.parametrize("keep", [0, -1, 1.5, True, "3"])
+def test_prune_refuses_a_keep_that_is_no_count(store: Store, keep: object) -> None:
+    store.put_model(b"a", CARD, created_at=T0)
+    with pytest.raises(StoreError, match="keep must be a whole number"):
+        store.prune_models(keep)  # type: ignore[arg-type]
+    assert len(store.list_models()) == 1
