@@ -77,7 +77,7 @@ def score_span(
     for i in range(0, len(cuts), chunk):
         x = build_features(frame, cuts[i : i + chunk], failures=failures)
         r = model.predict(x)
-        keep = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
+        keep = x[["gpu_uuid", "hostname", "model_name", "cutoff", "last_seen"]].copy()
         keep["risk"] = r["risk"].to_numpy()
         for m in MODES:
             keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
@@ -95,6 +95,31 @@ def score_span(
     rows["demote"] = high & ~rows["held"].to_numpy() & ~pending_demote(rows["cutoff"], since, th, mode)
     rows["alert"] = rows["demote"] | rows["rule_act"]
     return Scored(rows, pd.Timedelta(every))
+
+
+def out_of_service(rows: pd.DataFrame, failures: pd.DataFrame) -> np.ndarray:
+    """Per scored row: its GPU's failure is recorded at or before the cutoff and it has not reported since.
+
+    The scorer keeps a GPU that stopped reporting for a while on its last samples (STALE_S), so a
+    GPU that died still shows its last decision. Its alerts then are no prediction: the outcome
+    is on record. Judged, an alert that begins there (a rule on the dead GPU's last counters, or
+    one just after the judged span opens on a GPU that failed before it) would count as false,
+    and its GPU-hours as healthy ones; both are left out. A GPU that reports again is judged again.
+    """
+    if failures.empty or rows.empty:
+        return np.zeros(len(rows), dtype=bool)
+    f = failures[["gpu_uuid", "failed_at"]].assign(gpu_uuid=lambda d: d["gpu_uuid"].astype(str))
+    m = rows[["gpu_uuid", "cutoff", "last_seen"]].reset_index(drop=True).reset_index().merge(f, on="gpu_uuid")
+    hit = (m["failed_at"] <= m["cutoff"]) & (m["last_seen"] <= m["failed_at"])
+    return np.isin(np.arange(len(rows)), m.loc[hit, "index"].to_numpy())
+
+
+def _in_service(scored: Scored, failures: pd.DataFrame, say: Progress) -> tuple[pd.DataFrame, float]:
+    """The scored rows less those `out_of_service`, and the GPU-days left out."""
+    dead = out_of_service(scored.rows, failures)
+    if dead.any():
+        say(f"left out {int(dead.sum())} scored rows of GPUs already failed (scored on their last samples)")
+    return scored.rows[~dead].reset_index(drop=True), float(dead.sum() * (scored.every / DAY))
 
 
 def episodes(rows: pd.DataFrame, flag: str, gap: pd.Timedelta = EPISODE_GAP) -> pd.DataFrame:
@@ -235,7 +260,7 @@ def evaluate(
     begin = (start or t0 + window).ceil("h")
     say(f"scoring every {every} from {begin:%Y-%m-%d} to {t1:%Y-%m-%d}")
     scored = score_span(model, frame, begin, t1, every, th, failures=failures)
-    rows = scored.rows
+    rows, dead_days = _in_service(scored, failures, say)
     # Failures the span can judge: a full window of scoring before them.
     judged = failures[(failures["failed_at"] >= begin + window) & (failures["failed_at"] <= t1 + DAY)].copy()
     say(f"judging {len(judged)} failures")
@@ -250,6 +275,7 @@ def evaluate(
         "thresholds": {"watch": th.watch, "demote": th.demote},
         "gpus": int(rows["gpu_uuid"].nunique()),
         "gpu_days": gpu_days,
+        "gpu_days_after_failure": dead_days,
         "failures": failure_counts(judged),
     }
     systems = {"model": "alert", "rules": "rule_alert"}
@@ -469,7 +495,9 @@ def report_markdown(report: dict[str, Any], title: str) -> str:
         f"# {title}",
         "",
         f"Span {report['span'][0]} .. {report['span'][1]}, scored every {report['every']}; "
-        f"{report['gpus']} GPUs, {report['gpu_days']:,.0f} GPU-days; failures judged: {fails}.",
+        f"{report['gpus']} GPUs, {report['gpu_days']:,.0f} GPU-days; failures judged: {fails}. "
+        f"Left out: {report.get('gpu_days_after_failure', 0.0):,.0f} GPU-days of GPUs scored on their last "
+        "samples after their failure (no prediction: the outcome is on record).",
         f"An alert is a decision of demote or worse (risk >= {report['thresholds']['demote']}, or a drain/RMA rule); "
         f"caught = alert within {report['window_days']:g} days before the failure and at least the mode's lead "
         "before it (ECC, thermal 24 h; PCIe, other 1 h). Precision is over alert episodes per GPU.",

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from predictor.evaluate import FLOORS, caught, episodes, evaluate, precision, write_report
+from predictor.features import STALE_S
 from predictor.model import RiskModel
 from simulator.fleet import SimConfig
 from simulator.models import parse_mix
@@ -211,6 +212,13 @@ def test_model_recall_at_least_the_rule_baseline(report: dict[str, Any]) -> None
     assert report["model"]["recall_precursor_modes"] >= report["rules"]["recall_precursor_modes"]
     # The model's alerts include the drain/RMA rules, so it catches every incident they catch, or more.
     assert report["model"]["recall_all_1h"] >= report["rules"]["recall_all_1h"]
+
+
+def test_gpus_already_failed_are_left_out(report: dict[str, Any]) -> None:
+    """Each failed GPU is scored for up to STALE_S on its last samples: those hours are no prediction."""
+    after = report["gpu_days_after_failure"]
+    assert 0 < after <= report["gpus"] * STALE_S / 86400
+    assert after < 0.05 * report["gpu_days"]
 
 
 def test_floors_are_checked(report: dict[str, Any]) -> None:

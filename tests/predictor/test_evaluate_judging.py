@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FIELD_RATE, episodes, field_precision, judge, precision
+from predictor.evaluate import FIELD_RATE, episodes, field_precision, judge, out_of_service, precision
 
 HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)
@@ -134,3 +134,55 @@ def test_precision_when_nothing_can_be_judged_yet() -> None:
     late = alerting(("GPU-late", END - DAY))
     p, tp, n = precision(late, fails(), WEEK, END)
     assert math.isnan(p) and (tp, n) == (0, 0)
+
+
+# -- GPUs already failed ----------------------------------------------------------------------------
+
+
+def scored(*rows: tuple[str, pd.Timestamp, pd.Timestamp]) -> pd.DataFrame:
+    """Scored rows (gpu_uuid, cutoff, last_seen) as score_span keeps them."""
+    return pd.DataFrame(
+        {
+            "gpu_uuid": [u for u, _, _ in rows],
+            "cutoff": pd.to_datetime([c for _, c, _ in rows], utc=True),
+            "last_seen": pd.to_datetime([s for _, _, s in rows], utc=True),
+        }
+    )
+
+
+FAILED = END - 10 * DAY
+
+
+def test_a_dead_gpu_scored_on_its_last_samples_is_out_of_service() -> None:
+    rows = scored(
+        ("GPU-dead", FAILED - HOUR, FAILED - HOUR),  # before its failure: judged
+        ("GPU-dead", FAILED, FAILED - HOUR),  # at the failure, nothing newer: out
+        ("GPU-dead", FAILED + 5 * HOUR, FAILED - HOUR),  # hours on, still its last sample: out
+        ("GPU-other", FAILED + 5 * HOUR, FAILED + 5 * HOUR),  # another GPU: judged
+    )
+    assert out_of_service(rows, fails(("GPU-dead", FAILED))).tolist() == [False, True, True, False]
+
+
+def test_a_gpu_that_reports_again_after_its_failure_is_judged_again() -> None:
+    """Repaired in place (same UUID): its new samples are a fresh start, and its alerts count."""
+    rows = scored(
+        ("GPU-back", FAILED + 2 * HOUR, FAILED - HOUR),  # down: out
+        ("GPU-back", FAILED + 30 * HOUR, FAILED + 29 * HOUR),  # reporting again: judged
+    )
+    assert out_of_service(rows, fails(("GPU-back", FAILED))).tolist() == [True, False]
+
+
+def test_without_failures_nothing_is_out_of_service() -> None:
+    rows = scored(("GPU-1", FAILED, FAILED - DAY))
+    assert out_of_service(rows, fails()).tolist() == [False]
+    assert out_of_service(rows.iloc[:0], fails(("GPU-1", FAILED))).tolist() == []
+
+
+def test_an_alert_on_a_dead_gpu_is_no_false_episode() -> None:
+    """The case that made the judged span's first hours look false: a GPU failed just before it
+    opens, its drain rule still stands on its last counters, and no failure follows."""
+    rows = scored(*[("GPU-dead", FAILED + h * HOUR, FAILED - HOUR) for h in range(1, 20)]).assign(a=True)
+    failures = fails(("GPU-dead", FAILED))
+    assert precision(episodes(rows, "a"), failures, WEEK, END)[2] == 1  # judged as is: one false episode
+    kept = rows[~out_of_service(rows, failures)]
+    assert precision(episodes(kept, "a"), failures, WEEK, END)[2] == 0
