@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from predictor.downtime import DowntimeParams
@@ -250,8 +251,38 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def floor_grid(rows: Sequence[dict[str, Any]], plt: Any) -> Any:
+    """A figure: one row per floor, one column per held-out fleet (grouped by family), green where
+    the floor holds and red where it misses, each cell with its value."""
+    from matplotlib.colors import ListedColormap
+
+    names = list(FLOOR_NAMES)
+    ok = np.array([[bool(r["floors"].get(k, {}).get("ok", False)) for r in rows] for k in names], dtype=float)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.62 * len(rows) + 2.0), 0.42 * len(names) + 1.6))
+    ax.imshow(ok, cmap=ListedColormap(["#f4a6a6", "#b7e4b0"]), vmin=0, vmax=1, aspect="auto")
+    for i, k in enumerate(names):
+        for j, r in enumerate(rows):
+            v = r["floors"].get(k, {}).get("value")
+            ax.text(j, i, ("yes" if ok[i, j] else "no") if isinstance(v, str) else _cell(v), ha="center",
+                    va="center", fontsize=7)  # fmt: skip
+    ax.set_yticks(range(len(names)), [FLOOR_NAMES[k] for k in names], fontsize=8)
+    ax.set_xticks(range(len(rows)), [f"{r['family']}\n{r['seed']}" if "seed" in r else r["family"] for r in rows],
+                  fontsize=7)  # fmt: skip
+    for j in range(1, len(rows)):
+        if rows[j]["family"] != rows[j - 1]["family"]:
+            ax.axvline(j - 0.5, color="black", lw=1.2)
+    held = int(ok.all(axis=0).sum())
+    ax.set_title(f"held-out fleets, model + rules: every floor holds on {held} of {len(rows)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _cell(v: Any) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}"
+
+
 def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path) -> list[Path]:
-    """cross-domain.json, cross-domain.md and a plot of precision and recall per held-out family."""
+    """cross-domain.json, cross-domain.md and a plot of which floors hold on each held-out fleet (`floor_grid`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,22 +294,8 @@ def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path
     paths[1].write_text(
         "# Leave-one-family-out evaluation\n\n" + table_markdown(rows) + "\n![cross-domain](cross-domain.png)\n"
     )
-    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(rows)), 3.5))
-    names = [f"{r['family']}\n{r['seed']}" if "seed" in r else r["family"] for r in rows]
-    keys = [("recall_ecc", "recall ECC"), ("recall_thermal", "recall thermal"), ("recall_pcie", "recall PCIe"),
-            ("precision", "precision"), ("field_precision", "field precision")]  # fmt: skip
-    width = 0.8 / len(keys)
-    for i, (k, label) in enumerate(keys):
-        vals = [r["model"].get(k) if r["model"].get(k) == r["model"].get(k) else 0.0 for r in rows]
-        ax.bar([j + (i - len(keys) / 2) * width + width / 2 for j in range(len(rows))], vals, width, label=label)
-    ax.axhline(0.9, color="grey", lw=0.8, ls="--")
-    ax.axhline(0.8, color="grey", lw=0.8, ls=":")
-    ax.set_xticks(range(len(rows)), names)
-    ax.set(ylim=(0, 1.05), title="held-out families: model + rules")
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
-    fig.tight_layout()
-    fig.savefig(paths[2], dpi=90)
-    plt.close(fig)
+    floor_grid(rows, plt).savefig(paths[2], dpi=90)
+    plt.close("all")
     return paths
 
 

@@ -10,9 +10,11 @@ import pytest
 from gpuhealth.cli_crossdomain import parse_families
 from predictor.evaluate import FLOORS
 from service.crossdomain import (
+    FLOOR_NAMES,
     Plan,
     all_floors_hold,
     family_sets,
+    floor_grid,
     overview_markdown,
     table_markdown,
     write_cross_domain,
@@ -74,6 +76,28 @@ def test_write_cross_domain(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["cross-domain.json", "cross-domain.md", "cross-domain.png"]
     assert paths[2].read_bytes().startswith(b"\x89PNG")
     assert "Leave-one-family-out" in paths[1].read_text()
+
+
+def test_the_floor_grid_marks_each_floor_of_each_fleet() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bad = table_row("hot-aisle", 0.81) | {"seed": 900}
+    above = {"beats_rule_baseline": {"ok": True, "value": "recall …", "floor": "…"}}
+    bad["floors"] = bad["floors"] | above | {"precision": {"ok": False, "value": 0.81, "floor": 0.9}}
+    good = table_row("temperate", 0.93) | {"seed": 900}
+    good["floors"] = good["floors"] | above
+    fig = floor_grid([good, bad], plt)
+    ax = fig.axes[0]
+    cells = ax.images[0].get_array()
+    row = list(FLOOR_NAMES).index("precision")
+    assert cells[:, 0].all() and cells[row, 1] == 0 and cells.sum() == cells.size - 1
+    texts = [t.get_text() for t in ax.texts]
+    assert "0.81" in texts and texts.count("yes") == 2
+    assert ax.get_title().endswith("every floor holds on 1 of 2")
+    plt.close(fig)
 
 
 @pytest.mark.parametrize(
