@@ -213,6 +213,8 @@ class RiskModel:
                 alts.append(alt)
             what_if = self.heads[mode].predict_proba(pd.concat(alts, ignore_index=True))[:, 1]
             matrix = base[:, None] - what_if.reshape(len(names), len(mine)).T
+            # An unknown value (NaN: a young GPU's heat, a memory sensor that reads nothing) is no reason.
+            matrix = np.where(sub[names].isna().to_numpy(), -np.inf, matrix)
             for j, pos in enumerate(mine):
                 order = np.argsort(-matrix[j])
                 picked = [names[k] for k in order[:top] if matrix[j, k] > 0.01] or [names[order[0]]]

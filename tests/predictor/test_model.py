@@ -16,8 +16,8 @@ import sklearn
 import skops.io as sio
 from sklearn.linear_model import LogisticRegression
 
-from predictor.features import FEATURES, USED_COLUMNS, build_features
-from predictor.model import MODES, ModelError, RiskModel, data_hash, make_labels, train
+from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label
+from predictor.model import MODES, ModelError, RiskModel, data_hash, make_head, make_labels, train
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 
@@ -107,6 +107,27 @@ def test_explain_gives_readable_reasons(trained: Trained) -> None:
     for texts in reasons.values():
         assert 1 <= len(texts) <= 3
         assert all(isinstance(t, str) and "(fleet usual" in t for t in texts)
+
+
+def test_an_unknown_value_is_never_a_reason() -> None:
+    """A feature the GPU has no value for (NaN) is not what makes it risky, even where the trees
+    learned that "unknown" goes with failure: here the thermal head saw the memory-core spread
+    missing on every failing GPU, so putting the fleet's usual value there lowers the risk."""
+    rng = np.random.default_rng(0)
+    n = 400
+    x = pd.DataFrame(rng.random((n, len(FEATURES))), columns=list(FEATURES))
+    y = (rng.random(n) < 0.3).astype(int)
+    x.loc[y == 1, "mem_spread_z"] = np.nan
+    x.loc[y == 1, "heat_excess_z"] += 2.0
+    heads = {m: make_head(m, 0).set_params(trees__max_iter=20).fit(x, y) for m in MODES}
+    model = RiskModel(heads=heads, meta={"sklearn_version": sklearn.__version__})
+    feats = x.assign(cutoff=pd.Timestamp("2026-03-01", tz="UTC"))
+    risk = model.predict(feats)
+    top = np.flatnonzero(y == 1)[:5]
+    assert (risk["risk_thermal"].to_numpy()[top] > 0.5).all()
+    texts = [t for ts in model.explain(feats, risk, top).values() for t in ts]
+    assert texts and not any("nan" in t for t in texts), texts
+    assert any(t.startswith(feature_label("heat_excess_z").label) for t in texts)
 
 
 def test_save_load_round_trip(trained: Trained, tmp_path: Path) -> None:
