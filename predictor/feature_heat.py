@@ -199,11 +199,12 @@ def heat(ctx: FeatureContext) -> Columns:
     # only from heat: a GPU running cooler than both is no less healthy for it (0).
     out["heat_excess_z"] = _excess_over_both(own6, out["temp_excess_vs_node_z"])
     out["heat_excess_z_1d"] = _excess_over_both(own1, out["temp_excess_vs_node_z_1d"])
-    # A memory sensor that reads nothing says nothing either way: no change (0), where the core's
-    # excess is known, so a GPU without one is judged by its core alone (its trees never learned
-    # that a missing sensor means health, which the few such GPUs in training would teach them).
-    spread = _memory_spread(ctx)
-    out["mem_spread_z"] = np.where(young, np.nan, np.where(np.isnan(spread) & ~np.isnan(own6), 0.0, spread))
+    # A memory sensor that reads nothing leaves the spread unknown (NaN), not "no change" (0): the
+    # trees route a missing value on their own, and training fleets lack the sensor on up to
+    # TRAINING_MEMTEMP_MISSING of their GPUs (simulator.families), so they learn to judge such a
+    # GPU by its core. With 0 they could not tell a GPU without the sensor from one whose
+    # memory runs as it always did, and a sensorless GPU's failing cooler stayed at risk 0.4-0.6.
+    out["mem_spread_z"] = np.where(young, np.nan, _memory_spread(ctx))
     return out
 
 

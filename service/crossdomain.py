@@ -22,7 +22,7 @@ import pandas as pd
 from predictor.downtime import DowntimeParams
 from predictor.evaluate import FLOORS, evaluate
 from predictor.model import RiskModel, TrainingSet, train_sets
-from simulator.families import FAMILIES, UNSEEN, family_config
+from simulator.families import FAMILIES, UNSEEN, family_config, training_config
 from simulator.run import simulate
 
 Progress = Callable[[str], None]
@@ -43,11 +43,12 @@ class Plan:
     test_nodes: int = 64
     test_days: float = 90.0
     test_acceleration: float = 8.0
-    test_seeds: tuple[int, ...] = (900, 901, 902, 903, 904)
+    test_seeds: tuple[int, ...] = (900, 901, 902, 903, 904, 905, 906)
     """Held-out fleets use these seeds, never a training seed: each family is evaluated on a fleet
-    of each. Seeds 900-903's fleets were looked at while the model was built (each a fresh test
-    once, then a development set); 904's were first scored with the models as shipped, and their
-    false alerts showed the judging of GPUs already failed wrong (docs/model.md)."""
+    of each. Seeds 900-905's fleets were looked at while the model was built (each a fresh test
+    once, then a development set: 904's false alerts showed the judging of GPUs already failed
+    wrong, 905's misses the GPUs without a memory sensor); 906's only with the final models
+    (docs/model.md)."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     score_every: str = "1h"
@@ -75,7 +76,7 @@ def family_sets(plan: Plan, exclude: str | None = None, progress: Progress | Non
         for k in range(plan.fleets_per_family):
             seed = plan.train_seed + k
             say(f"simulating {name} fleet {k + 1}/{plan.fleets_per_family} ({plan.train_nodes * 8} GPUs, seed {seed})")
-            cfg = family_config(name, seed, nodes=plan.train_nodes, acceleration=plan.train_acceleration)
+            cfg = training_config(name, seed, nodes=plan.train_nodes, acceleration=plan.train_acceleration)
             frame, failures = simulate(cfg, plan.train_days)
             sets.append(TrainingSet(f"{name}-{seed}", frame, failures))
     return sets

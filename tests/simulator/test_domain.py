@@ -19,7 +19,15 @@ import pytest
 
 from simulator.config import DAY, HOUR, SimConfig
 from simulator.domain import Domain
-from simulator.families import FAMILIES, UNSEEN, family, family_config, prior_fleets
+from simulator.families import (
+    FAMILIES,
+    TRAINING_MEMTEMP_MISSING,
+    UNSEEN,
+    family,
+    family_config,
+    prior_fleets,
+    training_config,
+)
 from simulator.fleet import FleetSim
 from simulator.run import simulate
 
@@ -467,10 +475,31 @@ def test_prior_fleets_cycle_the_families_with_their_names_and_seeds() -> None:
         assert {"gpu_uuid", "failed_at", "mode", "hostname"} <= set(failures.columns)
 
 
-def test_prior_fleets_are_their_family_configs() -> None:
+def test_prior_fleets_are_their_training_configs() -> None:
     fleets = prior_fleets(2, seed=7, nodes=2, days=3, families=("hot-aisle", "temperate"), acceleration=30.0)
     assert [n for n, _, _ in fleets] == ["hot-aisle-7", "temperate-8"]
-    frame, failures = simulate(family_config("temperate", 8, nodes=2, acceleration=30.0), 3)
+    frame, failures = simulate(training_config("temperate", 8, nodes=2, acceleration=30.0), 3)
     pd.testing.assert_frame_equal(fleets[1][1], frame)
     pd.testing.assert_frame_equal(fleets[1][2], failures)
     assert not fleets[0][1]["gpu_temp_c"].equals(fleets[1][1]["gpu_temp_c"])
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_training_fleets_lack_the_memory_sensor_more_widely(name: str) -> None:
+    """Only the sensor's availability differs from the family's own fleet of the same seed."""
+    shares = []
+    for seed in range(40):
+        held, train = family_config(name, seed), training_config(name, seed)
+        assert train == training_config(name, seed)
+        assert replace(train, domain=replace(train.domain, memtemp_missing_share=0.02)) == held
+        shares.append(train.domain.memtemp_missing_share)
+    lo, hi = TRAINING_MEMTEMP_MISSING
+    assert lo <= min(shares) and max(shares) <= hi
+    assert max(shares) - min(shares) > 0.6 * (hi - lo), "drawn over the range, not one value"
+
+
+def test_a_training_fleet_lacks_the_sensor_on_about_its_share_of_gpus() -> None:
+    cfg = training_config("temperate", 5, nodes=16)
+    frame, _ = simulate(cfg, 1)
+    missing = frame.groupby("gpu_uuid")["memory_temp_c"].apply(lambda s: s.isna().all()).mean()
+    assert abs(missing - cfg.domain.memtemp_missing_share) < 0.1
