@@ -172,6 +172,9 @@ def train(
     holdout_days: Annotated[
         float, typer.Option(min=0, help="--db: newest days kept out of training, for promote to judge on")
     ] = 14.0,
+    history_days: Annotated[
+        float | None, typer.Option(min=1, help="--db: read only the newest days of the store's history (default: all)")
+    ] = None,
     seed: Annotated[int, typer.Option(help="--db: random seed of the training")] = 0,
     threads: Annotated[
         int | None, typer.Option(min=1, help="--db: threads for the trees (default: all cores; 1 beside a busy serve)")
@@ -216,8 +219,8 @@ def train(
         train_from_db(
             DbTraining(db=db, out=out, prior_fleets=prior_fleets, prior_nodes=prior_nodes, prior_days=prior_days,
                        prior_seed=prior_seed, prior_weight=prior_weight, fleet_weight=fleet_weight,
-                       holdout_days=holdout_days, lead_hours=hours, window_days=days, every=every, seed=seed,
-                       threads=threads)
+                       holdout_days=holdout_days, history_days=history_days, lead_hours=hours, window_days=days,
+                       every=every, seed=seed, threads=threads)
         )  # fmt: skip
         return
     if not history or out is None:

@@ -220,6 +220,7 @@ class DbTraining:
     prior_weight: float
     fleet_weight: float
     holdout_days: float
+    history_days: float | None
     lead_hours: float
     window_days: float
     every: str
@@ -236,8 +237,8 @@ def train_from_db(opts: DbTraining) -> None:
     train_opts = TrainOptions(
         prior_fleets=opts.prior_fleets, prior_nodes=opts.prior_nodes, prior_days=opts.prior_days,
         prior_seed=opts.prior_seed, prior_weight=opts.prior_weight, fleet_weight=opts.fleet_weight,
-        holdout_days=opts.holdout_days, lead_hours=opts.lead_hours, window_days=opts.window_days, every=opts.every,
-        seed=opts.seed, threads=opts.threads,
+        holdout_days=opts.holdout_days, history_days=opts.history_days, lead_hours=opts.lead_hours,
+        window_days=opts.window_days, every=opts.every, seed=opts.seed, threads=opts.threads,
     )  # fmt: skip
     with _store(opts.db) as store:
         try:

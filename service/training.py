@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -59,6 +59,10 @@ class TrainOptions:
     """What the fleet's own history weighs."""
     holdout_days: float = 14.0
     """The newest days of the fleet's history are not trained on: promote judges the model there."""
+    history_days: float | None = None
+    """Read only the newest this many days of the store's history (holdout included; None: all of
+    it). The hourly history is read into memory whole: a simulated fleet's hourly frame takes 0.4 GB
+    per 1,000 GPUs x 100 days, and building features about doubles that."""
     lead_hours: float = 1.0
     window_days: float = 7.0
     every: str = "3h"
@@ -162,10 +166,16 @@ def train_from_store(
     say = progress or (lambda _msg: None)
     if o.prior_fleets < 0 or o.prior_weight < 0 or o.fleet_weight < 0 or o.holdout_days < 0:
         raise TrainingError("prior fleets, weights and holdout days must not be negative")
+    if o.history_days is not None and not o.history_days > o.holdout_days:
+        raise TrainingError(
+            f"--history-days {o.history_days:g} leaves nothing to train on after the {o.holdout_days:g} held-out days"
+        )
     if o.fleet_weight == 0 and (o.prior_fleets == 0 or o.prior_weight == 0):
         raise TrainingError("nothing to train on: the fleet weighs 0 and there is no prior")
-    say("reading the fleet's history from the store")
-    frame = fleet_history(store)
+    newest = store.newest_sample_time()
+    since = None if o.history_days is None or newest is None else newest - timedelta(days=o.history_days)
+    say("reading the fleet's history from the store" + (f" since {since:%Y-%m-%d %H:%M}" if since else ""))
+    frame = fleet_history(store, since=since, until=newest)
     if len(frame) == 0:
         raise TrainingError(
             f"{store.url} holds no history to train on: run `gpuhealth serve` (or import history) first"

@@ -66,6 +66,9 @@ def test_errors_are_one_line(url: str) -> None:
     assert r.exit_code == 1 and "no stored model is active" in r.stderr
     assert "either --db" in error_line(["train", "--db", url, "--history", "h.parquet"])
     assert "or --db URL" in error_line(["train", "--history", "h.parquet"])
+    assert "--history-days 10 leaves nothing to train on after the 14 held-out days" in error_line(
+        ["train", "--db", url, "--history-days", "10"]
+    )
     r = runner.invoke(app, ["train", "--db", url, "--prior-fleets", "0"])
     assert r.exit_code == 2 and "Traceback" not in r.stderr
     assert r.stderr.splitlines()[-1].startswith("error: ") and "holds no history to train on" in r.stderr

@@ -59,6 +59,19 @@ def test_training_needs_history(store: Store) -> None:
         train_from_store(store, TrainOptions(prior_fleets=0, fleet_weight=0))
 
 
+def test_history_days_reads_only_the_newest_days(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=12)
+    store.ingest(frame)
+    # 12 days stored, 4 held out: 8 left to train on, or 6 of the newest 10 (too few for a 7-day
+    # label window either way, so nothing trains).
+    with pytest.raises(TrainingError, match=r"leaves 8\.0 days to train on after keeping the newest 4 days out"):
+        train_from_store(store, TrainOptions(prior_fleets=0, holdout_days=4))
+    with pytest.raises(TrainingError, match=r"leaves 6\.0 days to train on after keeping the newest 4 days out"):
+        train_from_store(store, TrainOptions(prior_fleets=0, holdout_days=4, history_days=10))
+    with pytest.raises(TrainingError, match="--history-days 10 leaves nothing to train on after the 14 held-out"):
+        train_from_store(store, TrainOptions(prior_fleets=0, history_days=10))
+
+
 def report(failures: dict[str, int], precision: float, episodes: int, **recall: float) -> dict[str, Any]:
     model = {f"recall_{m}": recall.get(m, float("nan")) for m in ("ecc", "thermal", "pcie")}
     return {"failures": failures, "model": {**model, "precision": precision, "episodes": episodes}}
