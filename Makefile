@@ -72,7 +72,7 @@ bench: $(STAMP)
 model: $(STAMP)
 	$(BIN)/gpuhealth train --families all --fleets-per-family 2 --every 6h --out predictor/models/default.skops
 
-# The leave-one-family-out table of docs/model.md (about 15 minutes on 2 cores).
+# The leave-one-family-out table of docs/model.md (about 20 minutes on 2 cores).
 cross-domain: $(STAMP)
 	$(BIN)/gpuhealth evaluate --cross-domain --out build/cross-domain
 
