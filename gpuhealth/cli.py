@@ -314,7 +314,7 @@ def evaluate(
         bool,
         typer.Option(
             help="instead: the leave-one-family-out table (train on all families but one, test on it; "
-            "and the model on the family no model trains on); takes about 15 minutes on 2 cores"
+            "and the model on the family no model trains on); takes about 20 minutes on 2 cores"
         ),
     ] = False,
     families: Annotated[str, typer.Option(help="--cross-domain: 'all' or a list of families")] = "all",

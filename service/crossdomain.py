@@ -264,7 +264,7 @@ def floor_grid(rows: Sequence[dict[str, Any]], plt: Any) -> Any:
     for i, k in enumerate(names):
         for j, r in enumerate(rows):
             v = r["floors"].get(k, {}).get("value")
-            ax.text(j, i, ("yes" if ok[i, j] else "no") if isinstance(v, str) else _cell(v), ha="center",
+            ax.text(j, i, ("yes" if ok[i, j] else "no") if isinstance(v, str) else _f(v), ha="center",
                     va="center", fontsize=7)  # fmt: skip
     ax.set_yticks(range(len(names)), [FLOOR_NAMES[k] for k in names], fontsize=8)
     ax.set_xticks(range(len(rows)), [f"{r['family']}\n{r['seed']}" if "seed" in r else r["family"] for r in rows],
@@ -276,10 +276,6 @@ def floor_grid(rows: Sequence[dict[str, Any]], plt: Any) -> Any:
     ax.set_title(f"held-out fleets, model + rules: every floor holds on {held} of {len(rows)}", fontsize=9)
     fig.tight_layout()
     return fig
-
-
-def _cell(v: Any) -> str:
-    return "n/a" if v is None or v != v else f"{v:.2f}"
 
 
 def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path) -> list[Path]:

@@ -162,13 +162,17 @@ def family(name: str) -> Family:
     return FAMILIES[name]
 
 
+def _name_key(name: str, base: int) -> int:
+    """A seed from a family's name, the same in every process (hash() is randomised per process)."""
+    return sum(ord(c) * base**i for i, c in enumerate(name)) % 2**31
+
+
 def family_config(
     name: str, seed: int, nodes: int = 64, gpus_per_node: int = 8, acceleration: float = 4.0
 ) -> SimConfig:
     """A fleet of a family: its domain drawn from (family, seed), its failures from `seed`."""
     fam = family(name)
-    key = sum(ord(c) * 31**i for i, c in enumerate(name)) % 2**31
-    domain, precursor_days = fam.draw(np.random.default_rng([key, seed]))
+    domain, precursor_days = fam.draw(np.random.default_rng([_name_key(name, 31), seed]))
     return SimConfig(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
@@ -193,8 +197,7 @@ def training_config(
     """A training fleet of a family: `family_config`, with sensor availability drawn wider
     (`TRAINING_MEMTEMP_MISSING`); a held-out fleet of the same family and seed is left as it is."""
     cfg = family_config(name, seed, nodes=nodes, gpus_per_node=gpus_per_node, acceleration=acceleration)
-    key = sum(ord(c) * 37**i for i, c in enumerate(name)) % 2**31
-    share = float(np.random.default_rng([key, seed, 1]).uniform(*TRAINING_MEMTEMP_MISSING))
+    share = float(np.random.default_rng([_name_key(name, 37), seed, 1]).uniform(*TRAINING_MEMTEMP_MISSING))
     return replace(cfg, domain=replace(cfg.domain, memtemp_missing_share=share))
 
 
