@@ -34,7 +34,8 @@ Sample = dict[str, datetime | float | None]
 
 
 class GpuRow(TypedDict, total=False):
-    """A GPU a collector saw (`Store.upsert_gpus`); a state given is set as is, else lost becomes active."""
+    """A GPU a collector saw (`Store.upsert_gpus`); a state given is set as is, else lost becomes active
+    when seen after it was marked lost."""
 
     uuid: Required[str]
     hostname: Required[str]
@@ -148,8 +149,10 @@ def upsert_gpu_rows(db: Database, conn: Connection, rows: Sequence[GpuSighting],
 
     if explicit_state:
         state: Any = ex.state
-    else:  # a GPU that reports again is no longer lost; retired stays retired
-        state = sa.case((g.state == "lost", "active"), else_=g.state)
+    else:  # a GPU that reports again (after it was marked lost) is no longer lost; retired stays retired
+        # A sample from before the marking (a backfill, a replica re-pulling a window it took over) is not
+        # a report again: it must not bring a GPU that has since fallen off the bus back to active.
+        state = sa.case((sa.and_(g.state == "lost", ex.last_seen > g.last_seen), "active"), else_=g.state)
     conn.execute(
         ins.on_conflict_do_update(
             index_elements=["uuid"],

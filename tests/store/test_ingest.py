@@ -146,7 +146,11 @@ def test_upsert_gpus(store: Store) -> None:
     assert (g["serial"], g["pci_bus_id"], g["state"], g["gpu_index"]) == ("123", "00000000:1B:00.0", "lost", 2)
     assert g["last_seen"] == T0 + timedelta(hours=1)
     assert g["latest_sample"] is None
-    # telemetry from a lost GPU brings it back
+    # telemetry from before it was marked lost (a backfill, a replica re-pulling a window) does not bring it back
+    store.ingest(frame([{"timestamp": T0 + timedelta(minutes=30), "gpu_uuid": "GPU-a", "hostname": "n1"}]))
+    store.ingest(frame([{"timestamp": T0 + timedelta(hours=1), "gpu_uuid": "GPU-a", "hostname": "n1"}]))
+    assert store.get_gpu("GPU-a")["state"] == "lost"
+    # telemetry from a lost GPU after that brings it back
     store.ingest(frame([{"timestamp": T0 + timedelta(hours=2), "gpu_uuid": "GPU-a", "hostname": "n1", "gpu_index": 2}]))
     assert store.get_gpu("GPU-a")["state"] == "active"
     with pytest.raises(StoreError, match="unknown GPU 0: state 'gone'"):
