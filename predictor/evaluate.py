@@ -105,12 +105,16 @@ def out_of_service(rows: pd.DataFrame, failures: pd.DataFrame) -> np.ndarray:
     is on record. Judged, an alert that begins there (a rule on the dead GPU's last counters, or
     one just after the judged span opens on a GPU that failed before it) would count as false,
     and its GPU-hours as healthy ones; both are left out. A GPU that reports again is judged again.
+
+    `last_seen` is an hour row's stamp, its hour's end (`core.hourly`): a GPU sampled at 19:00:18
+    that failed at 19:52 was last seen "at 20:00". So a GPU reports again only with an hour row
+    after the hour of its failure.
     """
     if failures.empty or rows.empty:
         return np.zeros(len(rows), dtype=bool)
     f = failures[["gpu_uuid", "failed_at"]].assign(gpu_uuid=lambda d: d["gpu_uuid"].astype(str))
     m = rows[["gpu_uuid", "cutoff", "last_seen"]].reset_index(drop=True).reset_index().merge(f, on="gpu_uuid")
-    hit = (m["failed_at"] <= m["cutoff"]) & (m["last_seen"] <= m["failed_at"])
+    hit = (m["failed_at"] <= m["cutoff"]) & (m["last_seen"] <= m["failed_at"].dt.ceil("h"))
     return np.isin(np.arange(len(rows)), m.loc[hit, "index"].to_numpy())
 
 

@@ -172,6 +172,18 @@ def test_a_gpu_that_reports_again_after_its_failure_is_judged_again() -> None:
     assert out_of_service(rows, fails(("GPU-back", FAILED))).tolist() == [True, False]
 
 
+def test_the_hour_row_of_a_gpus_last_sample_is_not_a_report_after_its_failure() -> None:
+    """Sampled at 19:00:18, failed at 19:52: its last hour row is stamped 20:00 (the hour's end)."""
+    failed = FAILED + 52 * pd.Timedelta(minutes=1)
+    rows = scored(
+        ("GPU-dead", FAILED, FAILED),  # its hour before: judged
+        ("GPU-dead", FAILED + HOUR, FAILED + HOUR),  # the hour of the failure, stamped at its end: out
+        ("GPU-dead", FAILED + 3 * HOUR, FAILED + HOUR),  # still: out
+        ("GPU-dead", FAILED + 30 * HOUR, FAILED + 2 * HOUR),  # an hour row after the failure's: back
+    )
+    assert out_of_service(rows, fails(("GPU-dead", failed))).tolist() == [False, True, True, False]
+
+
 def test_without_failures_nothing_is_out_of_service() -> None:
     rows = scored(("GPU-1", FAILED, FAILED - DAY))
     assert out_of_service(rows, fails()).tolist() == [False]
