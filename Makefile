@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 DEMO_LISTEN ?= 127.0.0.1:8080
 
-.PHONY: help venv system-deps lint typecheck test test-unit test-integration demo generate bench model cross-domain clean
+.PHONY: help venv system-deps lint typecheck test test-unit test-integration demo generate bench model cross-domain independent clean
 
 help:
 	@echo "make demo      run gpuhealth on a simulated fleet and print where to look"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench     run the benchmarks (ratios against in-process baselines)"
 	@echo "make model     rebuild the shipped model from domain-randomised simulated fleets"
 	@echo "make cross-domain  the leave-one-family-out evaluation of docs/model.md"
+	@echo "make independent   the model on fleets of a generator written apart from simulator/"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy scripts/independent_fleet.py
 
 generate: $(STAMP)
 	$(BIN)/gpuhealth docs metrics
@@ -75,6 +77,15 @@ model: $(STAMP)
 # The leave-one-family-out table of docs/model.md (about 20 minutes on 2 cores).
 cross-domain: $(STAMP)
 	$(BIN)/gpuhealth evaluate --cross-domain --out build/cross-domain
+
+# The shipped model on fleets from a generator written apart from simulator/ (about 2 minutes a seed).
+INDEPENDENT_SEEDS ?= 1 2 3
+independent: $(STAMP)
+	@for s in $(INDEPENDENT_SEEDS); do \
+		$(BIN)/python scripts/independent_fleet.py --seed $$s --out build/independent && \
+		$(BIN)/gpuhealth evaluate --history build/independent/fleet-$$s.parquet \
+			--failures build/independent/failures-$$s.csv --out build/independent/eval-$$s || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
