@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -71,14 +71,13 @@ class Site:
     model: list[str]
     noise_c: float
     """The fleet's temperature sensor noise (σ, °C)."""
-    hostnames: list[str] = field(default_factory=list)
+    hostnames: list[str]
 
 
 @dataclass
 class Life:
     """One GPU in one slot, from when it was installed to when it failed or the span ended."""
 
-    slot: int
     node: int
     index: int
     uuid: str
@@ -163,17 +162,16 @@ def _lives(rng: np.random.Generator, site: Site, gpus_per_node: int, per_1000_gp
     lives = []
     for node in range(site.nodes):
         for index in range(gpus_per_node):
-            slot, h = node * gpus_per_node + index, 0
+            h = 0
             while h < site.hours:
-                fail = h + int(rng.exponential(1 / rate))
+                # a replacement that fails within a day is not worth a life: at least a day
+                fail = h + max(24, int(rng.exponential(1 / rate)))
                 uid = f"GPU-{uuid.UUID(bytes=rng.bytes(16), version=4)}"
-                if fail >= site.hours:
-                    lives.append(Life(slot, node, index, uid, h, site.hours, None))
+                if fail >= site.hours:  # survives the span (no precursor without its failure)
+                    lives.append(Life(node, index, uid, h, site.hours, None))
                     break
-                if fail - h < 24:  # a replacement that fails within a day is not worth a life
-                    fail = h + 24
                 mode = str(rng.choice(MODES, p=MODE_SHARE))
-                lives.append(Life(slot, node, index, uid, h, min(fail, site.hours), mode))
+                lives.append(Life(node, index, uid, h, fail, mode))
                 h = fail + int(rng.uniform(2 * 24, 7 * 24))
     return lives
 
@@ -190,13 +188,10 @@ def _counter(rate: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def _resettable(events: np.ndarray, reload: np.ndarray) -> np.ndarray:
-    """A volatile counter: the events summed since the last driver reload."""
-    out = np.empty_like(events)
-    total = 0.0
-    for i, (e, r) in enumerate(zip(events, reload, strict=True)):
-        total = e if r else total + e
-        out[i] = total
-    return out
+    """A volatile counter: the events (>= 0) summed since the last driver reload, that hour's included."""
+    total = np.cumsum(events)
+    # What had counted up before the latest reload: the running total is rising, so its latest is its largest.
+    return total - np.maximum.accumulate(np.where(reload, total - events, 0.0))
 
 
 def _gpu(rng: np.random.Generator, site: Site, life: Life) -> tuple[pd.DataFrame, dict[str, object] | None]:
@@ -264,7 +259,7 @@ def _gpu(rng: np.random.Generator, site: Site, life: Life) -> tuple[pd.DataFrame
         "pcie_replay_count": _resettable(replays, reload), "pcie_link_gen": link_gen, "pcie_link_gen_max": gen,
         "pcie_link_width": width, "pcie_link_width_max": width_max, "xid": xid,
     })  # fmt: skip
-    if life.mode is None or life.end >= site.hours:
+    if life.mode is None:
         return frame, None
     failed_at = frame["timestamp"].iloc[-1] + pd.Timedelta(minutes=float(rng.uniform(1, 59)))
     return frame, {"gpu_uuid": life.uuid, "failed_at": failed_at, "mode": life.mode,
@@ -272,14 +267,11 @@ def _gpu(rng: np.random.Generator, site: Site, life: Life) -> tuple[pd.DataFrame
 
 
 def _pending(remaps: np.ndarray, reload: np.ndarray) -> np.ndarray:
-    """1 from a new row remap until the next driver reload applies it."""
-    out = np.zeros_like(remaps, dtype=float)
-    applied = remaps[0] if len(remaps) else 0.0
-    for i in range(len(remaps)):
-        if reload[i]:
-            applied = remaps[i]
-        out[i] = float(remaps[i] > applied)
-    return out
+    """1 from a new row remap until the next driver reload applies it (`remaps` is a running count)."""
+    if len(remaps) == 0:
+        return np.zeros(0)
+    applied = np.maximum.accumulate(np.where(reload, remaps, remaps[0]))
+    return (remaps > applied).astype(float)
 
 
 def _precursor(
