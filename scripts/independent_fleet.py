@@ -187,11 +187,16 @@ def _counter(rate: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return rng.poisson(np.clip(rate, 0.0, None)).astype(float)
 
 
+def _at_last_reload(rising: np.ndarray, reload: np.ndarray, before: float) -> np.ndarray:
+    """Per hour, a never-falling series' value at the latest driver reload up to that hour (`before`
+    until the first): the series never falls, so its latest value there is its largest."""
+    return np.maximum.accumulate(np.where(reload, rising, before))
+
+
 def _resettable(events: np.ndarray, reload: np.ndarray) -> np.ndarray:
     """A volatile counter: the events (>= 0) summed since the last driver reload, that hour's included."""
     total = np.cumsum(events)
-    # What had counted up before the latest reload: the running total is rising, so its latest is its largest.
-    return total - np.maximum.accumulate(np.where(reload, total - events, 0.0))
+    return total - _at_last_reload(total - events, reload, 0.0)  # less what had counted up before it
 
 
 def _gpu(rng: np.random.Generator, site: Site, life: Life) -> tuple[pd.DataFrame, dict[str, object] | None]:
@@ -270,7 +275,7 @@ def _pending(remaps: np.ndarray, reload: np.ndarray) -> np.ndarray:
     """1 from a new row remap until the next driver reload applies it (`remaps` is a running count)."""
     if len(remaps) == 0:
         return np.zeros(0)
-    applied = np.maximum.accumulate(np.where(reload, remaps, remaps[0]))
+    applied = _at_last_reload(remaps, reload, remaps[0])
     return (remaps > applied).astype(float)
 
 
