@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from predictor.feature_context import Columns, FeatureContext, family, mean
 from predictor.feature_frame import OrderedFrame
@@ -97,7 +98,7 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     features of their own.
     """
     f, q = ctx.f, ctx.q
-    rep = ctx.counter("pcie_replay_count", windows=(6 * HOUR, DAY, WEEK))
+    rep = ctx.counter("pcie_replay_count", windows=(6 * HOUR, DAY, WEEK, MONTH))
     if rep is None:
         return {}
     resets = [f.resets(x) for c in RESET_COUNTERS if (x := f.col(c)) is not None]
@@ -127,6 +128,13 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     out["replay_growth"] = (out["replay_rate_1d"] + 1.0) / (out["replay_rate_7d"] + 1.0)
     out["replay_active_hours_1d"] = active(DAY)
     out["replay_active_hours_6h"] = active(6 * HOUR)
+    # The same against the GPU's own habit: a healthy link may replay now and then all its
+    # life, and how often differs from link to link and fleet to fleet. The habit is the
+    # link's month before the last week: a link degrading for days is not its own norm.
+    before = active(MONTH) - active(WEEK)
+    before_h = np.maximum((ctx.days(MONTH) - ctx.days(WEEK)) * 24, 0.0)
+    for key, w in (("6h", 6 * HOUR), ("1d", DAY)):
+        out[f"replay_surprise_{key}"] = surprise(active(w), before, before_h, ctx.days(w) * 24)
     # A degrading link replays a little every hour, then more and more; a flaky healthy one
     # now and then replays hundreds at once: replays per hour that saw any tell them apart.
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -138,6 +146,33 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     node_count = replaying.groupby([ident["cutoff"], ident["hostname"]]).transform("sum").to_numpy(dtype=float)
     out["node_replaying_gpus_6h"] = node_count - replaying.to_numpy(dtype=float)
     return ctx.unknown_where_missing(rep, out)
+
+
+PRIOR_ACTIVE_PER_H = 0.01
+"""A link's rate of hours with new replays before its own history says otherwise (the prior's mean)."""
+PRIOR_HOURS = 48.0
+"""How many hours of its own history weigh as much as the prior."""
+
+
+SURPRISE_MAX = 8.0
+"""The most a surprise says (z): beyond it a count is as unusual as counts get."""
+
+
+def surprise(k: np.ndarray, before: np.ndarray, before_h: np.ndarray, hours: np.ndarray) -> np.ndarray:
+    """How unusual `k` hours with new replays among the last `hours` are for this GPU, as a normal z-score.
+
+    Its habit is its rate of such hours over the `before_h` hours before the last week (`before`
+    of them), shrunk towards PRIOR_ACTIVE_PER_H with PRIOR_HOURS of weight, so a GPU with
+    little history is judged mostly by the prior. The count is taken as Poisson at that rate:
+    z of P(X >= k), from 0 (none, or nothing unusual) to SURPRISE_MAX. On links that replay
+    at one rate it rises with the count alone; on one that replays often, the same count
+    says less.
+    """
+    rate = (before + PRIOR_ACTIVE_PER_H * PRIOR_HOURS) / (before_h + PRIOR_HOURS)
+    p = special.pdtrc(np.maximum(k, 1.0) - 1.0, rate * hours)  # P(X > k - 1) = P(X >= k)
+    with np.errstate(divide="ignore"):
+        z = -special.ndtri(np.clip(p, 1e-300, 1.0))
+    return np.where(np.isnan(k), np.nan, np.where(k > 0, np.clip(z, 0.0, SURPRISE_MAX), 0.0))
 
 
 SETTLE_S = 12 * HOUR

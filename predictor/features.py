@@ -200,8 +200,32 @@ SPECS: tuple[FeatureSpec, ...] = (
     FeatureSpec("replay_rate_1d", "PCIe replay rate", "/h", "pcie", "1d", pcie_replays, 1),
     FeatureSpec("replay_rate_7d", "PCIe replay rate (7 d)", "/h", "pcie", "7d", pcie_replays, 1),
     FeatureSpec("replay_growth", "PCIe replay rate vs its 7-day average", "x", "pcie", "1d/7d", pcie_replays),
-    FeatureSpec("replay_active_hours_1d", "hours with new PCIe replays in 1 day", "h", "pcie", "1d", pcie_replays, 1),
-    FeatureSpec("replay_active_hours_6h", "hours with new PCIe replays in 6 hours", "h", "pcie", "6h", pcie_replays, 1),
+    # Raw counts of replaying hours mean different things on links that replay now and then all
+    # their life and on those that never do: the heads see them against the GPU's own habit.
+    FeatureSpec(
+        "replay_active_hours_1d", "hours with new PCIe replays in 1 day", "h", "pcie", "1d", pcie_replays, head=False
+    ),
+    FeatureSpec(
+        "replay_active_hours_6h", "hours with new PCIe replays in 6 hours", "h", "pcie", "6h", pcie_replays, head=False
+    ),
+    FeatureSpec(
+        "replay_surprise_1d",
+        "hours with new PCIe replays in 1 day vs its own month before the last week",
+        "σ",
+        "pcie",
+        "1d/30d",
+        pcie_replays,
+        1,
+    ),
+    FeatureSpec(
+        "replay_surprise_6h",
+        "hours with new PCIe replays in 6 hours vs its own month before the last week",
+        "σ",
+        "pcie",
+        "6h/30d",
+        pcie_replays,
+        1,
+    ),
     FeatureSpec(
         "replays_per_active_hour_7d", "PCIe replays per hour that saw any (7 d)", "", "pcie", "7d", pcie_replays
     ),

@@ -150,6 +150,72 @@ def test_replay_active_hours_in_six_hours() -> None:
     assert f.loc["GPU-a", "replay_active_hours_1d"] == 5
 
 
+def test_replay_surprise_is_against_the_gpus_own_habit() -> None:
+    recent = [0, 2, 4]
+    habit = list(range(30, HOURS, 8))  # one hour in eight over the nine days before the last
+    f = features(
+        gpu("GPU-quiet", pcie_replay_count=flat_with_new(recent)),
+        gpu("GPU-habit", pcie_replay_count=flat_with_new(recent + habit)),
+        gpu("GPU-none", pcie_replay_count=flat_with_new([])),
+    )
+    quiet, used = f.loc["GPU-quiet"], f.loc["GPU-habit"]
+    assert quiet["replay_active_hours_6h"] == used["replay_active_hours_6h"] == 3
+    assert quiet["replay_surprise_6h"] > 4.0  # three of six hours on a link that never replays
+    assert used["replay_surprise_6h"] < 2.5  # the same on one that replays an hour in eight
+    assert quiet["replay_surprise_1d"] > used["replay_surprise_1d"]
+    assert f.loc["GPU-none", "replay_surprise_6h"] == f.loc["GPU-none", "replay_surprise_1d"] == 0.0
+
+
+def test_a_link_degrading_for_days_is_not_its_own_habit() -> None:
+    """The habit is the month before the last week: five days of replays every hour are news,
+    not the link's norm; the same on a link that replayed an hour in eight before them is less so."""
+    from predictor.feature_errors import SURPRISE_MAX
+
+    days = list(range(5 * 24))
+    habit = list(range(7 * 24 + 2, HOURS, 8))
+    f = features(
+        gpu("GPU-bad", pcie_replay_count=flat_with_new(days)),
+        gpu("GPU-was-busy", pcie_replay_count=flat_with_new(days + habit)),
+    )
+    bad, busy = f.loc["GPU-bad"], f.loc["GPU-was-busy"]
+    assert bad["replay_active_hours_6h"] == 6 and bad["replay_active_hours_1d"] == 24
+    assert bad["replay_surprise_6h"] > 6.0
+    assert bad["replay_surprise_1d"] == SURPRISE_MAX
+    assert busy["replay_surprise_6h"] < bad["replay_surprise_6h"]
+
+
+def test_surprise_is_poisson_against_a_shrunk_habit() -> None:
+    from scipy import stats
+
+    from predictor.feature_errors import PRIOR_ACTIVE_PER_H, PRIOR_HOURS, SURPRISE_MAX, surprise
+
+    k, before, before_h = np.array([3.0, 1.0, 0.0, 40.0]), np.array([24.0, 0.0, 5.0, 0.0]), np.full(4, 240.0)
+    z = surprise(k, before, before_h, np.full(4, 6.0))
+    for i in (0, 1):
+        rate = (before[i] + PRIOR_ACTIVE_PER_H * PRIOR_HOURS) / (240.0 + PRIOR_HOURS)
+        assert z[i] == pytest.approx(stats.norm.isf(stats.poisson.sf(k[i] - 1, rate * 6.0)))
+    assert 2.0 < z[1] < 2.5  # one hour on a link quiet for ten days: unusual, far from alarming
+    assert z[2] == 0.0  # none: nothing unusual
+    assert z[3] == SURPRISE_MAX  # bounded
+    assert np.isnan(surprise(np.array([np.nan]), np.zeros(1), np.zeros(1), np.ones(1)))[0]
+    # with no history of its own, the prior alone
+    lone = surprise(np.array([3.0]), np.zeros(1), np.zeros(1), np.array([6.0]))[0]
+    assert lone == pytest.approx(stats.norm.isf(stats.poisson.sf(2, PRIOR_ACTIVE_PER_H * 6.0)))
+
+
+def test_surprise_rises_with_the_count_on_a_quiet_link_and_says_less_on_a_busy_one() -> None:
+    """On links that replay at one rate, a surprise is a rising function of the count (so trees
+    split it where they split the count); at a busy link's rate the same count is no news."""
+    from predictor.feature_errors import surprise
+
+    k = np.arange(1.0, 7.0)
+    quiet = surprise(k, np.full(6, 7.0), np.full(6, 696.0), np.full(6, 6.0))
+    busy = surprise(k, np.full(6, 120.0), np.full(6, 696.0), np.full(6, 6.0))
+    assert np.all(np.diff(quiet[quiet < 8.0]) > 0)
+    assert np.all(busy <= quiet)
+    assert busy[1] < 1.0 < quiet[1]  # two hours in six: news on a quiet link, not on a busy one
+
+
 def test_node_replaying_gpus_counts_the_other_gpus_of_the_node() -> None:
     recent, old, none = flat_with_new([1, 3]), flat_with_new([8, 30]), flat_with_new([])
     f = features(

@@ -25,7 +25,7 @@ DAY = pd.Timedelta(days=1)
 RISING = {
     "dbe": ("dbe_7d", "dbe_30d", "xid_48_7d", "xid_48_30d"),
     "remap": ("remapped_rows_correctable", "remapped_rows_uncorrectable", "remaps_new_7d", "row_remap_failure"),
-    "replay": ("replay_rate_1d", "replay_rate_7d", "replay_active_hours_1d", "replay_active_hours_6h"),
+    "replay": ("replay_rate_1d", "replay_rate_7d", "replay_surprise_1d", "replay_surprise_6h"),
     "excess heat": ("heat_excess_z", "heat_excess_z_1d", "mem_spread_z", "throttle_new_1d"),
 }
 FALLING = ("link_width_ratio", "link_gen_ratio")
