@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from predictor.feature_frame import OrderedFrame
 from predictor.feature_windows import DAY, CounterIncreases, Queries, Sums
@@ -162,6 +163,13 @@ class FeatureContext:
             return [mean(q.window_sum(x, w), q.window_count(None, w)) for w in ws]
         column = _ColumnMeans(self.f, q, x, name, owned)
         return [column.mean(w) for w in ws]
+
+
+def tail_as_z(p: np.ndarray) -> np.ndarray:
+    """An upper-tail probability as the normal z-score that is as rare: z with P(Z >= z) = p.
+
+    Probabilities under 1e-300 count as 1e-300 (z about 37), so the rarest stay finite."""
+    return -special.ndtri(np.clip(p, 1e-300, 1.0))
 
 
 def mean(s: np.ndarray, k: np.ndarray) -> np.ndarray:

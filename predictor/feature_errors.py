@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from predictor.feature_context import Columns, FeatureContext, family, mean
+from predictor.feature_context import Columns, FeatureContext, family, mean, tail_as_z
 from predictor.feature_frame import OrderedFrame
 from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Sums
 
@@ -126,19 +126,19 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
         "replay_rate_7d": total(WEEK) / (ctx.days(WEEK) * 24),
     }
     out["replay_growth"] = (out["replay_rate_1d"] + 1.0) / (out["replay_rate_7d"] + 1.0)
-    out["replay_active_hours_1d"] = active(DAY)
-    out["replay_active_hours_6h"] = active(6 * HOUR)
+    week = active(WEEK)
+    for key, w in (("6h", 6 * HOUR), ("1d", DAY)):
+        out[f"replay_active_hours_{key}"] = active(w)
     # The same against the GPU's own habit: a healthy link may replay now and then all its
     # life, and how often differs from link to link and fleet to fleet. The habit is the
     # link's month before the last week: a link degrading for days is not its own norm.
-    before = active(MONTH) - active(WEEK)
+    before = active(MONTH) - week
     before_h = np.maximum((ctx.days(MONTH) - ctx.days(WEEK)) * 24, 0.0)
     for key, w in (("6h", 6 * HOUR), ("1d", DAY)):
-        out[f"replay_surprise_{key}"] = surprise(active(w), before, before_h, ctx.days(w) * 24)
+        out[f"replay_surprise_{key}"] = surprise(out[f"replay_active_hours_{key}"], before, before_h, ctx.days(w) * 24)
     # A degrading link replays a little every hour, then more and more; a flaky healthy one
     # now and then replays hundreds at once: replays per hour that saw any tell them apart.
     with np.errstate(invalid="ignore", divide="ignore"):
-        week = active(WEEK)
         out["replays_per_active_hour_7d"] = np.where(week > 0, total(WEEK) / week, 0.0)
     out["link_retrained_1d"] = q.window_count(reset_rows, DAY)
     ident = ctx.ident
@@ -169,9 +169,7 @@ def surprise(k: np.ndarray, before: np.ndarray, before_h: np.ndarray, hours: np.
     says less.
     """
     rate = (before + PRIOR_ACTIVE_PER_H * PRIOR_HOURS) / (before_h + PRIOR_HOURS)
-    p = special.pdtrc(np.maximum(k, 1.0) - 1.0, rate * hours)  # P(X > k - 1) = P(X >= k)
-    with np.errstate(divide="ignore"):
-        z = -special.ndtri(np.clip(p, 1e-300, 1.0))
+    z = tail_as_z(special.pdtrc(np.maximum(k, 1.0) - 1.0, rate * hours))  # P(X > k - 1) = P(X >= k)
     return np.where(np.isnan(k), np.nan, np.where(k > 0, np.clip(z, 0.0, SURPRISE_MAX), 0.0))
 
 

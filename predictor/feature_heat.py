@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean
+from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean, tail_as_z
 from predictor.feature_frame import OrderedFrame
 from predictor.feature_windows import DAY, HOUR, MONTH, Queries, Sums
 
@@ -94,8 +94,7 @@ def as_rare(z: np.ndarray, days: np.ndarray) -> np.ndarray:
     n = np.maximum(days, 2.0)
     with np.errstate(invalid="ignore"):
         t = np.abs(z) / np.sqrt(1.0 + 1.0 / n)
-        p = np.maximum(special.stdtr(n - 1.0, -t), 1e-300)
-        return np.where(np.isnan(z), np.nan, np.copysign(-special.ndtri(p), z))
+        return np.where(np.isnan(z), np.nan, np.copysign(tail_as_z(special.stdtr(n - 1.0, -t)), z))
 
 
 def _residuals(

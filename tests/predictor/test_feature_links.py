@@ -152,7 +152,7 @@ def test_replay_active_hours_in_six_hours() -> None:
 
 def test_replay_surprise_is_against_the_gpus_own_habit() -> None:
     recent = [0, 2, 4]
-    habit = list(range(30, HOURS, 8))  # one hour in eight over the nine days before the last
+    habit = list(range(30, HOURS, 8))  # one hour in eight; the habit counts those before the last week
     f = features(
         gpu("GPU-quiet", pcie_replay_count=flat_with_new(recent)),
         gpu("GPU-habit", pcie_replay_count=flat_with_new(recent + habit)),
