@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FLOORS, caught, episodes, evaluate, precision, write_report
+from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, precision, warned_at_lead, write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
 from simulator.fleet import SimConfig
@@ -143,6 +143,41 @@ def test_episode_too_early_or_after_the_failure_is_false() -> None:
         ("GPU-1", T + 2 * DAY),  # after the failure (a replacement would have a new UUID)
     )
     assert precision(episodes(rows, "a"), failure(), WEEK) == (pytest.approx(1 / 3), 1, 3)
+
+
+# --- which failures gave warning, and the PR curve ------------------------------------------
+
+
+def onsets(*rows: tuple[str, str, pd.Timedelta]) -> pd.DataFrame:
+    """Failures at T (uuid, mode) whose precursor began `ahead` before."""
+    return pd.DataFrame({"gpu_uuid": [u for u, _, _ in rows], "failed_at": T, "mode": [m for _, m, _ in rows],
+                         "precursor_onset": [T - a for _, _, a in rows]})  # fmt: skip
+
+
+def test_warning_is_judged_at_each_modes_lead() -> None:
+    # 30 h of precursor: under a day plus the 12 h margin for ECC and thermal, enough for PCIe's hour.
+    f = onsets(("GPU-1", "ecc", 30 * HOUR), ("GPU-2", "thermal", 30 * HOUR), ("GPU-3", "pcie", 30 * HOUR),
+               ("GPU-4", "ecc", 36 * HOUR), ("GPU-5", "pcie", 12 * HOUR))  # fmt: skip
+    assert warned_at_lead(f, DAY).tolist() == [False, False, True, True, False]
+
+
+def test_the_pr_curve_counts_the_failures_that_gave_warning_beside_all() -> None:
+    # GPU-1's precursor began three days ahead and its risk rose two days ahead; GPU-2's began 6 h
+    # ahead, too late for a day's lead: no risk could catch it in time.
+    f = onsets(("GPU-1", "ecc", 3 * DAY), ("GPU-2", "ecc", 6 * HOUR))
+    cut = pd.date_range(T - 6 * DAY, T - HOUR, freq="h")
+    rows = pd.concat(
+        [pd.DataFrame({"gpu_uuid": "GPU-1", "cutoff": cut, "risk": np.where(cut >= T - 2 * DAY, 0.9, 0.0)}),
+         pd.DataFrame({"gpu_uuid": "GPU-2", "cutoff": cut, "risk": np.where(cut >= T - 3 * HOUR, 0.9, 0.0)}),
+         pd.DataFrame({"gpu_uuid": "GPU-9", "cutoff": cut, "risk": 0.0})],
+        ignore_index=True,
+    )  # fmt: skip
+    curve = pr_curve(rows, f, f, WEEK, DAY)
+    at = curve.set_index("threshold")
+    assert at.loc[0.5, "recall"] == 1.0 and at.loc[0.5, "recall_all"] == 0.5 and at.loc[0.5, "precision"] == 1.0
+    assert at.loc[0.95, "recall"] == 0.0
+    assert curve.attrs["auc"] == pytest.approx(1.0)
+    assert curve.attrs["auc_all"] == pytest.approx(0.5)
 
 
 # --- the floors on an unseen fleet ----------------------------------------------------------

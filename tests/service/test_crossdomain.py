@@ -37,6 +37,8 @@ def table_row(family: str, precision: float, ok: bool = True) -> dict[str, Any]:
         "failures": {"ecc": 40, "thermal": 9},
         "rules": {"recall_precursor_modes": 0.7, "precision": 0.95},
         "floors": {k: {"ok": ok, "value": 0.0, "floor": v} for k, v in FLOORS.items()},
+        "pr_auc": 0.91,
+        "pr_auc_all": 0.83,
     }
 
 
@@ -47,6 +49,8 @@ def test_the_table_has_a_column_per_family_and_the_floors() -> None:
     assert "temperate" in header and "hot-aisle" in header
     assert "| precision over alert episodes | 0.93 | 0.81 | ≥ 0.9 |" in text
     assert "| false episodes / 1,000 GPU-days | 0.20 | 0.20 | ≤ 1 |" in text
+    assert "| PR-AUC, failures that gave warning | 0.91 | 0.91 | ≥ 0.85 |" in text
+    assert "| PR-AUC, all | 0.83 | 0.83 | — |" in text
     assert "| all floors hold | yes | NO | |" in text
     assert not all_floors_hold(rows)
     assert all_floors_hold(rows[:1])
