@@ -154,14 +154,18 @@ def caught(
     f["first_alert_lead"] = first.astype("timedelta64[ns]").reindex(f["fid"].to_numpy()).to_numpy()
     f["caught_1h"] = f["first_alert_lead"] >= HOUR
     f["caught_24h"] = f["first_alert_lead"] >= DAY
-    need = f["mode"].map(mode_leads(lead)).fillna(HOUR)
-    f["caught"] = f["first_alert_lead"] >= need
+    f["caught"] = f["first_alert_lead"] >= lead_needed(f, lead)
     return f
 
 
 def mode_leads(lead: pd.Timedelta) -> dict[str, pd.Timedelta]:
     """The lead each failure mode must be caught with: `lead` for ECC and thermal, MODE_LEAD's otherwise."""
     return {**MODE_LEAD, "ecc": lead, "thermal": lead}
+
+
+def lead_needed(failures: pd.DataFrame, lead: pd.Timedelta) -> np.ndarray:
+    """Per failure: the lead its mode must be caught with (`mode_leads`; an hour for a mode not named)."""
+    return failures["mode"].map(mode_leads(lead)).fillna(HOUR).to_numpy(dtype="timedelta64[ns]")
 
 
 def true_episodes(eps: pd.DataFrame, failures: pd.DataFrame, window: pd.Timedelta) -> np.ndarray:
@@ -177,8 +181,8 @@ WARNING_MARGIN = pd.Timedelta(hours=12)
 day's lead needs some evidence before that day begins."""
 
 
-def gave_warning(failures: pd.DataFrame, lead: pd.Timedelta) -> np.ndarray:
-    """Per failure: whether its precursor began at least lead + WARNING_MARGIN before it.
+def gave_warning(failures: pd.DataFrame, lead: pd.Timedelta | np.ndarray) -> np.ndarray:
+    """Per failure: whether its precursor began at least lead (one, or one per failure) + WARNING_MARGIN before it.
 
     Only a simulation knows when a precursor began (`precursor_onset`); without the column
     every failure counts as having given warning (recall over them all)."""
@@ -193,8 +197,7 @@ def gave_warning(failures: pd.DataFrame, lead: pd.Timedelta) -> np.ndarray:
 def warned_at_lead(failures: pd.DataFrame, lead: pd.Timedelta) -> np.ndarray:
     """Per failure: whether it gave warning at its own mode's lead (`mode_leads`: `lead` for ECC
     and thermal, an hour for the rest): the failures the recall floors are measured on."""
-    need = failures["mode"].map(mode_leads(lead)).fillna(HOUR).to_numpy(dtype="timedelta64[ns]")
-    return gave_warning(failures, need)
+    return gave_warning(failures, lead_needed(failures, lead))
 
 
 def field_precision(

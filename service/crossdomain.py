@@ -141,7 +141,7 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
         "rules": {k: v for k, v in r.items() if not isinstance(v, dict)},
         "floors": report["floors"],
         "pr_auc": report["pr_auc"],
-        "pr_auc_all": report.get("pr_auc_all", float("nan")),
+        "pr_auc_all": report["pr_auc_all"],
         "downtime": report.get("downtime", {}),
     }
 
@@ -232,8 +232,8 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
          FLOORS["field_precision"]),
         ("false episodes / 1,000 GPU-days", lambda r: r["model"]["false_episodes_per_1000_gpu_days"],
          FLOORS["false_episodes_per_1000_gpu_days"]),
-        ("PR-AUC, failures that gave warning", lambda r: r.get("pr_auc"), FLOORS["pr_auc"]),
-        ("PR-AUC, all", lambda r: r.get("pr_auc_all"), None),
+        ("PR-AUC, failures that gave warning", lambda r: r["pr_auc"], FLOORS["pr_auc"]),
+        ("PR-AUC, all", lambda r: r["pr_auc_all"], None),
         ("rules alone: recall (precursor modes)", lambda r: r["rules"]["recall_precursor_modes"], None),
         ("rules alone: precision", lambda r: r["rules"]["precision"], None),
         ("model + rules: recall (precursor modes)", lambda r: r["model"]["recall_precursor_modes"], None),
