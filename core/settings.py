@@ -27,6 +27,7 @@ class Settings(BaseSettings):
     demote_threshold: float = 0.7  # risk >= this: demote (product brief: "warning", interruptible only)
     demote_for: str = "3h"  # ... once the risk has held that long (an alert rule's `for:`); 0 = at once
     demote_for_ecc: str = "12h"  # ... the same, where the riskiest head is ECC (memory wears out over days)
+    demote_for_pcie: str = "3h"  # ... and where it is PCIe (longer: fewer alarms on bursty links, less lead)
 
     # The service (`gpuhealth serve`): store, scoring loop and API.
     db: str = "sqlite:///gpuhealth.db"  # SQLAlchemy URL; PostgreSQL: postgresql+psycopg://user:pw@host/db

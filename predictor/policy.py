@@ -48,12 +48,19 @@ class Thresholds:
     since when and until when. The rules act at once. A policy choice: on held-out fleets a few
     hours take out the model's brief excursions (a flaky link's burst, a load change); the
     cost is lead time, a fault first seen 24-27 h ahead is caught under a day ahead
-    (docs/model.md). It is the wait of a thermal or PCIe demote (the riskiest head's)."""
+    (docs/model.md). It is the wait of a thermal demote (the riskiest head's), and of one by no head
+    in particular; PCIe has its own (`pcie_demote_for_s`), the same by default."""
     ecc_demote_for_s: float = 12 * 3600.0
     """The wait of a demote whose riskiest head is ECC (seconds). Memory wears out over days
     (the first alert of an ECC failure on the held-out fleets came a median 84 h ahead), while
     a burst of corrected errors on a healthy GPU lifts its risk for hours: there, waiting half
     a day took out a third of the false demotes and caught every ECC failure as early."""
+    pcie_demote_for_s: float = 3 * 3600.0
+    """The wait of a demote whose riskiest head is PCIe (seconds). A fleet whose healthy links
+    burst replays for hours may wait longer; the cost is links that fail within hours of first
+    looking bad. Measured (docs/model.md): 6 h took out a fifth of the false episodes on the
+    simulator's held-out families, but on the independent generator it lost 3 of 102 PCIe
+    catches for 7 of about 700 false episodes, so the default stays the thermal wait's 3 h."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -61,16 +68,24 @@ class Thresholds:
             raise ValueError(
                 f"risk thresholds must satisfy 0 < watch < demote <= 1; got watch={self.watch}, demote={self.demote}"
             )
-        for name, v in (("demote_for", self.demote_for_s), ("demote_for_ecc", self.ecc_demote_for_s)):
+        for name, v in (
+            ("demote_for", self.demote_for_s),
+            ("demote_for_ecc", self.ecc_demote_for_s),
+            ("demote_for_pcie", self.pcie_demote_for_s),
+        ):
             if not (0.0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
 
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
-        _DEMOTE_FOR_ECC)."""
+        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE)."""
         waits = {}
-        for name, text in (("GPUHEALTH_DEMOTE_FOR", s.demote_for), ("GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc)):
+        for name, text in (
+            ("GPUHEALTH_DEMOTE_FOR", s.demote_for),
+            ("GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
+            ("GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
+        ):
             try:
                 waits[name] = parse_duration(text, allow_zero=True)
             except ValueError as e:
@@ -80,13 +95,17 @@ class Thresholds:
     @property
     def longest_wait(self) -> pd.Timedelta:
         """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
-        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s))
+        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s))
 
     def wait_for(self, mode: Any) -> np.ndarray:
         """Per row, the wait of a demote whose riskiest head is `mode` ("ECC", "thermal", "PCIe", "";
         `top_heads`' names), as timedelta64[ns]."""
-        ecc = np.asarray(mode, dtype=object) == HEADS["risk_ecc"]
-        seconds = np.where(ecc, self.ecc_demote_for_s, self.demote_for_s)
+        m = np.asarray(mode, dtype=object)
+        seconds = np.select(
+            [m == HEADS["risk_ecc"], m == HEADS["risk_pcie"]],
+            [self.ecc_demote_for_s, self.pcie_demote_for_s],
+            self.demote_for_s,
+        )
         return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
 
 

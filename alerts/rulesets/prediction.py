@@ -73,7 +73,8 @@ ALERTS: tuple[Alert, ...] = (
         meaning="The product brief's 'warning': risk > 0.7. The GPU should run only interruptible, checkpointed "
         "training, never latency-critical inference, and be diagnosed in the next maintenance window. The alert "
         "also needs the policy's decision to be demote (or worse): the policy demotes once the risk has held "
-        "3 hours, 12 where its riskiest head is ECC (GPUHEALTH_DEMOTE_FOR, _FOR_ECC; until then a watch saying "
+        "3 hours, 12 where its riskiest head is ECC (GPUHEALTH_DEMOTE_FOR, _FOR_ECC, _FOR_PCIE for PCIe; "
+        "until then a watch saying "
         "since when), and where a node's GPUs all run "
         "hot it holds a thermal risk at watch (the node's cooling, GpuNodeCoolingSuspected, not the GPU), unless "
         "the GPU runs hotter than the rest of its node.",

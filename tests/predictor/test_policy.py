@@ -410,7 +410,7 @@ def test_a_model_demote_waits_until_its_risk_has_held_demote_for() -> None:
 
 def test_an_ecc_demote_waits_half_a_day() -> None:
     """Memory wears out over days, a burst of corrected errors on a healthy GPU lasts hours: the
-    wait is the riskiest head's, 12 h for ECC, 3 h for thermal and PCIe."""
+    wait is the riskiest head's, 12 h for ECC, 3 h for thermal and PCIe; PCIe's is a setting of its own."""
     f = frame(HEALTHY, HEALTHY, HEALTHY, HEALTHY)
     since = naive("2026-02-28 20:00", "2026-02-28 12:00", "2026-02-28 20:00", "2026-02-28 20:00")
     risk = risk_frame(f.index, [0.9] * 4, risk_ecc=[0.9, 0.9, 0.2, 0.2],
@@ -424,8 +424,13 @@ def test_an_ecc_demote_waits_half_a_day() -> None:
     )
     same = Thresholds(ecc_demote_for_s=3 * 3600)
     assert decide(f, risk, same, since=since)["decision"].tolist() == ["demote"] * 4
+    # PCIe's own wait: 6 h holds only the PCIe demote, and its reason says until when.
+    pcie = decide(f, risk, Thresholds(pcie_demote_for_s=6 * 3600), since=since)
+    assert pcie["decision"].tolist() == ["watch", "demote", "demote", "watch"]
+    assert pcie["reasons"].iat[3][0].endswith("it is demoted if that holds until 2026-03-01 02:00 UTC")
     assert Thresholds().longest_wait == pd.Timedelta(hours=12)
-    assert Thresholds(demote_for_s=0, ecc_demote_for_s=0).longest_wait == pd.Timedelta(0)
+    assert Thresholds(ecc_demote_for_s=0, pcie_demote_for_s=16 * 3600).longest_wait == pd.Timedelta(hours=16)
+    assert Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0).longest_wait == pd.Timedelta(0)
 
 
 def test_rules_never_wait_and_no_since_means_this_instant_decides() -> None:
@@ -433,7 +438,7 @@ def test_rules_never_wait_and_no_since_means_this_instant_decides() -> None:
     out = decide(f, risk_frame(f.index, [0.9, 0.9]), Thresholds(), since=naive(None, None))
     assert out["decision"].tolist() == ["rma", "watch"]
     assert decide(f, risk_frame(f.index, [0.9, 0.9]), Thresholds())["decision"].tolist() == ["rma", "demote"]
-    at_once = Thresholds(demote_for_s=0, ecc_demote_for_s=0)
+    at_once = Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0)
     assert decide(f, risk_frame(f.index, [0.9, 0.9]), at_once, since=naive(None, None))["decision"].iat[1] == "demote"
 
 
@@ -462,10 +467,17 @@ def test_stored_run_began_reads_the_run_before_this_round() -> None:
 
 @pytest.mark.parametrize(("text", "seconds"), [("3h", 10800.0), ("90m", 5400.0), ("0", 0.0), ("0s", 0.0)])
 def test_demote_for_from_settings(text: str, seconds: float) -> None:
-    s = Settings(demote_for=text, demote_for_ecc=text)
+    s = Settings(demote_for=text, demote_for_ecc=text, demote_for_pcie=text)
     th = Thresholds.from_settings(s)
-    assert th.demote_for_s == seconds and th.ecc_demote_for_s == seconds
-    assert Thresholds.from_settings(Settings()).ecc_demote_for_s == 12 * 3600
+    assert th.demote_for_s == seconds and th.ecc_demote_for_s == seconds and th.pcie_demote_for_s == seconds
+    d = Thresholds.from_settings(Settings())
+    assert (d.demote_for_s, d.ecc_demote_for_s, d.pcie_demote_for_s) == (3 * 3600, 12 * 3600, 3 * 3600)
+
+
+def test_the_pcie_wait_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_PCIE", "6h")
+    th = Thresholds.from_settings(Settings())
+    assert th.pcie_demote_for_s == 6 * 3600 and th.demote_for_s == 3 * 3600
 
 
 def test_invalid_demote_for_raises() -> None:
@@ -477,3 +489,7 @@ def test_invalid_demote_for_raises() -> None:
         Thresholds.from_settings(Settings(demote_for="soon"))
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_ECC: invalid duration 'later'"):
         Thresholds.from_settings(Settings(demote_for_ecc="later"))
+    with pytest.raises(ValueError, match="demote_for_pcie must be a duration >= 0"):
+        Thresholds(pcie_demote_for_s=float("inf"))
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_PCIE: invalid duration 'never'"):
+        Thresholds.from_settings(Settings(demote_for_pcie="never"))
