@@ -319,6 +319,16 @@ def evaluate(
     ] = False,
     families: Annotated[str, typer.Option(help="--cross-domain: 'all' or a list of families")] = "all",
     fleets_per_family: Annotated[int, typer.Option(min=1, help="--cross-domain: training fleets per family")] = 2,
+    seeds: Annotated[
+        str | None, typer.Option(help="--cross-domain: held-out fleets' seeds, e.g. 917,918 (default: the docs')")
+    ] = None,
+    scores: Annotated[
+        Path | None,
+        typer.Option(
+            help="--cross-domain: keep the trained models and scored rows in this folder and reuse them while "
+            "the code and the model are unchanged (a change of the waits or of the judging then takes minutes)"
+        ),
+    ] = None,
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
     lead: Annotated[str, typer.Option(help="minimum lead for ECC/thermal (PCIe and others: 1h)")] = "24h",
     window: Annotated[str, typer.Option(help="a failure is caught by alerts up to this long before it")] = "7d",
@@ -363,7 +373,8 @@ def evaluate(
         from gpuhealth.cli_crossdomain import evaluate_cross_domain
 
         try:
-            ok = evaluate_cross_domain(out, model, families, fleets_per_family)
+            th = Thresholds.from_settings(Settings())
+            ok = evaluate_cross_domain(out, model, families, fleets_per_family, seeds, scores, th)
         except (ModelError, ValueError) as e:
             raise fail(str(e)) from None
         raise typer.Exit(0 if ok else 1)

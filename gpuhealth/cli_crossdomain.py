@@ -44,13 +44,38 @@ def train_families(out: Path, families: str, fleets_per_family: int, nodes: int,
     )
 
 
-def evaluate_cross_domain(out: Path, model: Path | None, families: str, fleets_per_family: int) -> bool:
-    """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold."""
+def parse_seeds(text: str | None) -> dict[str, Any]:
+    """`--seeds`: a comma-separated list of held-out seeds, as the plan's `test_seeds` ({} for None)."""
+    if text is None:
+        return {}
+    try:
+        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise ValueError(f"--seeds: {text!r} is not a comma-separated list of integers") from None
+    if not seeds:
+        raise ValueError("--seeds: give at least one seed")
+    return {"test_seeds": seeds}
+
+
+def evaluate_cross_domain(
+    out: Path,
+    model: Path | None,
+    families: str,
+    fleets_per_family: int,
+    seeds: str | None = None,
+    scores: Path | None = None,
+    thresholds: Any = None,
+) -> bool:
+    """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold.
+    `scores`: a folder where the models and scored rows are kept (`service.scorecache`)."""
     from predictor.score import load_model
     from service.crossdomain import Plan, all_floors_hold, leave_one_family_out, write_cross_domain
+    from service.scorecache import ScoreCache
 
-    plan = Plan(families=parse_families(families), fleets_per_family=fleets_per_family)
-    rows = leave_one_family_out(plan, shipped=load_model(model), progress=_say("cross-domain"))
+    say = _say("cross-domain")
+    plan = Plan(families=parse_families(families), fleets_per_family=fleets_per_family, **parse_seeds(seeds))
+    cache = None if scores is None else ScoreCache(scores, say)
+    rows = leave_one_family_out(plan, load_model(model), say, thresholds, cache)
     paths = write_cross_domain(rows, plan, out)
     ok = all_floors_hold(rows)
     err.print(f"wrote {', '.join(map(str, paths))}\nall floors hold on every held-out family: {ok}", highlight=False)

@@ -88,13 +88,22 @@ def score_span(
         parts.append(keep)
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
-    # A model demote stands once the risk has held its riskiest head's wait, as the service decides.
-    high = (rows["risk"] >= th.demote).to_numpy()
+    return Scored(apply_waits(rows, th), pd.Timedelta(every))
+
+
+def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
+    """The rows with `demote` and `alert` decided from their risk, node holds and rules: a model
+    demote stands once the risk has held its riskiest head's wait, as the service decides.
+
+    Everything before this step (features, risk, rules, holds) does not depend on the waits, so
+    scored rows kept from another run can be judged under other waits (`service.crossdomain`)."""
+    high = (rows["risk"] >= thresholds.demote).to_numpy()
     since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
     mode, _ = top_heads(rows)
-    rows["demote"] = high & ~rows["held"].to_numpy() & ~pending_demote(rows["cutoff"], since, th, mode)
-    rows["alert"] = rows["demote"] | rows["rule_act"]
-    return Scored(rows, pd.Timedelta(every))
+    out = rows.copy()
+    out["demote"] = high & ~rows["held"].to_numpy(dtype=bool) & ~pending_demote(rows["cutoff"], since, thresholds, mode)
+    out["alert"] = out["demote"] | rows["rule_act"].to_numpy(dtype=bool)
+    return out
 
 
 def out_of_service(rows: pd.DataFrame, failures: pd.DataFrame) -> np.ndarray:
@@ -252,6 +261,27 @@ def precision(
     return tp / len(eps), tp, len(eps)
 
 
+def span_start(frame: pd.DataFrame, window: pd.Timedelta = 7 * DAY, start: pd.Timestamp | None = None) -> pd.Timestamp:
+    """Where `evaluate` begins scoring a history: `start`, or a window after its first sample (each
+    cutoff's features then have a window of history), on the hour."""
+    return pd.Timestamp(start or frame["timestamp"].min() + window).ceil("h")
+
+
+def _scored_span(
+    model: RiskModel,
+    frame: pd.DataFrame,
+    failures: pd.DataFrame,
+    begin: pd.Timestamp,
+    every: str,
+    th: Thresholds,
+    kept: Scored | None,
+) -> Scored:
+    """The span scored now, or `kept` rows of it decided again under `th`'s waits."""
+    if kept is None:
+        return score_span(model, frame, begin, frame["timestamp"].max(), every, th, failures=failures)
+    return Scored(apply_waits(kept.rows, th), kept.every)
+
+
 def evaluate(
     model: RiskModel,
     frame: pd.DataFrame,
@@ -263,17 +293,20 @@ def evaluate(
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
     downtime: DowntimeParams | None = None,
+    scored: Scored | None = None,
 ) -> dict[str, Any]:
     """Score the span and measure the model and the rule baseline; returns the report dict.
 
     With `downtime`, also the what-if in GPU-hours under react, rules and model (predictor/downtime.py).
+    With `scored`, the span's rows as `score_span` made them for this frame (from an earlier run):
+    they are not scored again, only their demotes decided again under `thresholds`' waits.
     """
     say = progress or (lambda _m: None)
     th = thresholds or Thresholds()
-    t0, t1 = frame["timestamp"].min(), frame["timestamp"].max()
-    begin = (start or t0 + window).ceil("h")
-    say(f"scoring every {every} from {begin:%Y-%m-%d} to {t1:%Y-%m-%d}")
-    scored = score_span(model, frame, begin, t1, every, th, failures=failures)
+    t1 = frame["timestamp"].max()
+    begin = span_start(frame, window, start)
+    say(f"scoring every {every} from {begin:%Y-%m-%d} to {t1:%Y-%m-%d}" + (" (kept rows)" if scored else ""))
+    scored = _scored_span(model, frame, failures, begin, every, th, scored)
     rows, dead_days = _in_service(scored, failures, say)
     # Failures the span can judge: a full window of scoring before them.
     judged = failures[(failures["failed_at"] >= begin + window) & (failures["failed_at"] <= t1 + DAY)].copy()

@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 
 from predictor.downtime import DowntimeParams
-from predictor.evaluate import FLOORS, evaluate
+from predictor.evaluate import FLOORS, evaluate, score_span, span_start
 from predictor.model import RiskModel, TrainingSet, train_sets
+from predictor.policy import Thresholds
+from service.scorecache import ScoreCache
 from simulator.families import FAMILIES, UNSEEN, family_config, training_config
 from simulator.run import simulate
 
@@ -100,32 +102,56 @@ def held_out_fleet(plan: Plan, family: str, seed: int | None = None) -> tuple[pd
 
 
 def evaluate_on(
-    model: RiskModel, plan: Plan, family: str, progress: Progress | None = None, seed: int | None = None
+    model: RiskModel,
+    plan: Plan,
+    family: str,
+    progress: Progress | None = None,
+    seed: int | None = None,
+    thresholds: Thresholds | None = None,
+    cache: ScoreCache | None = None,
 ) -> dict[str, Any]:
-    """Evaluate a model on the family's held-out fleet of `seed`; the report of `predictor.evaluate`."""
+    """Evaluate a model on the family's held-out fleet of `seed`; the report of `predictor.evaluate`.
+    With `cache`, the fleet's scored rows are kept there and read back (`service.scorecache`)."""
     say = progress or (lambda _m: None)
+    seed = plan.test_seeds[0] if seed is None else seed
+    th = thresholds or Thresholds()
     say(f"simulating the held-out {family} fleet ({plan.test_nodes * 8} GPUs x {plan.test_days:g} days, seed {seed})")
     frame, failures = held_out_fleet(plan, family, seed)
-    return evaluate(model, frame, failures, every=plan.score_every, progress=progress, downtime=DowntimeParams())
+    kw: dict[str, Any] = {"every": plan.score_every, "thresholds": th, "progress": progress,
+                          "downtime": DowntimeParams()}  # fmt: skip
+    if cache is None:
+        return evaluate(model, frame, failures, **kw)
+    begin, t1 = span_start(frame), frame["timestamp"].max()
+    scored = cache.scored(
+        model, plan, family, seed, th,
+        lambda: score_span(model, frame, begin, t1, plan.score_every, th, failures=failures),
+    )  # fmt: skip
+    return evaluate(model, frame, failures, start=begin, scored=scored, **kw)
 
 
 def leave_one_family_out(
-    plan: Plan, shipped: RiskModel | None = None, progress: Progress | None = None
+    plan: Plan,
+    shipped: RiskModel | None = None,
+    progress: Progress | None = None,
+    thresholds: Thresholds | None = None,
+    cache: ScoreCache | None = None,
 ) -> list[dict[str, Any]]:
     """Per family: train on the others, evaluate on its fleet of each test seed; then the shipped
-    model on "unseen"'s. One row per (family, seed), seeds in the plan's order."""
+    model on "unseen"'s. One row per (family, seed), seeds in the plan's order. With `cache`, the
+    models and scored rows are kept there and read back while nothing they depend on changed."""
     say = progress or (lambda _m: None)
     rows = []
     for family in plan.families:
         say(f"== leaving out {family}: training on {', '.join(f for f in plan.families if f != family)}")
-        model = train_on_families(plan, exclude=family, progress=progress)
+        train = lambda family=family: train_on_families(plan, exclude=family, progress=progress)  # noqa: E731
+        model = train() if cache is None else cache.model(plan, family, train)
         for seed in plan.test_seeds:
-            report = evaluate_on(model, plan, family, say, seed)
+            report = evaluate_on(model, plan, family, say, seed, thresholds, cache)
             rows.append({"family": family, "seed": seed, "trained": "without it", **_summary(report)})
     if shipped is not None:
         say(f"== the shipped model on the {UNSEEN.name} family (no model trains on it)")
         for seed in plan.test_seeds:
-            report = evaluate_on(shipped, plan, UNSEEN.name, say, seed)
+            report = evaluate_on(shipped, plan, UNSEEN.name, say, seed, thresholds, cache)
             rows.append({"family": UNSEEN.name, "seed": seed, "trained": "shipped model", **_summary(report)})
     return rows
 

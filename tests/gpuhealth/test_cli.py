@@ -168,3 +168,22 @@ def test_score_takes_failure_records_for_the_repeat_offender_features(
     assert {r["gpu_uuid"] for r in rows} <= set(frame["gpu_uuid"].astype(str))
     missing = runner.invoke(app, ["score", "--history", str(hist), "--failures", str(tmp_path / "none.csv")])
     assert missing.exit_code != 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--seeds", "917,next"], {}, "--seeds: '917,next' is not a comma-separated list of integers"),
+        (["--seeds", "100"], {}, "none of them a training seed"),
+        ([], {"GPUHEALTH_DEMOTE_FOR_PCIE": "soonish"}, "GPUHEALTH_DEMOTE_FOR_PCIE: invalid duration 'soonish'"),
+    ],
+)
+def test_bad_cross_domain_flags_give_one_line_errors(
+    args: list[str], env: dict[str, str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before anything is trained or scored."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "out"
+    _one_line_error(_gpuhealth("evaluate", "--cross-domain", "--out", str(out), *args), needle)
+    assert not out.exists()

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuhealth.cli_crossdomain import parse_families
+from gpuhealth.cli_crossdomain import parse_families, parse_seeds
 from predictor.evaluate import FLOORS
 from service.crossdomain import (
     FLOOR_NAMES,
@@ -132,3 +132,15 @@ def test_parse_families() -> None:
         parse_families("hot-aisle,arctic")
     with pytest.raises(ValueError, match="unknown families"):
         parse_families(" , ")
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds(None) == {}
+    assert parse_seeds("917, 918") == {"test_seeds": (917, 918)}
+    assert Plan(**parse_seeds("917")).test_seeds == (917,)
+    with pytest.raises(ValueError, match="not a comma-separated list of integers"):
+        parse_seeds("917,next")
+    with pytest.raises(ValueError, match="at least one seed"):
+        parse_seeds(" , ")
+    with pytest.raises(ValueError, match="none of them a training seed"):
+        Plan(**parse_seeds("100"))
