@@ -4,9 +4,12 @@ fleets and the leave-one-family-out table (service/crossdomain.py does the work)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from predictor.policy import Thresholds
 
 err = Console(stderr=True)
 
@@ -64,10 +67,11 @@ def evaluate_cross_domain(
     fleets_per_family: int,
     seeds: str | None = None,
     scores: Path | None = None,
-    thresholds: Any = None,
+    thresholds: Thresholds | None = None,
 ) -> bool:
     """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold.
     `scores`: a folder where the models and scored rows are kept (`service.scorecache`)."""
+    from predictor.policy import Thresholds
     from predictor.score import load_model
     from service.crossdomain import Plan, all_floors_hold, leave_one_family_out, write_cross_domain
     from service.scorecache import ScoreCache
@@ -75,8 +79,12 @@ def evaluate_cross_domain(
     say = _say("cross-domain")
     plan = Plan(families=parse_families(families), fleets_per_family=fleets_per_family, **parse_seeds(seeds))
     cache = None if scores is None else ScoreCache(scores, say)
-    rows = leave_one_family_out(plan, load_model(model), say, thresholds, cache)
-    paths = write_cross_domain(rows, plan, out)
+    th = thresholds or Thresholds()
+    hours = [f"{w / 3600:g} h" for w in (th.demote_for_s, th.ecc_demote_for_s, th.pcie_demote_for_s)]
+    say(f"policy: demote at {th.demote:.2f} once held {hours[0]} (ECC {hours[1]}, PCIe {hours[2]}); "
+        "GPUHEALTH_DEMOTE_THRESHOLD, _DEMOTE_FOR, _FOR_ECC, _FOR_PCIE set them")  # fmt: skip
+    rows = leave_one_family_out(plan, load_model(model), say, th, cache)
+    paths = write_cross_domain(rows, plan, out, th)
     ok = all_floors_hold(rows)
     err.print(f"wrote {', '.join(map(str, paths))}\nall floors hold on every held-out family: {ok}", highlight=False)
     return ok

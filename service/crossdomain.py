@@ -308,8 +308,11 @@ def floor_grid(rows: Sequence[dict[str, Any]], plt: Any) -> Any:
     return fig
 
 
-def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path) -> list[Path]:
-    """cross-domain.json, cross-domain.md and a plot of which floors hold on each held-out fleet (`floor_grid`)."""
+def write_cross_domain(
+    rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path, thresholds: Thresholds | None = None
+) -> list[Path]:
+    """cross-domain.json (with the plan and the policy's thresholds and waits), cross-domain.md and a
+    plot of which floors hold on each held-out fleet (`floor_grid`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -317,7 +320,10 @@ def write_cross_domain(rows: Sequence[dict[str, Any]], plan: Plan, out_dir: Path
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "cross-domain.json", out_dir / "cross-domain.md", out_dir / "cross-domain.png"]
-    paths[0].write_text(json.dumps({"plan": asdict(plan), "families": list(rows)}, indent=2, default=str) + "\n")
+    policy = asdict(thresholds or Thresholds())
+    paths[0].write_text(
+        json.dumps({"plan": asdict(plan), "thresholds": policy, "families": list(rows)}, indent=2, default=str) + "\n"
+    )
     paths[1].write_text(
         "# Leave-one-family-out evaluation\n\n" + table_markdown(rows) + "\n![cross-domain](cross-domain.png)\n"
     )

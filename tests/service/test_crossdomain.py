@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from gpuhealth.cli_crossdomain import parse_families, parse_seeds
 from predictor.evaluate import FLOORS
+from predictor.policy import Thresholds
 from service.crossdomain import (
     FLOOR_NAMES,
     Plan,
@@ -80,6 +82,11 @@ def test_write_cross_domain(tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["cross-domain.json", "cross-domain.md", "cross-domain.png"]
     assert paths[2].read_bytes().startswith(b"\x89PNG")
     assert "Leave-one-family-out" in paths[1].read_text()
+    assert json.loads(paths[0].read_text())["thresholds"]["pcie_demote_for_s"] == 3 * 3600  # the shipped policy
+    policy = Thresholds(pcie_demote_for_s=6 * 3600)
+    paths = write_cross_domain([table_row("temperate", 0.93)], Plan(), tmp_path, policy)
+    saved = json.loads(paths[0].read_text())["thresholds"]
+    assert (saved["pcie_demote_for_s"], saved["demote_for_s"], saved["demote"]) == (6 * 3600, 3 * 3600, 0.7)
 
 
 def test_the_floor_grid_marks_each_floor_of_each_fleet() -> None:
