@@ -96,7 +96,7 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     demote stands once the risk has held its riskiest head's wait, as the service decides.
 
     Everything before this step (features, risk, rules, holds) does not depend on the waits, so
-    scored rows kept from another run can be judged under other waits (`service.crossdomain`)."""
+    scored rows kept from another run can be judged under other waits (`service.scorecache`)."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
     mode, _ = top_heads(rows)
