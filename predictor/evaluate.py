@@ -68,10 +68,28 @@ def score_span(
     chunk: int = 96,
     failures: pd.DataFrame | None = None,
 ) -> Scored:
-    """Features, risk and alerts at cutoffs from start to end, in chunks of cutoffs.
+    """Features, risk and alerts at cutoffs from start to end, in chunks of cutoffs: `score_rows`,
+    then the demotes decided under the thresholds' waits (`apply_waits`).
 
     `failures`: the failure records; each cutoff's features see only those before it."""
     th = thresholds or Thresholds()
+    scored = score_rows(model, frame, start, end, every, th, chunk, failures)
+    return Scored(apply_waits(scored.rows, th), scored.every)
+
+
+def score_rows(
+    model: RiskModel,
+    frame: pd.DataFrame,
+    start: pd.Timestamp,
+    end: pd.Timestamp,
+    every: str,
+    th: Thresholds,
+    chunk: int = 96,
+    failures: pd.DataFrame | None = None,
+) -> Scored:
+    """What `score_span` finds before the waits: per (GPU, cutoff) the risks, the rules that fire
+    and whether a node finding holds the model's demote. Nothing here depends on the waits, so
+    these rows can be kept and decided again under other ones (`service.scorecache`)."""
     cuts = pd.date_range(start, end, freq=every)
     parts = []
     for i in range(0, len(cuts), chunk):
@@ -88,15 +106,12 @@ def score_span(
         parts.append(keep)
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
-    return Scored(apply_waits(rows, th), pd.Timedelta(every))
+    return Scored(rows, pd.Timedelta(every))
 
 
 def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     """The rows with `demote` and `alert` decided from their risk, node holds and rules: a model
-    demote stands once the risk has held its riskiest head's wait, as the service decides.
-
-    Everything before this step (features, risk, rules, holds) does not depend on the waits, so
-    scored rows kept from another run can be judged under other waits (`service.scorecache`)."""
+    demote stands once the risk has held its riskiest head's wait, as the service decides."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
     mode, _ = top_heads(rows)
@@ -276,7 +291,7 @@ def _scored_span(
     th: Thresholds,
     kept: Scored | None,
 ) -> Scored:
-    """The span scored now, or `kept` rows of it decided again under `th`'s waits."""
+    """The span scored now, or `kept` rows of it (`score_rows`) decided under `th`'s waits."""
     if kept is None:
         return score_span(model, frame, begin, frame["timestamp"].max(), every, th, failures=failures)
     return Scored(apply_waits(kept.rows, th), kept.every)
@@ -298,8 +313,8 @@ def evaluate(
     """Score the span and measure the model and the rule baseline; returns the report dict.
 
     With `downtime`, also the what-if in GPU-hours under react, rules and model (predictor/downtime.py).
-    With `scored`, the span's rows as `score_span` made them for this frame (from an earlier run):
-    they are not scored again, only their demotes decided again under `thresholds`' waits.
+    With `scored`, the span's rows as `score_rows` made them for this frame (kept from an earlier
+    run): they are not scored again, only their demotes decided under `thresholds`' waits.
     """
     say = progress or (lambda _m: None)
     th = thresholds or Thresholds()

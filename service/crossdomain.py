@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.downtime import DowntimeParams
-from predictor.evaluate import FLOORS, evaluate, score_span, span_start
+from predictor.evaluate import FLOORS, evaluate, score_rows, span_start
 from predictor.model import RiskModel, TrainingSet, train_sets
 from predictor.policy import Thresholds
 from service.scorecache import ScoreCache
@@ -124,7 +125,7 @@ def evaluate_on(
     begin, t1 = span_start(frame), frame["timestamp"].max()
     scored = cache.scored(
         model, plan, family, seed, th,
-        lambda: score_span(model, frame, begin, t1, plan.score_every, th, failures=failures),
+        lambda: score_rows(model, frame, begin, t1, plan.score_every, th, failures=failures),
     )  # fmt: skip
     return evaluate(model, frame, failures, start=begin, scored=scored, **kw)
 
@@ -143,7 +144,7 @@ def leave_one_family_out(
     rows = []
     for family in plan.families:
         say(f"== leaving out {family}: training on {', '.join(f for f in plan.families if f != family)}")
-        train = lambda family=family: train_on_families(plan, exclude=family, progress=progress)  # noqa: E731
+        train = partial(train_on_families, plan, exclude=family, progress=progress)
         model = train() if cache is None else cache.model(plan, family, train)
         for seed in plan.test_seeds:
             report = evaluate_on(model, plan, family, say, seed, thresholds, cache)

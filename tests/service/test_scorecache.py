@@ -49,7 +49,7 @@ def test_kept_rows_are_read_back_and_judged_under_the_current_waits(
     [kept] = tmp_path.glob("scored-unseen-31-*.parquet")
     assert fresh["model"]["episodes"] > 0  # the fleet has alerts to judge
 
-    monkeypatch.setattr(crossdomain, "score_span", _no_scoring)
+    monkeypatch.setattr(crossdomain, "score_rows", _no_scoring)
     again = evaluate_on(model, PLAN, "unseen", seed=31, cache=cache)
     assert _same(again, fresh)
     assert any(m.startswith("kept scores scored-unseen-31-") for m in said)
@@ -82,7 +82,7 @@ def test_new_code_or_other_thresholds_make_new_files(
 
     def score() -> Scored:
         calls.append(1)
-        return crossdomain.score_span(model, frame, *span, "1h", Thresholds(), failures=failures)
+        return crossdomain.score_rows(model, frame, *span, "1h", Thresholds(), failures=failures)
 
     frame, failures = crossdomain.held_out_fleet(PLAN, "unseen", 31)
     span = (crossdomain.span_start(frame), frame["timestamp"].max())
