@@ -69,6 +69,17 @@ def model_key(model: RiskModel) -> str:
     return hashlib.sha256(json.dumps(model.meta, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _write_then_rename(path: Path, write: Callable[[Path], Any]) -> None:
+    """`write` a temporary file beside `path`, then rename it over `path`: a run that stops half way
+    leaves no half-written file under a name that says it is whole (nor a temporary one)."""
+    tmp = path.with_suffix(".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 class ScoreCache:
     """Models and scored rows of the cross-domain evaluation, kept in a folder."""
 
@@ -89,9 +100,7 @@ class ScoreCache:
             except ModelError as e:
                 self.say(f"kept model unreadable, training again: {e}")
         model = train()
-        tmp = path.with_suffix(".tmp")
-        model.save(tmp)
-        os.replace(tmp, path)
+        _write_then_rename(path, model.save)
         return model
 
     def scored(
@@ -114,7 +123,5 @@ class ScoreCache:
             except Exception as e:  # pyarrow raises several kinds for a damaged file
                 self.say(f"kept scores {path.name} unreadable ({type(e).__name__}: {e}), scoring again")
         scored = score()
-        tmp = path.with_suffix(".tmp")
-        scored.rows[list(SCORED_COLUMNS)].to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        _write_then_rename(path, lambda tmp: scored.rows[list(SCORED_COLUMNS)].to_parquet(tmp, index=False))
         return scored
