@@ -364,7 +364,7 @@ def evaluate(
 
     from core.history import HistoryError
     from predictor.evaluate import evaluate as run_eval
-    from predictor.evaluate import write_report
+    from predictor.evaluate_report import write_report
     from predictor.model import ModelError
     from predictor.policy import Thresholds
     from predictor.score import load_model

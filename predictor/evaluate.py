@@ -11,17 +11,15 @@ and over all failures, those without any precursor included.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from sklearn.metrics import average_precision_score
 
-from predictor.downtime import Alerts, DowntimeParams, Span, downtime_markdown, downtime_report, plot_downtime, react
+from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
 from predictor.policy import Thresholds, held_by_node, high_since, pending_demote, top_heads
@@ -479,149 +477,3 @@ def check_floors(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "ok": bool(beats),
     }
     return out
-
-
-def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth evaluation") -> list[Path]:
-    """report.json, report.md and the plots (PR curve, lead times, recall per mode)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    curve: pd.DataFrame = report["_curve"]
-    per_failure: dict[str, pd.DataFrame] = report["_per_failure"]
-    plain = {k: v for k, v in report.items() if not k.startswith("_")}
-    plain["pr_curve"] = curve.to_dict(orient="records")
-    paths = [out_dir / "report.json"]
-    paths[0].write_text(json.dumps(_no_nan(plain), indent=2, sort_keys=True, default=_json_default) + "\n")
-
-    fig, ax = plt.subplots(figsize=(5, 4))
-    ax.plot(curve["recall"], curve["precision"], marker=".",
-            label=f"model, failures that gave warning (AUC {report['pr_auc']:.2f})")  # fmt: skip
-    ax.plot(curve["recall_all"], curve["precision"], marker=".", linestyle="--", alpha=0.6,
-            label=f"model, all failures (AUC {report['pr_auc_all']:.2f})")  # fmt: skip
-    r = report["rules"]
-    ax.scatter([r["recall_precursor_modes"]], [r["precision"]], color="red", zorder=3, label="rule baseline")
-    ax.set(xlabel="recall per incident (ECC/thermal 24 h lead, PCIe 1 h)", ylabel="precision over alert episodes",
-           xlim=(0, 1.02), ylim=(0, 1.02), title="precision-recall")  # fmt: skip
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower left")
-    fig.tight_layout()
-    paths.append(out_dir / "pr_curve.png")
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    leads = per_failure["model"]["first_alert_lead"].dropna() / HOUR
-    ax.hist(leads, bins=list(range(0, 24 * 7 + 12, 12)), color="tab:blue")
-    ax.set(xlabel="hours from first alert to failure", ylabel="failures", title="lead time of caught failures")
-    fig.tight_layout()
-    paths.append(out_dir / "lead_times.png")
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    labels = [*MODES, "all (1 h)"]
-    vals = {s: [report[s][f"recall_{m}"] for m in MODES] + [report[s]["recall_all_1h"]] for s in ("model", "rules")}
-    x = np.arange(len(labels))
-    ax.bar(x - 0.2, vals["model"], 0.4, label="model + rules")
-    ax.bar(x + 0.2, vals["rules"], 0.4, label="rule baseline")
-    ax.set_xticks(x, labels)
-    ax.set(ylim=(0, 1.05), ylabel="recall per incident", title="recall per mode")
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    paths.append(out_dir / "recall_by_mode.png")
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
-
-    if "downtime" in report:
-        paths.append(plot_downtime(report["downtime"], out_dir / "downtime.png"))
-    paths.append(out_dir / "report.md")
-    downtime_md = downtime_markdown(report["downtime"], "downtime.png") if "downtime" in report else ""
-    paths[-1].write_text(report_markdown(report, title) + downtime_md)
-    return paths
-
-
-def _no_nan(o: Any) -> Any:
-    """NaN (a measure with nothing to measure) as null: JSON has no NaN."""
-    if isinstance(o, dict):
-        return {k: _no_nan(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_no_nan(v) for v in o]
-    if isinstance(o, float | np.floating) and np.isnan(o):
-        return None
-    return o
-
-
-def _json_default(o: object) -> object:
-    if isinstance(o, float | np.floating) and np.isnan(o):
-        return None
-    if isinstance(o, np.generic):
-        return o.item()
-    return str(o)
-
-
-def _pct(v: float) -> str:
-    return "n/a" if v != v else f"{v:.2f}"
-
-
-def report_markdown(report: dict[str, Any], title: str) -> str:
-    """The report as Markdown: floors, per-mode recall, precision, baseline side by side."""
-    m, r = report["model"], report["rules"]
-    fails = ", ".join(f"{k} {v}" for k, v in sorted(report["failures"].items()))
-    lines = [
-        f"# {title}",
-        "",
-        f"Span {report['span'][0]} .. {report['span'][1]}, scored every {report['every']}; "
-        f"{report['gpus']} GPUs, {report['gpu_days']:,.0f} GPU-days; failures judged: {fails}. "
-        f"Left out: {report.get('gpu_days_after_failure', 0.0):,.0f} GPU-days of GPUs scored on their last "
-        "samples after their failure (no prediction: the outcome is on record).",
-        f"An alert is a decision of demote or worse (risk >= {report['thresholds']['demote']}, or a drain/RMA rule); "
-        f"caught = alert within {report['window_days']:g} days before the failure and at least the mode's lead "
-        "before it (ECC, thermal 24 h; PCIe, other 1 h). Precision is over alert episodes per GPU.",
-        "",
-        "## Quality floors",
-        "",
-        "| measure | value | floor | holds |",
-        "|---|---|---|---|",
-    ]
-    for k, v in report["floors"].items():
-        val = v["value"] if isinstance(v["value"], str) else _pct(v["value"])
-        lines.append(f"| {k} | {val} | {v['floor']} | {'yes' if v['ok'] else 'NO'} |")
-    lines += [
-        "",
-        "## Model and rule baseline",
-        "",
-        "| | model + rules | rule baseline (NVIDIA/DCGM thresholds) |",
-        "|---|---|---|",
-    ]
-    for key, label in [
-        ("recall_ecc_warned", "recall ECC (24 h lead), failures that gave warning"),
-        ("recall_thermal_warned", "recall thermal (24 h lead), failures that gave warning"),
-        ("recall_pcie_warned", "recall PCIe (1 h lead), failures that gave warning"),
-        ("recall_ecc", "recall ECC (24 h lead), all"),
-        ("recall_thermal", "recall thermal (24 h lead), all"),
-        ("recall_pcie", "recall PCIe (1 h lead), all"),
-        ("recall_precursor_modes", "recall, failures with precursors"),
-        ("recall_all_1h", "recall, all failures incl. no precursor (1 h)"),
-        ("recall_all_24h", "recall, all failures (24 h)"),
-        ("precision", "precision over alert episodes"),
-        ("field_precision", f"field precision ({FIELD_RATE} predictable failures / 1,000 GPU-days)"),
-        ("episodes", "alert episodes"),
-        ("false_episodes_per_1000_gpu_days", "false alert episodes per 1,000 GPU-days"),
-        ("median_lead_hours", "median lead of caught failures (h)"),
-    ]:
-        fmt = (lambda v: f"{v:.0f}") if key == "episodes" else _pct
-        lines.append(f"| {label} | {fmt(m[key])} | {fmt(r[key])} |")
-    lines += [
-        f"| false demotions per 1,000 GPU-days | {_pct(m['false_demotions_per_1000_gpu_days'])} | — |",
-        "",
-        f"PR-AUC (per incident, over risk thresholds, failures that gave warning as the recall floors): "
-        f"{_pct(report['pr_auc'])}; over all failures of those modes: {_pct(report['pr_auc_all'])}; "
-        f"sample-level average precision: {_pct(report['sample_average_precision'])}.",
-        "",
-        "![precision-recall](pr_curve.png) ![lead times](lead_times.png) ![recall per mode](recall_by_mode.png)",
-        "",
-    ]
-    return "\n".join(lines)

@@ -29,7 +29,8 @@ from predictor.downtime import (
     parse_span,
     react,
 )
-from predictor.evaluate import caught, episodes, evaluate, precision, true_episodes, write_report
+from predictor.evaluate import caught, episodes, evaluate, precision, true_episodes
+from predictor.evaluate_report import write_report
 from predictor.model import RiskModel
 from simulator.fleet import SimConfig
 from simulator.run import simulate

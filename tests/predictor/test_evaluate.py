@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, precision, warned_at_lead, write_report
+from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, precision, warned_at_lead
+from predictor.evaluate_report import write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
 from simulator.fleet import SimConfig
