@@ -22,8 +22,8 @@ import pandas as pd
 
 from predictor.downtime import DowntimeParams
 from predictor.evaluate import FLOORS, evaluate, score_rows, span_start
-from predictor.model import RiskModel, TrainingSet, train_sets
-from predictor.policy import Thresholds
+from predictor.model import MODES, RiskModel, TrainingSet, train_sets
+from predictor.policy import HEADS, Thresholds
 from service.scorecache import ScoreCache
 from simulator.families import FAMILIES, UNSEEN, family_config, training_config
 from simulator.run import simulate
@@ -216,9 +216,36 @@ FLOOR_NAMES = {
 """How the overview names a floor that misses."""
 
 
+def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a change of the model or the policy moves, summed over the held-out fleets: false alert
+    episodes of model + rules, fleets on which every floor holds, and per mode [caught, failures]
+    of the failures that gave warning (those the recall floors count)."""
+    out: dict[str, Any] = {
+        "fleets": len(rows),
+        "every_floor": sum(all(v["ok"] for v in r["floors"].values()) for r in rows),
+        "false_episodes": sum(r["model"]["episodes"] - r["model"]["true_episodes"] for r in rows),
+    }
+    for mode in MODES:
+        n = [int(r["model"].get(f"failures_{mode}_warned", 0)) for r in rows]
+        caught = [round(r["model"][f"recall_{mode}_warned"] * k) if k else 0 for r, k in zip(rows, n, strict=True)]
+        out[f"caught_{mode}"] = [sum(caught), sum(n)]
+    return out
+
+
+def totals_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """`totals` as a sentence."""
+    t = totals(rows)
+    caught = ", ".join(f"{HEADS[f'risk_{m}']} {t[f'caught_{m}'][0]} of {t[f'caught_{m}'][1]}" for m in MODES)
+    return (
+        f"Over the {t['fleets']} held-out fleets: every floor holds on {t['every_floor']}; "
+        f"{t['false_episodes']} false alert episodes; caught at their lead, of the failures that "
+        f"gave warning: {caught}.\n"
+    )
+
+
 def overview_markdown(rows: Sequence[dict[str, Any]]) -> str:
     """One line per held-out family, one column per seed: its false episodes, and "all floors
-    hold" or the floors that miss with their values."""
+    hold" or the floors that miss with their values; then the `totals`."""
     seeds = list(dict.fromkeys(r.get("seed") for r in rows))
     families = list(dict.fromkeys(r["family"] for r in rows))
     lines = ["| held-out family | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
@@ -237,7 +264,8 @@ def overview_markdown(rows: Sequence[dict[str, Any]]) -> str:
             ]
             cells.append(f"{false} false; " + ("all floors hold" if not missed else "misses " + ", ".join(missed)))
         lines.append(f"| {fam} | " + " | ".join(cells) + " |")
-    return "**Which floors hold** (false: false alert episodes of model + rules)\n\n" + "\n".join(lines) + "\n"
+    head = "**Which floors hold** (false: false alert episodes of model + rules)\n\n"
+    return head + "\n".join(lines) + "\n\n" + totals_markdown(rows)
 
 
 def _table(rows: Sequence[dict[str, Any]]) -> str:
@@ -323,7 +351,12 @@ def write_cross_domain(
     paths = [out_dir / "cross-domain.json", out_dir / "cross-domain.md", out_dir / "cross-domain.png"]
     policy = asdict(thresholds or Thresholds())
     paths[0].write_text(
-        json.dumps({"plan": asdict(plan), "thresholds": policy, "families": list(rows)}, indent=2, default=str) + "\n"
+        json.dumps(
+            {"plan": asdict(plan), "thresholds": policy, "totals": totals(rows), "families": list(rows)},
+            indent=2,
+            default=str,
+        )
+        + "\n"
     )
     paths[1].write_text(
         "# Leave-one-family-out evaluation\n\n" + table_markdown(rows) + "\n![cross-domain](cross-domain.png)\n"
@@ -342,6 +375,7 @@ __all__ = [
     "leave_one_family_out",
     "overview_markdown",
     "table_markdown",
+    "totals",
     "train_on_families",
     "write_cross_domain",
 ]

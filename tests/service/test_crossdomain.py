@@ -19,6 +19,7 @@ from service.crossdomain import (
     floor_grid,
     overview_markdown,
     table_markdown,
+    totals,
     write_cross_domain,
 )
 from simulator.families import FAMILIES
@@ -70,6 +71,23 @@ def test_the_overview_names_the_floors_that_miss_per_family_and_seed() -> None:
     assert "| temperate | 2 false; all floors hold |  |" in text
     assert "| hot-aisle | 2 false; all floors hold | 2 false; misses recall thermal 0.57, above rules |" in text
     assert text in table_markdown(rows)
+
+
+def test_the_totals_sum_what_a_change_moves_over_the_fleets() -> None:
+    good = table_row("temperate", 0.93) | {"seed": 900}
+    good["model"] |= {"failures_ecc_warned": 20, "failures_thermal_warned": 7, "failures_pcie_warned": 0,
+                      "recall_pcie_warned": float("nan")}  # fmt: skip
+    bad = table_row("hot-aisle", 0.81, ok=False) | {"seed": 900}
+    bad["model"] |= {"failures_ecc_warned": 10, "failures_thermal_warned": 4, "failures_pcie_warned": 3,
+                     "recall_ecc_warned": 0.9, "recall_thermal_warned": 0.5, "recall_pcie_warned": 2 / 3,
+                     "episodes": 40, "true_episodes": 35}  # fmt: skip
+    t = totals([good, bad])
+    # Recall is caught / failures, so recall x failures is the count again (19 of 20, 9 of 10).
+    assert t == {"fleets": 2, "every_floor": 1, "false_episodes": 2 + 5,
+                 "caught_ecc": [19 + 9, 30], "caught_thermal": [6 + 2, 11], "caught_pcie": [2, 3]}  # fmt: skip
+    text = overview_markdown([good, bad])
+    assert "every floor holds on 1; 7 false alert episodes;" in text
+    assert "ECC 28 of 30, thermal 8 of 11, PCIe 2 of 3." in text
 
 
 def test_nan_shows_as_n_a() -> None:
