@@ -329,6 +329,14 @@ def evaluate(
             "the code and the model are unchanged (a change of the waits or of the judging then takes minutes)"
         ),
     ] = None,
+    model_seed: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="--cross-domain: the trained models' own seed; another one shows how far a retrained "
+            "model's numbers move by chance",
+        ),
+    ] = 0,
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
     lead: Annotated[str, typer.Option(help="minimum lead for ECC/thermal (PCIe and others: 1h)")] = "24h",
     window: Annotated[str, typer.Option(help="a failure is caught by alerts up to this long before it")] = "7d",
@@ -374,7 +382,7 @@ def evaluate(
 
         try:
             th = Thresholds.from_settings(Settings())
-            ok = evaluate_cross_domain(out, model, families, fleets_per_family, seeds, scores, th)
+            ok = evaluate_cross_domain(out, model, families, fleets_per_family, seeds, scores, th, model_seed)
         except (ModelError, ValueError) as e:
             raise fail(str(e)) from None
         raise typer.Exit(0 if ok else 1)

@@ -68,16 +68,21 @@ def evaluate_cross_domain(
     seeds: str | None = None,
     scores: Path | None = None,
     thresholds: Thresholds | None = None,
+    model_seed: int = 0,
 ) -> bool:
     """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold.
-    `scores`: a folder where the models and scored rows are kept (`service.scorecache`)."""
+    `scores`: a folder where the models and scored rows are kept (`service.scorecache`);
+    `model_seed`: the left-out-family models' own seed (the `unseen` column is the shipped model's)."""
     from predictor.policy import Thresholds
     from predictor.score import load_model
     from service.crossdomain import Plan, all_floors_hold, leave_one_family_out, write_cross_domain
     from service.scorecache import ScoreCache
 
     say = _say("cross-domain")
-    plan = Plan(families=parse_families(families), fleets_per_family=fleets_per_family, **parse_seeds(seeds))
+    plan = Plan(
+        families=parse_families(families), fleets_per_family=fleets_per_family, model_seed=model_seed,
+        **parse_seeds(seeds),
+    )  # fmt: skip
     cache = None if scores is None else ScoreCache(scores, say)
     th = thresholds or Thresholds()
     hours = [f"{w / 3600:g} h" for w in (th.demote_for_s, th.ecc_demote_for_s, th.pcie_demote_for_s)]

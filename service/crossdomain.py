@@ -55,6 +55,10 @@ class Plan:
     not shipped."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
+    model_seed: int = 0
+    """The models' own seed (the calibration folds, the sample the trees bin their features on).
+    The same fleets trained with another seed show how far a retrained model's numbers move by
+    chance: as far as some changes once judged on one training of each side (docs/model.md)."""
     score_every: str = "1h"
     """How often the held-out fleets are scored."""
 
@@ -89,7 +93,7 @@ def family_sets(plan: Plan, exclude: str | None = None, progress: Progress | Non
 def train_on_families(plan: Plan, exclude: str | None = None, progress: Progress | None = None) -> RiskModel:
     """A model trained on the plan's families (all of them, or all but `exclude`)."""
     sets = family_sets(plan, exclude, progress)
-    model = train_sets(sets, every=plan.every, progress=progress)
+    model = train_sets(sets, every=plan.every, seed=plan.model_seed, progress=progress)
     model.meta["families"] = [f for f in plan.families if f != exclude]
     model.meta["family_plan"] = asdict(plan)
     return model

@@ -170,6 +170,24 @@ def test_score_takes_failure_records_for_the_repeat_offender_features(
     assert missing.exit_code != 0
 
 
+def test_the_model_seed_reaches_the_cross_domain_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuhealth.cli_crossdomain as cli_cd
+
+    seen: list[int] = []
+
+    def fake(*args: object, **kw: object) -> bool:
+        seen.append(args[7])  # type: ignore[arg-type]
+        return True
+
+    monkeypatch.setattr(cli_cd, "evaluate_cross_domain", fake)
+    for extra, expected in (([], 0), (["--model-seed", "3"], 3)):
+        result = runner.invoke(app, ["evaluate", "--cross-domain", "--out", str(tmp_path), *extra])
+        assert result.exit_code == 0, result.output
+        assert seen[-1] == expected
+    refused = runner.invoke(app, ["evaluate", "--cross-domain", "--out", str(tmp_path), "--model-seed", "-1"])
+    assert refused.exit_code != 0 and len(seen) == 2
+
+
 @pytest.mark.parametrize(
     ("args", "env", "needle"),
     [

@@ -90,6 +90,27 @@ def test_the_totals_sum_what_a_change_moves_over_the_fleets() -> None:
     assert "ECC 28 of 30, thermal 8 of 11, PCIe 2 of 3." in text
 
 
+def test_the_models_own_seed_is_the_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service import crossdomain
+
+    seeds: list[int] = []
+
+    class Trained:
+        def __init__(self) -> None:
+            self.meta: dict[str, Any] = {}
+
+    def fake_train(sets: object, **kw: Any) -> Trained:
+        seeds.append(kw["seed"])
+        return Trained()
+
+    monkeypatch.setattr(crossdomain, "family_sets", lambda *a, **k: [])
+    monkeypatch.setattr(crossdomain, "train_sets", fake_train)
+    crossdomain.train_on_families(Plan())
+    model = crossdomain.train_on_families(Plan(model_seed=7), exclude="temperate")
+    assert seeds == [0, 7]
+    assert model.meta["family_plan"]["model_seed"] == 7  # kept with the model: a kept file says it
+
+
 def test_nan_shows_as_n_a() -> None:
     r = table_row("temperate", float("nan"))
     assert "| precision over alert episodes | n/a |" in table_markdown([r])

@@ -4,6 +4,7 @@ nothing they depend on changed, judged under the current waits, made again when 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,9 @@ def test_a_trained_model_is_kept_and_read_back(tmp_path: Path) -> None:
     # Only the held-out fleets differ: the training fleets, and so the model, are the same.
     cache.model(Plan(families=("temperate",), test_seeds=(917,)), "temperate", train)
     assert len(trained) == 3
+    cache.model(replace(PLAN, model_seed=1), "temperate", train)  # the same fleets, another seed
+    assert len(trained) == 4
     [path] = tmp_path.glob("model-without-hot-aisle-*.skops")
     path.write_bytes(b"not a model")
     cache.model(PLAN, "hot-aisle", train)
-    assert len(trained) == 4
+    assert len(trained) == 5
