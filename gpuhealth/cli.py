@@ -382,7 +382,9 @@ def evaluate(
 
         try:
             th = Thresholds.from_settings(Settings())
-            ok = evaluate_cross_domain(out, model, families, fleets_per_family, seeds, scores, th, model_seed)
+            ok = evaluate_cross_domain(
+                out, model, families, fleets_per_family, seeds, scores, th, model_seed=model_seed
+            )
         except (ModelError, ValueError) as e:
             raise fail(str(e)) from None
         raise typer.Exit(0 if ok else 1)

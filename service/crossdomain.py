@@ -178,9 +178,19 @@ def _summary(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def holds_every_floor(row: dict[str, Any]) -> bool:
+    """Whether every floor holds on one held-out fleet."""
+    return all(v["ok"] for v in row["floors"].values())
+
+
+def false_episodes(row: dict[str, Any]) -> int:
+    """The false alert episodes of model + rules on one held-out fleet."""
+    return int(row["model"]["episodes"] - row["model"]["true_episodes"])
+
+
 def all_floors_hold(rows: Sequence[dict[str, Any]]) -> bool:
     """Whether every floor holds on every held-out family."""
-    return all(all(v["ok"] for v in row["floors"].values()) for row in rows)
+    return all(holds_every_floor(row) for row in rows)
 
 
 def _f(v: Any) -> str:
@@ -227,8 +237,8 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     of the failures that gave warning (those the recall floors count)."""
     out: dict[str, Any] = {
         "fleets": len(rows),
-        "every_floor": sum(all(v["ok"] for v in r["floors"].values()) for r in rows),
-        "false_episodes": sum(r["model"]["episodes"] - r["model"]["true_episodes"] for r in rows),
+        "every_floor": sum(holds_every_floor(r) for r in rows),
+        "false_episodes": sum(false_episodes(r) for r in rows),
     }
     for mode in MODES:
         n = [int(r["model"].get(f"failures_{mode}_warned", 0)) for r in rows]
@@ -261,13 +271,13 @@ def overview_markdown(rows: Sequence[dict[str, Any]]) -> str:
             if row is None:
                 cells.append("")
                 continue
-            false = row["model"]["episodes"] - row["model"]["true_episodes"]
             missed = [
                 FLOOR_NAMES.get(k, k) + ("" if isinstance(v["value"], str) else f" {_f(v['value'])}")
                 for k, v in row["floors"].items()
                 if not v["ok"]
             ]
-            cells.append(f"{false} false; " + ("all floors hold" if not missed else "misses " + ", ".join(missed)))
+            verdict = "all floors hold" if not missed else "misses " + ", ".join(missed)
+            cells.append(f"{false_episodes(row)} false; {verdict}")
         lines.append(f"| {fam} | " + " | ".join(cells) + " |")
     head = "**Which floors hold** (false: false alert episodes of model + rules)\n\n"
     return head + "\n".join(lines) + "\n\n" + totals_markdown(rows)

@@ -175,8 +175,8 @@ def test_the_model_seed_reaches_the_cross_domain_plan(tmp_path: Path, monkeypatc
 
     seen: list[int] = []
 
-    def fake(*args: object, **kw: object) -> bool:
-        seen.append(args[7])  # type: ignore[arg-type]
+    def fake(*args: object, model_seed: int, **kw: object) -> bool:
+        seen.append(model_seed)
         return True
 
     monkeypatch.setattr(cli_cd, "evaluate_cross_domain", fake)
