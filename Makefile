@@ -70,11 +70,12 @@ bench: $(STAMP)
 
 # The shipped model: trained on domain-randomised simulated fleets of the four families in
 # simulator/families.py (2 fleets each, seeds 100 and 101, 256 GPUs x 90 days); evaluation
-# uses other seeds (7, 11, 900-906, 913, 914) and the family no model trains on ("unseen"). docs/model.md.
+# uses other seeds (7, 11, 900-906, 913, 914, 917-920) and the family no model trains on ("unseen").
+# Each head is the mean of two trained with seeds of their own (predictor.model.MEMBERS). docs/model.md.
 model: $(STAMP)
 	$(BIN)/gpuhealth train --families all --fleets-per-family 2 --every 6h --out predictor/models/default.skops
 
-# The leave-one-family-out table of docs/model.md (about 30 minutes on 2 cores).
+# The leave-one-family-out table of docs/model.md (over an hour on 2 cores).
 cross-domain: $(STAMP)
 	$(BIN)/gpuhealth evaluate --cross-domain --out build/cross-domain
 

@@ -314,7 +314,7 @@ def evaluate(
         bool,
         typer.Option(
             help="instead: the leave-one-family-out table (train on all families but one, test on it; "
-            "and the model on the family no model trains on); takes about 20 minutes on 2 cores"
+            "and the model on the family no model trains on); takes over an hour on 2 cores"
         ),
     ] = False,
     families: Annotated[str, typer.Option(help="--cross-domain: 'all' or a list of families")] = "all",
@@ -333,8 +333,8 @@ def evaluate(
         int,
         typer.Option(
             min=0,
-            help="--cross-domain: the trained models' own seed; another one shows how far a retrained "
-            "model's numbers move by chance",
+            help="--cross-domain: the trained models' own seed (another shares none of their members); "
+            "it shows how far a retrained model's numbers move by chance",
         ),
     ] = 0,
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,

@@ -24,6 +24,7 @@ from pathlib import Path
 # security decision that should show up in review as a code change.
 TRUSTED_TYPES: tuple[str, ...] = (
     "predictor.model.ColumnSelector",
+    "predictor.model.MeanOfHeads",
     "sklearn.calibration._CalibratedClassifier",
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
 )

@@ -46,20 +46,23 @@ class Plan:
     test_nodes: int = 64
     test_days: float = 90.0
     test_acceleration: float = 8.0
-    test_seeds: tuple[int, ...] = (900, 901, 902, 903, 904, 905, 906, 913, 914, 917)
+    test_seeds: tuple[int, ...] = (900, 901, 902, 903, 904, 905, 906, 913, 914, 917, 918, 919, 920)
     """Held-out fleets use these seeds, never a training seed: each family is evaluated on a fleet
     of each. Seeds 900-906's fleets were looked at while the model was built (each a fresh test
     once, then a development set: 904's false alerts showed the judging of GPUs already failed
     wrong, 905's misses the GPUs without a memory sensor); 913 and 914's only with the shipped
     model's code, for the decision to ship it (docs/model.md); 917's once with it, as the
-    baseline of a change not shipped. 907-912, 915 and 916 were spent on versions and policies
-    not shipped."""
+    baseline of a change not shipped; 918-920's once with single-seed models, for the decision
+    to make each head the mean of two seeds' (a rule set beforehand, replayed on their kept
+    scores). 907-912, 915 and 916 were spent on versions and policies not shipped."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0
-    """The models' own seed (the calibration folds, the sample the trees bin their features on).
-    The same fleets trained with another seed show how far a retrained model's numbers move by
-    chance: as far as some changes once judged on one training of each side (docs/model.md)."""
+    """The models' own seed (the calibration folds, the sample the trees bin their features on;
+    `predictor.model.train_sets`: the members of seed s are seeded s * MEMBERS onward, so two
+    model seeds share no member). The same fleets trained with another seed show how far a
+    retrained model's numbers move by chance: as far as some changes once judged on one training
+    of each side (docs/model.md)."""
     score_every: str = "1h"
     """How often the held-out fleets are scored."""
 

@@ -17,7 +17,7 @@ import skops.io as sio
 from sklearn.linear_model import LogisticRegression
 
 from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label
-from predictor.model import MODES, ModelError, RiskModel, data_hash, make_head, make_labels, train
+from predictor.model import MODES, MeanOfHeads, ModelError, RiskModel, data_hash, make_head, make_labels, train
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 
@@ -128,6 +128,30 @@ def test_an_unknown_value_is_never_a_reason() -> None:
     texts = [t for ts in model.explain(feats, risk, top).values() for t in ts]
     assert texts and not any("nan" in t for t in texts), texts
     assert any(t.startswith(feature_label("heat_excess_z").label) for t in texts)
+
+
+def test_a_head_is_the_mean_of_two_members_each_trained_with_its_own_seed(trained: Trained) -> None:
+    """The default model's head per mode is the mean of the one-member models of seeds 0 and 1."""
+    kw = {"every": "12h", "folds": 2, "members": 1}
+    alone = [train(trained.frame, trained.failures, seed=s, **kw) for s in (0, 1)]  # type: ignore[arg-type]
+    assert [m.meta["seeds"] for m in alone] == [[0], [1]]
+    assert trained.model.meta["seeds"] == [0, 1]
+    assert "the mean of 2 heads" in trained.model.meta["calibration"]
+    risk = trained.model.predict(trained.features)
+    r0, r1 = (m.predict(trained.features) for m in alone)
+    for mode in MODES:
+        head = trained.model.heads[mode]
+        assert isinstance(head, MeanOfHeads) and len(head.members) == 2
+        np.testing.assert_allclose(risk[f"risk_{mode}"], (r0[f"risk_{mode}"] + r1[f"risk_{mode}"]) / 2, atol=1e-12)
+        # The folds a head is calibrated on are not kept: they index every training row.
+        assert all(isinstance(m.cv, int) for m in head.members)
+    # The seeds give different members (else the mean would be no mean).
+    assert any(not np.allclose(r0[f"risk_{m}"], r1[f"risk_{m}"]) for m in MODES)
+
+
+def test_a_model_needs_a_member(trained: Trained) -> None:
+    with pytest.raises(ModelError, match="at least one member"):
+        train(trained.frame, trained.failures, every="12h", folds=2, members=0)
 
 
 def test_save_load_round_trip(trained: Trained, tmp_path: Path) -> None:

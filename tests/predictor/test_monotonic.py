@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from threadpoolctl import threadpool_limits
 
 from predictor.features import BY_NAME, SPECS, build_features
-from predictor.model import MODES, RiskModel, TrainingSet, head_features, monotonic_cst, train_sets
+from predictor.model import MEMBERS, MODES, RiskModel, TrainingSet, head_features, monotonic_cst, train_sets
 from simulator.families import family_config
 from simulator.run import simulate
 
@@ -96,10 +96,12 @@ def test_context_features_are_not_constrained_in_heads() -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_the_fitted_trees_carry_the_constraints(trained: Trained, mode: str) -> None:
     head = trained.model.heads[mode]
-    for cal in head.calibrated_classifiers_:
-        pipe = cal.estimator
-        assert list(pipe.named_steps["select"].columns_) == head_features(mode)
-        assert list(pipe.named_steps["trees"].monotonic_cst) == monotonic_cst(mode)
+    assert len(head.members) == MEMBERS  # a mean of monotonic members is monotonic: each must be
+    for member in head.members:
+        for cal in member.calibrated_classifiers_:
+            pipe = cal.estimator
+            assert list(pipe.named_steps["select"].columns_) == head_features(mode)
+            assert list(pipe.named_steps["trees"].monotonic_cst) == monotonic_cst(mode)
 
 
 # -- the property ------------------------------------------------------------------------------
