@@ -460,6 +460,7 @@ def train_sets(
         raise ModelError("nothing to train on: no history given")
     if members < 1:
         raise ModelError(f"a head needs at least one member, got members={members}")
+    member_seeds = list(range(seed * members, seed * members + members))
     names = [s.name for s in sets]
     if len(set(names)) != len(names):
         raise ModelError(f"training sets need distinct names, got {names}")
@@ -490,7 +491,7 @@ def train_sets(
                 f"(need {folds}, one per calibration fold): train on a longer history or a bigger fleet"
             )
         fitted = []
-        for member_seed in range(seed * members, seed * members + members):
+        for member_seed in member_seeds:
             say(f"fitting and calibrating the {mode} head (seed {member_seed}) on {len(Xf):,} rows "
                 f"({n_pos} before a failure), {folds} folds")  # fmt: skip
             fitted.append(_fit_head(mode, member_seed, folds, Xf, yf[mode], wf, groups))
@@ -534,7 +535,7 @@ def train_sets(
         "positives_every": POSITIVES_EVERY,
         "calibration": f"isotonic on {folds}-fold out-of-fold scores, folds by GPU"
         + (f"; the mean of {members} heads" if members > 1 else ""),
-        "seeds": list(range(seed * members, seed * members + members)),
+        "seeds": member_seeds,
         "data_hash": _sets_hash(sets),
         "inputs_seen": [c for c in USED_COLUMNS if any(c in f.columns and f[c].notna().any() for f in frames)],
         "rows": len(X),
