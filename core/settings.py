@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     demote_for: str = "3h"  # ... once the risk has held that long (an alert rule's `for:`); 0 = at once
     demote_for_ecc: str = "12h"  # ... the same, where the riskiest head is ECC (memory wears out over days)
     demote_for_pcie: str = "3h"  # ... and where it is PCIe (longer: fewer alarms on bursty links, less lead)
+    demote_for_light_load: str = "12h"  # ... where it is thermal on a GPU at light load (heat judged by extrapolation)
+    light_load_share: float = 0.5  # light load: 6 h power under this share of the heat baseline's; 0 = never
 
     # The service (`gpuhealth serve`): store, scoring loop and API.
     db: str = "sqlite:///gpuhealth.db"  # SQLAlchemy URL; PostgreSQL: postgresql+psycopg://user:pw@host/db

@@ -22,7 +22,7 @@ from sklearn.metrics import average_precision_score
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
-from predictor.policy import Thresholds, held_by_node, high_since, pending_demote, top_heads
+from predictor.policy import Thresholds, held_by_node, high_since, light_load, pending_demote, top_heads
 from predictor.rules import RULES, rule_alerts
 
 HOUR = pd.Timedelta(hours=1)
@@ -101,6 +101,8 @@ def score_rows(
         keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
         # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
         keep["held"] = held_by_node(x, r, th)
+        # The load the heat was judged at: a thermal demote waits longer at light load (`apply_waits`).
+        keep["heat_load_share"] = x["heat_load_share"].to_numpy() if "heat_load_share" in x else np.nan
         parts.append(keep)
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
@@ -109,12 +111,15 @@ def score_rows(
 
 def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     """The rows with `demote` and `alert` decided from their risk, node holds and rules: a model
-    demote stands once the risk has held its riskiest head's wait, as the service decides."""
+    demote stands once the risk has held its riskiest head's wait (a thermal one at light load
+    its own), as the service decides."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
     mode, _ = top_heads(rows)
     out = rows.copy()
-    out["demote"] = high & ~rows["held"].to_numpy(dtype=bool) & ~pending_demote(rows["cutoff"], since, thresholds, mode)
+    light = light_load(rows["heat_load_share"], thresholds)
+    pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
+    out["demote"] = high & ~rows["held"].to_numpy(dtype=bool) & ~pending
     out["alert"] = out["demote"] | rows["rule_act"].to_numpy(dtype=bool)
     return out
 

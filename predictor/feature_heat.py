@@ -188,8 +188,13 @@ def heat(ctx: FeatureContext) -> Columns:
     e1, sd1 = res.excess(DAY)
     e6, e1 = np.where(young, np.nan, e6), np.where(young, np.nan, e1)
     own6, own1 = res.own_z(e6, sd6), res.own_z(e1, sd1)
+    # The load the heat is judged at against its baseline's: well under it, the excess is the
+    # fitted line extrapolated (fans slow, the slope takes some of the air's swing), so the
+    # policy waits longer before a thermal demote there (`policy.light_load`).
+    with np.errstate(invalid="ignore", divide="ignore"):
+        load_share = np.where(res.base_power > 0, res.power[6 * HOUR] / res.base_power, np.nan)
     del res
-    out: Columns = {"temp_excess_own_z": own6}
+    out: Columns = {"temp_excess_own_z": own6, "heat_load_share": load_share}
     out |= _against_node(ctx, e6, sd6, "temp_excess_vs_node_z", own_z=own6)
     out |= _against_node(ctx, e1, sd1, "temp_excess_vs_node_z_1d")
     # A failing heat sink makes its GPU hotter than its own past *and* than its node now: the

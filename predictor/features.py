@@ -155,6 +155,15 @@ SPECS: tuple[FeatureSpec, ...] = (
         "node_heat_z", "its node's median heat vs their own 30 days", "σ", "thermal", "6h/30d", heat, head=False
     ),
     FeatureSpec(
+        "heat_load_share",
+        "power (6 h) as a share of its baseline's, the load its heat is judged against",
+        "",
+        "thermal",
+        "6h/30d",
+        heat,
+        head=False,
+    ),
+    FeatureSpec(
         "throttle_share_1d",
         "share of samples thermally throttled (1 d)",
         "",

@@ -61,6 +61,16 @@ class Thresholds:
     looking bad. Measured (docs/model.md): 6 h took out a fifth of the false episodes on the
     simulator's held-out families, but on the independent generator it lost 3 of 102 PCIe
     catches for 7 of about 700 false episodes, so the default stays the thermal wait's 3 h."""
+    light_load_demote_for_s: float = 12 * 3600.0
+    """The wait of a thermal demote while the GPU is at light load (`light_load`; seconds, at
+    least the thermal wait). Its heat is then judged far below the load of the baseline it is
+    measured against, an extrapolation of the fitted line that runs a healthy idle GPU 1-3 σ
+    "hot" for as long as it idles. The demote stands once the load returns and the risk is still
+    high, or when it has held this long. An idle GPU runs no work a demote would move, so the
+    wait costs little; docs/model.md measures it."""
+    light_load_share: float = 0.5
+    """At light load: the GPU's power over the last 6 h is under this share of its baseline's
+    (`heat_load_share`). 0: never."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -72,41 +82,59 @@ class Thresholds:
             ("demote_for", self.demote_for_s),
             ("demote_for_ecc", self.ecc_demote_for_s),
             ("demote_for_pcie", self.pcie_demote_for_s),
+            ("demote_for_light_load", self.light_load_demote_for_s),
         ):
             if not (0.0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
+        if not (0.0 <= self.light_load_share <= 1.0):
+            raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
 
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
-        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE)."""
+        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE)."""
         waits = {}
         for name, text in (
             ("GPUHEALTH_DEMOTE_FOR", s.demote_for),
             ("GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
             ("GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
+            ("GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
         ):
             try:
                 waits[name] = parse_duration(text, allow_zero=True)
             except ValueError as e:
                 raise ValueError(f"{name}: {e}") from None
-        return cls(s.watch_threshold, s.demote_threshold, *waits.values())
+        w = list(waits.values())
+        return cls(s.watch_threshold, s.demote_threshold, w[0], w[1], w[2], w[3], light_load_share=s.light_load_share)
 
     @property
     def longest_wait(self) -> pd.Timedelta:
         """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
-        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s))
+        light = self.light_load_demote_for_s if self.light_load_share > 0 else 0.0
+        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s, light))
 
-    def wait_for(self, mode: Any) -> np.ndarray:
+    def wait_for(self, mode: Any, light: Any = None) -> np.ndarray:
         """Per row, the wait of a demote whose riskiest head is `mode` ("ECC", "thermal", "PCIe", "";
-        `top_heads`' names), as timedelta64[ns]."""
+        `top_heads`' names), as timedelta64[ns]; with `light` (per row, `light_load`), a thermal
+        one at light load waits the longer of its wait and `light_load_demote_for_s`."""
         m = np.asarray(mode, dtype=object)
         seconds = np.select(
             [m == HEADS["risk_ecc"], m == HEADS["risk_pcie"]],
             [self.ecc_demote_for_s, self.pcie_demote_for_s],
             self.demote_for_s,
         )
+        if light is not None:
+            idle = (m == HEADS["risk_thermal"]) & np.asarray(light, dtype=bool)
+            seconds = np.where(idle, np.maximum(seconds, self.light_load_demote_for_s), seconds)
         return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
+
+
+def light_load(share: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether the GPU is at light load, its 6 h power under `light_load_share` of its
+    baseline's (`heat_load_share`, NaN: not known, so not light)."""
+    x = np.asarray(share, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(x < thresholds.light_load_share)
 
 
 def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -148,12 +176,15 @@ def stored_run_began(
     return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
 
 
-def pending_demote(cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any) -> np.ndarray:
+def pending_demote(
+    cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any, light: Any = None
+) -> np.ndarray:
     """Per row: whether a demote by the model still waits for its risk to hold the wait of its
-    riskiest head `mode` (`Thresholds.wait_for`; since NaT: the run begins now)."""
+    riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`; since NaT: the run
+    begins now)."""
     c, s = _naive_utc(cutoff), _naive_utc(since)
     held_for = c - np.where(np.isnat(s), c, s)
-    return np.asarray(held_for < thresholds.wait_for(mode))
+    return np.asarray(held_for < thresholds.wait_for(mode, light))
 
 
 def _naive_utc(t: Any) -> np.ndarray:
@@ -162,14 +193,22 @@ def _naive_utc(t: Any) -> np.ndarray:
     return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
 
 
-def pending_reason(since: pd.Timestamp, thresholds: Thresholds, mode: str) -> str:
+def pending_reason(since: pd.Timestamp, thresholds: Thresholds, mode: str, load_share: float | None = None) -> str:
     """Why a demote by the model is a watch for now: since when its risk is high, and until when it
-    must stay so (the wait of its riskiest head `mode`)."""
-    due = since + pd.Timedelta(thresholds.wait_for([mode])[0])
-    return (
+    must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
+    light load, which also stands once the load returns)."""
+    light = load_share is not None and bool(light_load([load_share], thresholds)[0])
+    due = since + pd.Timedelta(thresholds.wait_for([mode], [light])[0])
+    text = (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
         f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
     )
+    if light and mode == HEADS["risk_thermal"]:
+        text += (
+            f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
+            "where heat is judged by extrapolation"
+        )
+    return text
 
 
 def _model_severity(risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
@@ -251,8 +290,10 @@ def decide(
     held = _held_demotes(features, mode, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
     pending = np.zeros(n, dtype=bool)
+    load_share = _column(features, "heat_load_share")
     if since is not None and thresholds.longest_wait > pd.Timedelta(0):
-        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode)
+        light = light_load(load_share, thresholds)
+        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode, light)
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
     final = np.maximum(np.maximum(rule_sev, model_sev), node_sev)
@@ -272,7 +313,8 @@ def decide(
     for i in np.flatnonzero(pending & (model_sev == final)):
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
-        reasons[i].append(pending_reason(at, thresholds, str(mode[i])))
+        share = None if math.isnan(load_share[i]) else float(load_share[i])
+        reasons[i].append(pending_reason(at, thresholds, str(mode[i]), share))
     _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):

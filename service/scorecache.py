@@ -41,7 +41,7 @@ Progress = Callable[[str], None]
 PACKAGES = ("core", "predictor", "simulator")
 """The packages whose source the kept work depends on."""
 SCORED_COLUMNS = ("gpu_uuid", "hostname", "model_name", "cutoff", "last_seen", "risk", "risk_ecc", "risk_thermal",
-                  "risk_pcie", "rule_alert", "rule_act", "held")  # fmt: skip
+                  "risk_pcie", "rule_alert", "rule_act", "held", "heat_load_share")  # fmt: skip
 """What is kept of scored rows: all but the decisions the waits make (`demote`, `alert`)."""
 
 

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, precision, warned_at_lead
+from predictor.evaluate import FLOORS, apply_waits, caught, episodes, evaluate, pr_curve, precision, warned_at_lead
 from predictor.evaluate_report import write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
+from predictor.policy import Thresholds
 from simulator.fleet import SimConfig
 from simulator.models import parse_mix
 from simulator.run import simulate
@@ -104,6 +105,25 @@ def test_evaluate_a_fleet_without_failures(shipped_model: RiskModel) -> None:
 
 
 # --- episodes and precision -----------------------------------------------------------------
+
+
+def test_the_evaluation_decides_a_thermal_demote_at_light_load_as_the_service_does() -> None:
+    """Kept scored rows are decided under the waits (`apply_waits`): a thermal demote of a GPU at
+    light load (`heat_load_share` under half) waits 12 h, or until its load returns."""
+    hours = pd.date_range(T, periods=16, freq="1h")
+    share = {"idle": [0.2] * 16, "busy": [1.0] * 16, "returns": [0.2] * 6 + [1.0] * 10}
+    rows = pd.concat(
+        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
+                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": s})
+         for g, s in share.items()],
+        ignore_index=True,
+    )  # fmt: skip
+    out = apply_waits(rows, Thresholds())
+    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    assert first.to_dict() == {"idle": T + 12 * HOUR, "busy": T + 3 * HOUR, "returns": T + 6 * HOUR}
+    assert out["alert"].equals(out["demote"])
+    off = apply_waits(rows, Thresholds(light_load_share=0.0))
+    assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 3 * HOUR).all()
 
 
 def test_alert_runs_two_days_apart_are_two_episodes() -> None:

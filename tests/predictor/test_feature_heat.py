@@ -45,6 +45,8 @@ class Gpu:
     """Extra memory-core spread over the last day."""
     full_load_hours: int = 0
     """Hours before the cutoff at 700 W (a new job) instead of its usual 100-500 W."""
+    idle_hours: int = 0
+    """Hours before the cutoff at 60 W (idle) instead of its usual 100-500 W."""
     mem: bool = True
     model: str = H100
     stops_hours_before: int = 0
@@ -62,6 +64,7 @@ def rows(g: Gpu, seed: int) -> pd.DataFrame:
     power = rng.uniform(100.0, 500.0, n)
     to_end = HOURS - h  # hours before the cutoff
     power[to_end < g.full_load_hours] = 700.0
+    power[to_end < g.idle_hours] = 60.0
     temp = 25.0 + 2.0 * g.index + g.r * power + rng.normal(0.0, g.noise, n)
     temp[to_end < g.hot_hours] += g.hot_c
     mem = temp + 12.0 + rng.normal(0.0, g.noise, n)
@@ -118,6 +121,21 @@ def test_own_z_is_the_excess_over_the_gpus_own_sigma(hot_hours: int) -> None:
     z = features(gpus).loc["GPU-node-a-0", "temp_excess_own_z"]
     want = float(as_rare(np.array([8.0]), np.array([29.0]))[0])
     assert want * 0.85 < z < want * 1.15
+
+
+def test_the_load_share_says_how_far_from_its_baseline_the_heat_is_judged() -> None:
+    """The 6 h power over the baseline's mean power (about 300 W here): an idle GPU's heat is its
+    fitted line extrapolated far down, which the policy waits longer on (`policy.light_load`)."""
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[0] = Gpu("node-a", 0, idle_hours=8)
+    gpus[1] = Gpu("node-a", 1, full_load_hours=6)
+    share = features(gpus)["heat_load_share"]
+    assert 0.17 < share["GPU-node-a-0"] < 0.23, "60 W against about 300 W"
+    assert 2.1 < share["GPU-node-a-1"] < 2.6, "700 W against about 300 W"
+    usual = share.drop(["GPU-node-a-0", "GPU-node-a-1"])
+    assert ((usual > 0.6) & (usual < 1.4)).all()
+    no_power = features(gpus, drop=("power_w",))
+    assert "heat_load_share" not in no_power or no_power["heat_load_share"].isna().all()
 
 
 def test_as_rare_is_the_student_t_prediction_tail() -> None:

@@ -17,6 +17,7 @@ from predictor.policy import (
     decide,
     decision_changes,
     high_since,
+    light_load,
     stored_run_began,
 )
 from predictor.rules import evaluate_rules
@@ -430,7 +431,50 @@ def test_an_ecc_demote_waits_half_a_day() -> None:
     assert pcie["reasons"].iat[3][0].endswith("it is demoted if that holds until 2026-03-01 02:00 UTC")
     assert Thresholds().longest_wait == pd.Timedelta(hours=12)
     assert Thresholds(ecc_demote_for_s=0, pcie_demote_for_s=16 * 3600).longest_wait == pd.Timedelta(hours=16)
-    assert Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0).longest_wait == pd.Timedelta(0)
+    none = Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_demote_for_s=0)
+    assert none.longest_wait == pd.Timedelta(0)
+    assert Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_share=0).longest_wait == (
+        pd.Timedelta(0)
+    )
+
+
+def test_a_thermal_demote_at_light_load_waits_half_a_day_or_for_the_load_to_return() -> None:
+    """Far below its baseline's load a GPU's heat is the fitted line extrapolated (an idle GPU
+    read 1-3 σ "hot" for as long as it idled): a thermal demote there waits 12 h, and stands at
+    once when the load returns with the risk still high."""
+    f = frame(*[HEALTHY] * 5)
+    f["heat_load_share"] = [0.2, 0.2, 0.9, np.nan, 0.2]
+    since = naive("2026-02-28 20:00", "2026-02-28 12:00", "2026-02-28 20:00", "2026-02-28 20:00", "2026-02-28 20:00")
+    risk = risk_frame(f.index, [0.9] * 5, risk_ecc=[0.1, 0.1, 0.1, 0.1, 0.9], risk_thermal=[0.9, 0.9, 0.9, 0.9, 0.2])
+    out = decide(f, risk, Thresholds(), since=since)
+    # Idle for 4 h: pending; idle for 12 h: it stands; loaded again (0.9) or a load not known
+    # (NaN) after 4 h: it stands; an ECC demote at light load keeps the ECC wait (12 h).
+    assert out["decision"].tolist() == ["watch", "demote", "demote", "demote", "watch"]
+    assert out["reasons"].iat[0][0] == (
+        "demote pending: risk at or above 0.70 since 2026-02-28 20:00 UTC; it is demoted if that holds until "
+        "2026-03-01 08:00 UTC, or sooner once its load returns: light load (6 h power 20% of its baseline's), "
+        "where heat is judged by extrapolation"
+    )
+    assert out["reasons"].iat[4][0].endswith("it is demoted if that holds until 2026-03-01 08:00 UTC")
+    # The share is a setting: 0 turns the light-load wait off; so does a wait no longer than the thermal one.
+    assert decide(f, risk, Thresholds(light_load_share=0.0), since=since)["decision"].iat[0] == "demote"
+    assert decide(f, risk, Thresholds(light_load_demote_for_s=3 * 3600), since=since)["decision"].iat[0] == "demote"
+    assert decide(f, risk, Thresholds(light_load_share=0.1), since=since)["decision"].iat[0] == "demote"
+    assert light_load([0.49, 0.5, np.nan, 0.0], Thresholds()).tolist() == [True, False, False, True]
+
+
+def test_the_light_load_wait_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", "1d")
+    monkeypatch.setenv("GPUHEALTH_LIGHT_LOAD_SHARE", "0.3")
+    th = Thresholds.from_settings(Settings())
+    assert (th.light_load_demote_for_s, th.light_load_share, th.demote_for_s) == (86400, 0.3, 3 * 3600)
+    d = Thresholds()
+    assert (d.light_load_demote_for_s, d.light_load_share) == (12 * 3600, 0.5)
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD: invalid duration 'idle'"):
+        Thresholds.from_settings(Settings(demote_for_light_load="idle"))
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="light_load_share must be between 0 and 1"):
+            Thresholds(light_load_share=bad)
 
 
 def test_rules_never_wait_and_no_since_means_this_instant_decides() -> None:
