@@ -102,7 +102,7 @@ def score_rows(
         # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
         keep["held"] = held_by_node(x, r, th)
         # The load the heat was judged at: a thermal demote waits longer at light load (`apply_waits`).
-        keep["heat_load_share"] = x["heat_load_share"].to_numpy() if "heat_load_share" in x else np.nan
+        keep["heat_load_share"] = x["heat_load_share"].to_numpy()
         parts.append(keep)
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)

@@ -94,18 +94,17 @@ class Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE)."""
         waits = {}
-        for name, text in (
-            ("GPUHEALTH_DEMOTE_FOR", s.demote_for),
-            ("GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
-            ("GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
-            ("GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
+        for field_name, name, text in (
+            ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
+            ("ecc_demote_for_s", "GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
+            ("pcie_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
+            ("light_load_demote_for_s", "GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
         ):
             try:
-                waits[name] = parse_duration(text, allow_zero=True)
+                waits[field_name] = parse_duration(text, allow_zero=True)
             except ValueError as e:
                 raise ValueError(f"{name}: {e}") from None
-        w = list(waits.values())
-        return cls(s.watch_threshold, s.demote_threshold, w[0], w[1], w[2], w[3], light_load_share=s.light_load_share)
+        return cls(s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share, **waits)
 
     @property
     def longest_wait(self) -> pd.Timedelta:
@@ -198,12 +197,13 @@ def pending_reason(since: pd.Timestamp, thresholds: Thresholds, mode: str, load_
     must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
     light load, which also stands once the load returns)."""
     light = load_share is not None and bool(light_load([load_share], thresholds)[0])
-    due = since + pd.Timedelta(thresholds.wait_for([mode], [light])[0])
+    wait = thresholds.wait_for([mode], [light])[0]
+    due = since + pd.Timedelta(wait)
     text = (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
         f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
     )
-    if light and mode == HEADS["risk_thermal"]:
+    if wait > thresholds.wait_for([mode])[0]:  # the light-load wait is the one that holds it
         text += (
             f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
             "where heat is judged by extrapolation"
