@@ -195,7 +195,7 @@ def _naive_utc(t: Any) -> np.ndarray:
 def pending_reason(since: pd.Timestamp, thresholds: Thresholds, mode: str, load_share: float | None = None) -> str:
     """Why a demote by the model is a watch for now: since when its risk is high, and until when it
     must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
-    light load, which also stands once the load returns)."""
+    light load, which also stands once the load returns; None or NaN: the load is not known)."""
     light = load_share is not None and bool(light_load([load_share], thresholds)[0])
     wait = thresholds.wait_for([mode], [light])[0]
     due = since + pd.Timedelta(wait)
@@ -313,8 +313,7 @@ def decide(
     for i in np.flatnonzero(pending & (model_sev == final)):
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
-        share = None if math.isnan(load_share[i]) else float(load_share[i])
-        reasons[i].append(pending_reason(at, thresholds, str(mode[i]), share))
+        reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i])))
     _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):
