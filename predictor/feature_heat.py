@@ -30,6 +30,8 @@ HOT_Z = 2.0
 MIN_AGE_S = 4 * DAY
 """A GPU younger than this at the cutoff has no heat z-scores (NaN): a baseline of a few hours
 (a GPU just replaced) has no idea how much its temperature wanders."""
+MEM_SPREAD_WINDOW_S = 6 * HOUR
+"""The recent window of the memory-core spread (`_memory_spread`)."""
 MIN_PEER_SLOPES = 3
 """Peers (same model, same cutoff) with a slope of their own needed to measure how much slopes spread."""
 
@@ -256,14 +258,19 @@ def _against_node(
 
 
 def _memory_spread(ctx: FeatureContext) -> np.ndarray:
-    """Memory minus core temperature beyond what the GPU's power explains, over the last day
+    """Memory minus core temperature beyond what the GPU's power explains, over the last 6 h
     against its baseline, in its own σ (the spread narrows as the load rises: a quiet day is no
-    sign of a failing heat sink)."""
+    sign of a failing heat sink).
+
+    The room's air, a node's incident and its fans move core and memory together, so the spread
+    is free of what makes the core's excess slow to trust on a warm, swinging floor; a failing
+    heat sink or memory contact widens it. Over 6 h rather than a day: a day's mean lags a
+    widening spread by half a day."""
     f = ctx.f
     mem, temp = f.col("memory_temp_c", native=True), f.col("gpu_temp_c", native=True)
     if mem is None or temp is None:
         return ctx.nan
-    res = _residuals(ctx, np.subtract(mem, temp, dtype=np.float64), (MONTH, DAY))
+    res = _residuals(ctx, np.subtract(mem, temp, dtype=np.float64), (MONTH, DAY, MEM_SPREAD_WINDOW_S))
     if res is None:
         return ctx.nan
-    return res.own_z(*res.excess(DAY))
+    return res.own_z(*res.excess(MEM_SPREAD_WINDOW_S))

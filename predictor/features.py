@@ -112,7 +112,7 @@ SPECS: tuple[FeatureSpec, ...] = (
         1,
     ),
     FeatureSpec(
-        "mem_spread_z", "memory-core spread vs its own 30 days, in its own σ", "σ", "thermal", "1d/30d", heat, 1
+        "mem_spread_z", "memory-core spread vs its own 30 days, in its own σ", "σ", "thermal", "6h/30d", heat, 1
     ),
     FeatureSpec(
         "throttle_new_1d",
