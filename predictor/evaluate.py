@@ -22,16 +22,23 @@ from sklearn.metrics import average_precision_score
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
-from predictor.policy import Thresholds, held_by_node, high_since, light_load, pending_demote, top_heads
-from predictor.rules import RULES, rule_alerts
+from predictor.policy import (
+    Thresholds,
+    held_by_node,
+    high_since,
+    light_load,
+    on_probation,
+    pending_demote,
+    probation_began,
+    top_heads,
+)
+from predictor.rules import OUT_OF_SERVICE_RULES, rule_alerts
 
 HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)
 MODE_LEAD = {"ecc": DAY, "thermal": DAY, "pcie": HOUR}
 """Lead each mode must be caught with: 24 h to schedule an RMA, 1 h to drain (REFERENCE.md)."""
 EPISODE_GAP = DAY
-OUT_OF_SERVICE_RULES = tuple(r for r in RULES if r.action in ("drain", "rma"))
-"""Rules whose action takes the GPU out of service: they count as alerts of model + rules."""
 FLOORS = {
     "recall_ecc": 0.80,
     "recall_thermal": 0.80,
@@ -112,15 +119,22 @@ def score_rows(
 def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     """The rows with `demote` and `alert` decided from their risk, node holds and rules: a model
     demote stands once the risk has held its riskiest head's wait (a thermal one at light load
-    its own), as the service decides."""
+    its own), and a GPU a drain or RMA let go is demoted while on probation (`probation`), as the
+    service decides."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
     mode, _ = top_heads(rows)
     out = rows.copy()
     light = light_load(rows["heat_load_share"], thresholds)
     pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
-    out["demote"] = high & ~rows["held"].to_numpy(dtype=bool) & ~pending
-    out["alert"] = out["demote"] | rows["rule_act"].to_numpy(dtype=bool)
+    act = rows["rule_act"].to_numpy(dtype=bool)
+    risk = rows["risk"].to_numpy(dtype=np.float64)
+    out["probation"] = np.zeros(len(rows), dtype=bool)
+    if thresholds.probation_for_s > 0:
+        released = probation_began(rows["gpu_uuid"].to_numpy(), rows["cutoff"], act, risk, thresholds)
+        out["probation"] = on_probation(rows["cutoff"], released, act, risk, thresholds)
+    out["demote"] = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy()
+    out["alert"] = out["demote"] | act
     return out
 
 

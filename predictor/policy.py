@@ -71,6 +71,16 @@ class Thresholds:
     light_load_share: float = 0.5
     """At light load: the GPU's power over the last 6 h is under this share of its baseline's
     (`heat_load_share`). 0: never."""
+    probation_risk: float = 0.1
+    """After a drain or RMA lets a GPU go (its criterion holds no more: a pending row remap
+    taken by a reset, a DBE a week old), the GPU stays demoted while its risk is at or above
+    this (`on_probation`; at most `probation_for_s`). Memory that needed a repair and still
+    scores well above a healthy GPU's risk is put back on interruptible work only, not on the
+    next large job. At most `demote`. A policy choice; docs/model.md measures it."""
+    probation_for_s: float = 30 * 86400.0
+    """How long a probation lasts at most after the drain or RMA let the GPU go (seconds; 0:
+    no probation). 30 days: the ECC failures that came after a pending remap's drain on the
+    held-out fleets came 8-20 days after it (docs/model.md)."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -88,23 +98,34 @@ class Thresholds:
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
         if not (0.0 <= self.light_load_share <= 1.0):
             raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
+        if not (0.0 < self.probation_risk <= self.demote):
+            raise ValueError(
+                f"probation_risk must satisfy 0 < probation_risk <= demote ({self.demote}); got {self.probation_risk}"
+            )
+        if not (0.0 <= self.probation_for_s < float("inf")):
+            raise ValueError(f"probation_for must be a duration >= 0; got {self.probation_for_s} s")
 
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
-        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE)."""
+        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, _PROBATION_RISK,
+        _PROBATION_FOR)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
             ("ecc_demote_for_s", "GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
             ("pcie_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
             ("light_load_demote_for_s", "GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
+            ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
         ):
             try:
                 waits[field_name] = parse_duration(text, allow_zero=True)
             except ValueError as e:
                 raise ValueError(f"{name}: {e}") from None
-        return cls(s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share, **waits)
+        return cls(
+            s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
+            probation_risk=s.probation_risk, **waits,
+        )  # fmt: skip
 
     @property
     def longest_wait(self) -> pd.Timedelta:
@@ -186,6 +207,54 @@ def pending_demote(
     return np.asarray(held_for < thresholds.wait_for(mode, light))
 
 
+def probation_began(gpu: np.ndarray, at: Any, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Per row: when a drain or RMA last let the GPU go (its first row after the last one `out`),
+    where the row continues that release without a break; NaT where the row is out itself or no
+    such release leads to it.
+
+    Rows are (GPU, time) points in any order. Without a break: every row of the GPU from the
+    release to this one is out or at `probation_risk` or above, as every round of the service's
+    from then to now decided drain, RMA or demote (a demote's risk is above `probation_risk`;
+    `store.Decisions.released_at` reads the same from the stored decisions)."""
+    n = len(gpu)
+    began = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
+    if n == 0:
+        return began
+    t = _naive_utc(at)
+    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
+    g, tt, o = np.asarray(gpu)[order], t[order], np.asarray(out, dtype=bool)[order]
+    with np.errstate(invalid="ignore"):
+        hold = o | (np.asarray(risk, dtype=np.float64)[order] >= thresholds.probation_risk)
+    same = np.r_[False, g[1:] == g[:-1]]
+    run_start = np.maximum.accumulate(np.where(hold & ~(same & np.r_[False, hold[:-1]]), np.arange(n), -1))
+    last_out = np.maximum.accumulate(np.where(o, np.arange(n), -1))
+    live = hold & ~o & (last_out >= run_start) & (run_start >= 0)
+    began[order[live]] = tt[last_out[live] + 1]
+    return began
+
+
+def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether the GPU is on probation, demoted after a drain or RMA let it go at `began`
+    (`probation_began`, or the store's; NaT: none): no drain or RMA holds now (`out` false), its
+    risk is at `probation_risk` or above and the release is under `probation_for_s` old."""
+    c, b = _naive_utc(at), np.asarray(began, dtype="datetime64[ns]")
+    with np.errstate(invalid="ignore"):
+        high = np.asarray(risk, dtype=np.float64) >= thresholds.probation_risk
+    age = c - np.where(np.isnat(b), c, b)
+    limit = np.timedelta64(round(thresholds.probation_for_s * 1e9), "ns")
+    return np.asarray(~np.asarray(out, dtype=bool) & high & ~np.isnat(b) & (age < limit))
+
+
+def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
+    """Why a GPU is demoted on probation: when the drain or RMA let it go, its risk, and until when."""
+    until = began + pd.Timedelta(seconds=thresholds.probation_for_s)
+    return (
+        f"probation: a drain or RMA let it go on {began:%Y-%m-%d %H:%M} UTC, and its risk {risk:.2f} "
+        f"is still at or above {thresholds.probation_risk:.2f}; interruptible work only until it falls "
+        f"under that, or until {until:%Y-%m-%d %H:%M} UTC at the latest"
+    )
+
+
 def _naive_utc(t: Any) -> np.ndarray:
     """Times (aware or naive UTC, any unit) as naive UTC datetime64[ns]."""
     idx = pd.DatetimeIndex(t)
@@ -258,6 +327,7 @@ def decide(
     nodes: pd.DataFrame | None = None,
     node_heat: NodeHeat | None = None,
     since: np.ndarray | None = None,
+    released: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
 
@@ -265,6 +335,11 @@ def decide(
     `demote` and stayed (NaT: in this round); a model demote whose risk has not held the wait of
     its riskiest head (`Thresholds.wait_for`) is a watch saying so. None: the risk of this
     instant decides alone.
+
+    `released` (per row, with `cutoff`): when a drain or RMA last let the GPU go, where its
+    rounds since continue it without a break (`probation_began`; NaT: none). Where no drain or
+    RMA holds now and the risk is at `probation_risk` or above, the GPU is demoted on probation
+    (`on_probation`), with a reason saying since when and until when. None: no probation.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -296,7 +371,12 @@ def decide(
         pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode, light)
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
-    final = np.maximum(np.maximum(rule_sev, model_sev), node_sev)
+    probation = np.zeros(n, dtype=bool)
+    if released is not None and thresholds.probation_for_s > 0:
+        out_now = rule_sev >= SEVERITY["drain"]
+        probation = on_probation(features["cutoff"], released, out_now, r, thresholds)
+    probation_sev = np.where(probation, SEVERITY["demote"], 0)
+    final = np.maximum(np.maximum(rule_sev, model_sev), np.maximum(node_sev, probation_sev))
 
     reasons: list[list[str]] = [[] for _ in range(n)]
     # Rule reasons first, only those whose action set the decision (hits keep RULES order).
@@ -314,7 +394,12 @@ def decide(
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
         reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i])))
-    _add_model_reasons(reasons, risk, r, np.flatnonzero((model_sev == final) & (model_sev > 0)))
+    # ... or the probation's, where it set the decision (the model's reasons then say why the risk).
+    probation_set = probation & (final == SEVERITY["demote"]) & (model_sev < final)
+    for i in np.flatnonzero(probation_set):
+        began = pd.Timestamp(released[i]).tz_localize("UTC")  # type: ignore[index]
+        reasons[i].append(probation_reason(began, float(r[i]), thresholds))
+    _add_model_reasons(reasons, risk, r, np.flatnonzero(((model_sev == final) & (model_sev > 0)) | probation_set))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):
         reasons[i].append(node_text[i])

@@ -338,6 +338,10 @@ BASELINE_RULES: tuple[Rule, ...] = RULES
 """The rule baseline of the evaluation: NVIDIA's and DCGM's thresholds alone. Every rule
 above is one; a rule of our own (not a published criterion) goes in RULES only."""
 
+OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in ("drain", "rma"))
+"""Rules whose action takes the GPU out of service (drain, RMA); when they let it go, a probation
+may follow (`policy.on_probation`)."""
+
 HIT_COLUMNS = ("row", "rule", "action", "reason")
 
 

@@ -16,8 +16,8 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import Thresholds, decide, stored_run_began
-from predictor.rules import evaluate_rules
+from predictor.policy import Thresholds, decide, probation_began, stored_run_began
+from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -46,6 +46,9 @@ def read_history(path: str | Path) -> pd.DataFrame:
 
 RiskSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs at the demote threshold now, the cutoff) -> when each one's risk rose to it, if before this round."""
+Released = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
+"""(GPUs no drain or RMA holds now, at the probation risk or above; the cutoff) -> when a drain or
+RMA let each one go, where its rounds since continue that release (`policy.probation_began`)."""
 
 
 def score(
@@ -55,6 +58,7 @@ def score(
     thresholds: Thresholds | None = None,
     failures: pd.DataFrame | None = None,
     risk_since: RiskSince | None = None,
+    released: Released | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
 
@@ -63,6 +67,10 @@ def score(
     (earlier rounds: the service's store); a model demote stands once that has held
     its riskiest head's wait (`Thresholds.wait_for`, `policy.decide`). None: this instant's risk
     decides alone.
+    `released(uuids, cutoff)`: for the GPUs that could be on probation now (no drain or RMA holds,
+    risk at `probation_risk` or above), when a drain or RMA let them go (the service's stored
+    decisions); those still within `probation_for_s` of it are demoted (`policy.on_probation`).
+    None: no probation.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
@@ -100,11 +108,15 @@ def score(
     if risk_since is not None and th.longest_wait > pd.Timedelta(0):  # with no wait, no earlier round matters
         high = (risk["risk"].to_numpy() >= th.demote) & ~thin
         began = risk_since([str(u) for u in x.loc[high, "gpu_uuid"]], cutoff) if high.any() else {}
-        since = np.array(
-            [began[u].tz_convert(None).as_unit("ns").to_datetime64() if u in began else np.datetime64("NaT")
-             for u in x["gpu_uuid"].astype(str)], dtype="datetime64[ns]",
-        )  # fmt: skip
-    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since)
+        since = _per_row(x, began)
+    rel = None
+    if released is not None and th.probation_for_s > 0:
+        out_now = hits.loc[hits["action"].isin(("drain", "rma")), "row"]
+        with np.errstate(invalid="ignore"):
+            could = (risk["risk"].to_numpy() >= th.probation_risk) & ~thin & ~x.index.isin(out_now)
+        went = released([str(u) for u in x.loc[could, "gpu_uuid"]], cutoff) if could.any() else {}
+        rel = _per_row(x, went)
+    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel)
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
@@ -114,6 +126,45 @@ def score(
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
     return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
+
+
+def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
+    """Per feature row, its GPU's time in `times` as naive UTC datetime64[ns] (NaT where absent)."""
+    return np.array(
+        [times[u].tz_convert(None).as_unit("ns").to_datetime64() if u in times else np.datetime64("NaT")
+         for u in x["gpu_uuid"].astype(str)], dtype="datetime64[ns]",
+    )  # fmt: skip
+
+
+def history_released(
+    model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
+) -> Released:
+    """`score`'s `released` read from the history itself: the GPUs' drain/RMA rules and risk at
+    every hour of the probation before the cutoff, as the service's stored decisions would say
+    (`gpuhealth score` has no rounds of its own). Only the GPUs asked about, and their nodes, are
+    scored again."""
+
+    def went(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        hours = int(np.ceil(thresholds.probation_for_s / 3600))
+        cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
+        cuts = cuts[cuts >= frame["timestamp"].min()]
+        if len(cuts) == 0 or not uuids:
+            return {}
+        hosts = frame.loc[frame["gpu_uuid"].astype(str).isin(set(uuids)), "hostname"].astype(str).unique()
+        past = _up_to(frame[frame["hostname"].astype(str).isin(set(hosts))], cuts[-1])
+        x = build_features(past, cuts, stale_s=STALE_S, failures=failures)
+        x = x[x["gpu_uuid"].astype(str).isin(set(uuids))]
+        if len(x) == 0:
+            return {}
+        risk = np.where(_too_little_history(x), np.nan, model.predict(x)["risk"].to_numpy())
+        # The rounds before, then this one: no drain or RMA holds now and the risk is high (asked).
+        gpu = np.r_[x["gpu_uuid"].astype(str).to_numpy(), np.asarray(uuids, dtype=object)]
+        at = pd.DatetimeIndex([*x["cutoff"], *[cutoff] * len(uuids)])
+        out = np.r_[rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy(), np.zeros(len(uuids), dtype=bool)]
+        began = probation_began(gpu, at, out, np.r_[risk, np.ones(len(uuids))], thresholds)[len(x) :]
+        return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}
+
+    return went
 
 
 def history_risk_since(

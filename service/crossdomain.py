@@ -46,7 +46,7 @@ class Plan:
     test_nodes: int = 64
     test_days: float = 90.0
     test_acceleration: float = 8.0
-    test_seeds: tuple[int, ...] = (*range(900, 907), 913, 914, *range(917, 926))
+    test_seeds: tuple[int, ...] = (*range(900, 907), 913, 914, *range(917, 928))
     """Held-out fleets use these seeds, never a training seed: each family is evaluated on a fleet
     of each. Seeds 900-906's fleets were looked at while the model was built (each a fresh test
     once, then a development set: 904's false alerts showed the judging of GPUs already failed
@@ -57,8 +57,9 @@ class Plan:
     scores); 921-923's once with version 7's models, for the decision on the light-load thermal
     wait (`policy.Thresholds.light_load_demote_for_s`; both policies on the same scores);
     924-925's once with version 7's and once with version 8's models, for the decision to ship
-    version 8 (the memory-core spread over 6 h). 907-912, 915 and 916 were spent on versions and
-    policies not shipped."""
+    version 8 (the memory-core spread over 6 h); 926-927's once with version 8's models, judged
+    with and without the probation after a drain (`policy.Thresholds.probation_risk`), for the
+    decision to ship it. 907-912, 915 and 916 were spent on versions and policies not shipped."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

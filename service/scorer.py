@@ -171,6 +171,7 @@ class Scorer(Worker):
                 thresholds=self.thresholds,
                 failures=self.store.failures_frame(),  # repeat offenders: the fleet's own record
                 risk_since=self._risk_since,
+                released=self._released,
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
@@ -200,6 +201,11 @@ class Scorer(Worker):
         lookback = cutoff - th.longest_wait - pd.Timedelta(hours=1)
         stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime())
         return stored_run_began(stored, uuids, cutoff, th.demote)
+
+    def _released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
+        """When a drain or RMA let each GPU go, where its standing decision continues that release."""
+        went = self.store.released_at(uuids, cutoff.to_pydatetime())
+        return {u: pd.Timestamp(t) for u, t in went.items()}
 
     def _gpus_of(self, share: Share) -> list[GpuItem]:
         """The store's GPUs on the share's hosts."""

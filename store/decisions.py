@@ -314,6 +314,38 @@ class Decisions:
                 )
             return _decision_rows(conn, d.id == decision_id)[0]
 
+    def released_at(self, uuids: Sequence[str], now: datetime) -> dict[str, datetime]:
+        """For the GPUs whose standing decision continues a drain or RMA: when it let them go.
+
+        A GPU still at drain or RMA is let go `now` (the round being decided is the first without
+        it, or it would not be asked); one at demote, when the drain or RMA it took over from
+        closed (the same round: a round closes and opens in one transaction, at one time). Any
+        other standing decision, or none, broke the chain: left out (`policy.probation_began`
+        reads the same from scored rows)."""
+        if not uuids:
+            return {}
+        a, p = T_DECISIONS.alias("a"), T_DECISIONS.alias("p")
+        out_of_service = ("drain", "rma")
+        at = utc(now, "now")
+        took_over = sa.and_(
+            p.c.gpu_uuid == a.c.gpu_uuid, p.c.decision.in_(out_of_service), p.c.closed_at == a.c.created_at
+        )
+        out: dict[str, datetime] = {}
+        with self.db.tx() as conn:
+            for i in range(0, len(uuids), 1000):  # bounded IN lists
+                q = (
+                    sa.select(a.c.gpu_uuid, a.c.decision, p.c.closed_at)
+                    .select_from(a.outerjoin(p, took_over))
+                    .where(not_closed(a.c.state), a.c.gpu_uuid.in_(list(uuids[i : i + 1000])))
+                    .where(a.c.decision.in_(("demote", *out_of_service)))
+                )
+                for uuid, decision, closed in conn.execute(q):
+                    if decision in out_of_service:
+                        out[str(uuid)] = at
+                    elif closed is not None:
+                        out[str(uuid)] = utc(closed, "closed_at")
+        return out
+
     def recent_risks(
         self, uuids: Sequence[str], since: datetime, until: datetime
     ) -> list[tuple[str, datetime, float | None]]:

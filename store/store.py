@@ -230,6 +230,10 @@ class Store:
         """(gpu_uuid, scored_at, risk) of the GPUs' stored rounds in [since, until), oldest first."""
         return self._decisions.recent_risks(uuids, since, until)
 
+    def released_at(self, uuids: Sequence[str], now: datetime) -> dict[str, datetime]:
+        """For the GPUs whose standing decision continues a drain or RMA: when it let them go."""
+        return self._decisions.released_at(uuids, now)
+
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
     ) -> list[ScorePoint]:

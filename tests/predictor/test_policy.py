@@ -18,6 +18,8 @@ from predictor.policy import (
     decision_changes,
     high_since,
     light_load,
+    on_probation,
+    probation_began,
     stored_run_began,
 )
 from predictor.rules import evaluate_rules
@@ -537,3 +539,89 @@ def test_invalid_demote_for_raises() -> None:
         Thresholds(pcie_demote_for_s=float("inf"))
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_PCIE: invalid duration 'never'"):
         Thresholds.from_settings(Settings(demote_for_pcie="never"))
+
+
+def _t(hours: list[float]) -> pd.DatetimeIndex:
+    return pd.DatetimeIndex([pd.Timestamp("2026-03-01", tz="UTC") + pd.Timedelta(hours=h) for h in hours])
+
+
+def test_probation_began_is_the_first_row_after_the_last_drain_of_an_unbroken_run() -> None:
+    # GPU a: drained at 0-1, let go at 2 with its risk still high until 4, a dip at 5, high at 6.
+    # GPU b: high risk but never drained. GPU c: drained, risk under at once, high again later.
+    # GPU d: drained twice with a high risk between: the second release counts from its own end.
+    rows = [
+        ("a", 0, True, 0.2), ("a", 1, True, 0.01), ("a", 2, False, 0.1), ("a", 3, False, 0.5), ("a", 4, False, 0.9),
+        ("a", 5, False, 0.09), ("a", 6, False, 0.3),
+        ("b", 0, False, 0.9), ("b", 1, False, 0.9),
+        ("c", 0, True, 0.5), ("c", 1, False, 0.05), ("c", 2, False, 0.5),
+        ("d", 0, True, 0.5), ("d", 1, False, 0.5), ("d", 2, True, 0.5), ("d", 3, False, 0.5), ("d", 4, False, np.nan),
+    ]  # fmt: skip
+    order = np.random.default_rng(3).permutation(len(rows))  # any order of rows
+    gpu = np.asarray([rows[i][0] for i in order], dtype=object)
+    at = _t([rows[i][1] for i in order])
+    out = np.asarray([rows[i][2] for i in order])
+    risk = np.asarray([rows[i][3] for i in order])
+    began = probation_began(gpu, at, out, risk, Thresholds())
+    t0 = _t([0]).tz_convert(None)[0]
+    got = {(rows[i][0], rows[i][1]): (None if np.isnat(b) else int((b - t0) / np.timedelta64(1, "h")))
+           for i, b in zip(order, began, strict=True)}  # fmt: skip
+    assert got == {
+        ("a", 0): None, ("a", 1): None, ("a", 2): 2, ("a", 3): 2, ("a", 4): 2, ("a", 5): None, ("a", 6): None,
+        ("b", 0): None, ("b", 1): None,
+        ("c", 0): None, ("c", 1): None, ("c", 2): None,
+        ("d", 0): None, ("d", 1): 1, ("d", 2): None, ("d", 3): 3, ("d", 4): None,
+    }  # fmt: skip
+    assert probation_began(np.asarray([], dtype=object), _t([]), np.zeros(0, bool), np.zeros(0), Thresholds()).size == 0
+
+
+def test_on_probation_needs_no_drain_now_a_high_risk_and_a_recent_release() -> None:
+    th = Thresholds(probation_risk=0.2, probation_for_s=24 * 3600)
+    at = _t([30, 30, 30, 30, 30, 30])
+    began = _t([10, 10, 6, 10, 10, 10]).tz_convert(None).to_numpy().copy()
+    began[5] = np.datetime64("NaT")
+    out = np.asarray([False, True, False, False, False, False])
+    risk = np.asarray([0.2, 0.9, 0.9, 0.19, np.nan, 0.9])
+    # a release 24 h old is over; a risk under 0.2 or unknown is no probation; none without a release
+    assert on_probation(at, began, out, risk, th).tolist() == [True, False, False, False, False, False]
+
+
+def test_decide_demotes_on_probation_and_says_since_when_and_until_when() -> None:
+    th = Thresholds()
+    f = frame(HEALTHY, HEALTHY | {"row_remap_pending": 1.0}, HEALTHY, HEALTHY, HEALTHY)
+    released = np.full(len(f), np.datetime64("2026-02-27T12:00", "ns"))
+    released[4] = np.datetime64("NaT")
+    # risks: on probation (0.15); drained by the rule; under the probation risk; the model's own demote; no release
+    risk = risk_frame(f.index, [0.15, 0.15, 0.05, 0.9, 0.15], reasons=[["sbe rising"]] * 5)
+    out = decide(f, risk, th, released=released)
+    assert out["decision"].tolist() == ["demote", "drain", "ok", "demote", "ok"]
+    first = out["reasons"].iat[0]
+    assert first[0] == (
+        "probation: a drain or RMA let it go on 2026-02-27 12:00 UTC, and its risk 0.15 is still at or above 0.10; "
+        "interruptible work only until it falls under that, or until 2026-03-29 12:00 UTC at the latest"
+    )
+    assert first[1] == "risk 0.15 (ECC 0.15): sbe rising"
+    assert not any(r.startswith("probation") for r in out["reasons"].iat[3])
+    # No probation without the releases, or with it switched off.
+    assert decide(f, risk, th)["decision"].tolist() == ["ok", "drain", "ok", "demote", "ok"]
+    off = Thresholds(probation_for_s=0)
+    assert decide(f, risk, off, released=released)["decision"].tolist() == ["ok", "drain", "ok", "demote", "ok"]
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"probation_risk": 0.0}, "probation_risk must satisfy"), ({"probation_risk": 0.71}, "probation_risk must satisfy"),
+    ({"probation_risk": np.nan}, "probation_risk must satisfy"), ({"probation_for_s": -1.0}, "probation_for must be"),
+    ({"probation_for_s": np.inf}, "probation_for must be"),
+])  # fmt: skip
+def test_invalid_probation_settings_raise(kw: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Thresholds(**kw)
+
+
+def test_probation_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_PROBATION_RISK", "0.2")
+    monkeypatch.setenv("GPUHEALTH_PROBATION_FOR", "7d")
+    th = Thresholds.from_settings(Settings())
+    assert (th.probation_risk, th.probation_for_s) == (0.2, 7 * 86400.0)
+    monkeypatch.setenv("GPUHEALTH_PROBATION_FOR", "soon")
+    with pytest.raises(ValueError, match="GPUHEALTH_PROBATION_FOR"):
+        Thresholds.from_settings(Settings())

@@ -234,3 +234,27 @@ def test_recent_risks_are_the_rounds_in_the_window_oldest_first(store: Store) ->
     # The end is open: a round at `until` is the one being scored, not yet stored.
     assert store.recent_risks(["GPU-a"], T0, T0) == []
     assert store.recent_risks([], T0, T0 + timedelta(hours=9)) == []
+
+
+def test_released_at_follows_a_drain_through_the_demotes_that_took_over_from_it(store: Store) -> None:
+    """A drain or RMA standing: let go now; a demote opened in the round a drain or RMA closed:
+    let go then, however long it stands; anything else in between breaks the chain."""
+    t = [T0 + timedelta(hours=h) for h in range(8)]
+    rounds = {
+        "GPU-a": ["drain", "demote", "demote", "demote"],  # the demote took over from the drain at t1
+        "GPU-b": ["drain", "watch", "demote", "demote"],  # a watch between: no chain
+        "GPU-c": ["ok", "drain", "drain", "drain"],  # still drained: let go now
+        "GPU-d": ["demote", "demote", "demote", "demote"],  # the model's demote, no drain before it
+        "GPU-e": ["rma", "demote", "drain", "demote"],  # the newest drain counts
+        "GPU-f": ["drain", "ok", "demote", "demote"],  # closed without a successor, then a new demote
+    }
+    for i in range(4):
+        store.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
+    now = t[4]
+    got = store.released_at([*rounds, "GPU-unknown"], now)
+    assert got == {"GPU-a": t[1], "GPU-c": now, "GPU-e": t[3]}
+    assert store.released_at([], now) == {}
+    # An acknowledged demote is still the standing decision.
+    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
+    store.ack_decision(dec["id"], "alice", now)
+    assert store.released_at(["GPU-a"], now) == {"GPU-a": t[1]}
