@@ -163,14 +163,12 @@ def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
     Rows are (GPU, time) points in any order; a run is the GPU's consecutive high rows in time.
     The evaluation gives every scored hour; the service its stored rounds and the current one.
     """
-    n = len(gpu)
-    out = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
-    if n == 0:
+    out = np.full(len(gpu), np.datetime64("NaT"), dtype="datetime64[ns]")
+    if len(gpu) == 0:
         return out
-    t = _naive_utc(at)
-    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
-    g, tt, h = np.asarray(gpu)[order], t[order], np.asarray(high, dtype=bool)[order]
-    starts = h & ~np.r_[False, (g[1:] == g[:-1]) & h[:-1]]
+    order, g, tt = _in_gpu_time_order(gpu, at)
+    h = np.asarray(high, dtype=bool)[order]
+    starts = _run_starts(g, h)
     run = np.cumsum(starts)
     first = np.full(run.max() + 1, np.datetime64("NaT"), dtype="datetime64[ns]")
     first[run[starts]] = tt[starts]
@@ -220,13 +218,12 @@ def probation_began(gpu: np.ndarray, at: Any, out: np.ndarray, risk: np.ndarray,
     began = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
     if n == 0:
         return began
-    t = _naive_utc(at)
-    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
-    g, tt, o = np.asarray(gpu)[order], t[order], np.asarray(out, dtype=bool)[order]
+    order, g, tt = _in_gpu_time_order(gpu, at)
+    o = np.asarray(out, dtype=bool)[order]
     with np.errstate(invalid="ignore"):
         hold = o | (np.asarray(risk, dtype=np.float64)[order] >= thresholds.probation_risk)
-    same = np.r_[False, g[1:] == g[:-1]]
-    run_start = np.maximum.accumulate(np.where(hold & ~(same & np.r_[False, hold[:-1]]), np.arange(n), -1))
+    # Per row (in that order): where its run of held rows starts, and the last row out so far.
+    run_start = np.maximum.accumulate(np.where(_run_starts(g, hold), np.arange(n), -1))
     last_out = np.maximum.accumulate(np.where(o, np.arange(n), -1))
     live = hold & ~o & (last_out >= run_start) & (run_start >= 0)
     began[order[live]] = tt[last_out[live] + 1]
@@ -253,6 +250,18 @@ def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -
         f"is still at or above {thresholds.probation_risk:.2f}; interruptible work only until it falls "
         f"under that, or until {until:%Y-%m-%d %H:%M} UTC at the latest"
     )
+
+
+def _in_gpu_time_order(gpu: Any, at: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order of (GPU, time) rows by GPU, then time; the GPUs and naive UTC times in that order."""
+    t = _naive_utc(at)
+    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
+    return order, np.asarray(gpu)[order], t[order]
+
+
+def _run_starts(g: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Per row, rows in GPU-time order (GPUs `g`): whether a run of its GPU's consecutive flagged rows starts."""
+    return np.asarray(flag & ~np.r_[False, (g[1:] == g[:-1]) & flag[:-1]])
 
 
 def _naive_utc(t: Any) -> np.ndarray:
