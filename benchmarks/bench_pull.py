@@ -1,8 +1,9 @@
 """Time one fleet-mode pull (`serve --source prometheus`) of N GPUs against reading the same answers.
 
 Ours: `PrometheusPuller.pull_once()` into a fresh SQLite store: one range query per history
-field (the DCGM names), the answers joined per GPU and step, validated, stored, and the
-fleet checked for lost GPUs; a steady-state pull (the overlap step and one new step).
+field (the DCGM names) and one instant query for the workloads on each GPU, the answers
+joined per GPU and step, validated, stored, and the fleet checked for lost GPUs; a
+steady-state pull (the overlap step and one new step).
 
 Baseline: the same HTTP requests through the same httpx client, each answer parsed with
 `json.loads` and nothing else: what any client of Prometheus must do to see the data.
@@ -36,6 +37,8 @@ from store import Store
 STEP_S = 300
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FIELDS = [f.metric_name for f in catalog.FIELDS if f.name in catalog.HISTORY_COLUMNS]
+WORKLOADS = "workloads"
+"""The answer to the pull's one instant query, which labels each GPU with its workload (`prom_import.workloads_at`)."""
 
 
 def answers(gpus: int) -> dict[str, bytes]:
@@ -50,6 +53,14 @@ def answers(gpus: int) -> dict[str, bytes]:
             for i in range(gpus)
         ]  # fmt: skip
         out[name] = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+    # The pull's instant query for the workloads on each GPU: a pod on every GPU, as dcgm-exporter labels it.
+    pods = [
+        {"metric": {"UUID": f"GPU-{i:06d}", "Hostname": f"node-{i // 8:05d}", "pod": f"train-{i // 64}",
+                    "namespace": "ml", "container": "trainer"},
+         "value": [steps[-1], "1"]}
+        for i in range(gpus)
+    ]  # fmt: skip
+    out[WORKLOADS] = json.dumps({"status": "success", "data": {"resultType": "vector", "result": pods}}).encode()
     return out
 
 
@@ -59,6 +70,8 @@ def client(bodies: dict[str, bytes]) -> httpx.Client:
     def handler(req: httpx.Request) -> httpx.Response:
         if req.url.path.endswith("/values"):
             body = names
+        elif req.url.params["query"].startswith("group by"):
+            body = bodies[WORKLOADS]
         else:
             body = bodies[req.url.params["query"].rsplit("(", 1)[1].rstrip(")")]
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
@@ -89,6 +102,7 @@ def baseline(bodies: dict[str, bytes]) -> float:
     http.get("http://prom/api/v1/label/__name__/values").json()
     for name in FIELDS:
         json.loads(http.get("http://prom/api/v1/query_range", params={"query": f"max by (UUID) ({name})"}).content)
+    json.loads(http.get("http://prom/api/v1/query", params={"query": "group by (UUID) (x)"}).content)
     took = time.perf_counter() - t
     http.close()
     return took
