@@ -35,7 +35,7 @@ from lightkube.types import PatchType
 
 from actuate.plan import Observed, Step
 from actuate.target import MANAGED_LABEL, Applied, TargetError, TargetUnavailable
-from core.decisions import SEVERITY
+from core.decisions import OUT_OF_SERVICE, SEVERITY
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class KubeTarget:
                     ours=ours,
                     managed=labels.get(MANAGED_LABEL, "true").lower() != "false" and meta.name not in self.unmanaged,
                     foreign="cordoned" if cordoned and ann.get(CORDONED_ANNOTATION) != "true" else None,
-                    pending=ours in ("drain", "rma") and ann.get(DRAIN_ANNOTATION) == "pending",
+                    pending=ours in OUT_OF_SERVICE and ann.get(DRAIN_ANNOTATION) == "pending",
                     detail={"node": node},
                 )
         return out
@@ -166,7 +166,7 @@ class KubeTarget:
                 raise
         else:
             raise TargetError(f"node {step.hostname} kept changing: {CONFLICT_RETRIES} conflicts in a row")
-        if step.to_state not in ("drain", "rma"):
+        if step.to_state not in OUT_OF_SERVICE:
             return Applied("applied", forget_saved=step.to_state == "ok")
         return self._evict(step)
 
@@ -184,10 +184,10 @@ class KubeTarget:
         unschedulable = bool(spec and spec.unschedulable)
         ours_cordon = ann.get(CORDONED_ANNOTATION) == "true"
         cordon: bool | None = None
-        if to in ("drain", "rma"):
+        if to in OUT_OF_SERVICE:
             if not unschedulable:
                 cordon, want_ann[CORDONED_ANNOTATION] = True, "true"
-            if step.from_state not in ("drain", "rma") or ann.get(DRAIN_ANNOTATION) is None:
+            if step.from_state not in OUT_OF_SERVICE or ann.get(DRAIN_ANNOTATION) is None:
                 want_ann[DRAIN_ANNOTATION] = "pending"
         else:
             want_ann[DRAIN_ANNOTATION] = None

@@ -25,7 +25,7 @@ from typing import Any
 
 from actuate.plan import Observed, Step
 from actuate.target import REASON_PREFIX, Applied, TargetError, TargetUnavailable
-from core.decisions import SEVERITY
+from core.decisions import OUT_OF_SERVICE, SEVERITY
 
 WATCH_FEATURE = "gpuhealth_watch"
 DEMOTED_FEATURE = "gpuhealth_demoted"
@@ -215,7 +215,7 @@ class SlurmTarget:
 
     def _drain_state(self, node: SlurmNode, step: Step) -> str | None:
         """Drain (drain, rma) or resume (below) — but never touch a drain that is not ours."""
-        if step.to_state in ("drain", "rma"):
+        if step.to_state in OUT_OF_SERVICE:
             if node.drained and node.our_drain is None:
                 return f"left as it is: already drained by someone else ({node.reason or 'no reason'})"
             reason = f"{REASON_PREFIX} {step.to_state} {step.why}"[:REASON_CHARS]

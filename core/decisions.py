@@ -12,6 +12,8 @@ DECISIONS = ("ok", "watch", "demote", "drain", "rma")
 """Decisions, least severe first."""
 SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
 """Each decision's place in `DECISIONS` (0 for ok)."""
+OUT_OF_SERVICE = ("drain", "rma")
+"""The decisions that take a GPU out of service (its work moved off it); the rest leave it running."""
 
 
 def worst(decisions: Iterable[str | None]) -> str:

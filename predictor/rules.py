@@ -18,6 +18,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from core.decisions import OUT_OF_SERVICE
+
 Action = Literal["rma", "drain", "watch"]
 ACTIONS: tuple[Action, ...] = ("watch", "drain", "rma")
 """Rule actions, least severe first."""
@@ -338,7 +340,7 @@ BASELINE_RULES: tuple[Rule, ...] = RULES
 """The rule baseline of the evaluation: NVIDIA's and DCGM's thresholds alone. Every rule
 above is one; a rule of our own (not a published criterion) goes in RULES only."""
 
-OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in ("drain", "rma"))
+OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in OUT_OF_SERVICE)
 """Rules whose action takes the GPU out of service (drain, RMA); when they let it go, a probation
 may follow (`policy.on_probation`)."""
 

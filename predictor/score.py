@@ -12,6 +12,7 @@ import pandas as pd
 
 from core import history
 from core.catalog import IDENTITY_COLUMNS
+from core.decisions import OUT_OF_SERVICE
 from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
@@ -111,7 +112,7 @@ def score(
         since = _per_row(x, began)
     rel = None
     if released is not None and th.probation_for_s > 0:
-        out_now = hits.loc[hits["action"].isin(("drain", "rma")), "row"]
+        out_now = hits.loc[hits["action"].isin(OUT_OF_SERVICE), "row"]
         with np.errstate(invalid="ignore"):
             could = (risk["risk"].to_numpy() >= th.probation_risk) & ~thin & ~x.index.isin(out_now)
         went = released([str(u) for u in x.loc[could, "gpu_uuid"]], cutoff) if could.any() else {}

@@ -15,7 +15,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from core.decisions import DECISIONS
+from core.decisions import DECISIONS, OUT_OF_SERVICE
 from store.engine import Database, not_closed
 from store.errors import NotFound, StoreError
 from store.gpus import GpuSighting, require_gpu, upsert_gpu_rows
@@ -325,10 +325,9 @@ class Decisions:
         if not uuids:
             return {}
         a, p = T_DECISIONS.alias("a"), T_DECISIONS.alias("p")
-        out_of_service = ("drain", "rma")
         at = utc(now, "now")
         took_over = sa.and_(
-            p.c.gpu_uuid == a.c.gpu_uuid, p.c.decision.in_(out_of_service), p.c.closed_at == a.c.created_at
+            p.c.gpu_uuid == a.c.gpu_uuid, p.c.decision.in_(OUT_OF_SERVICE), p.c.closed_at == a.c.created_at
         )
         out: dict[str, datetime] = {}
         with self.db.tx() as conn:
@@ -337,10 +336,10 @@ class Decisions:
                     sa.select(a.c.gpu_uuid, a.c.decision, p.c.closed_at)
                     .select_from(a.outerjoin(p, took_over))
                     .where(not_closed(a.c.state), a.c.gpu_uuid.in_(list(uuids[i : i + 1000])))
-                    .where(a.c.decision.in_(("demote", *out_of_service)))
+                    .where(a.c.decision.in_(("demote", *OUT_OF_SERVICE)))
                 )
                 for uuid, decision, closed in conn.execute(q):
-                    if decision in out_of_service:
+                    if decision in OUT_OF_SERVICE:
                         out[str(uuid)] = at
                     elif closed is not None:
                         out[str(uuid)] = utc(closed, "closed_at")
