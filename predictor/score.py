@@ -142,22 +142,12 @@ def history_released(
 ) -> Released:
     """`score`'s `released` read from the history itself: the GPUs' drain/RMA rules and risk at
     every hour of the probation before the cutoff, as the service's stored decisions would say
-    (`gpuhealth score` has no rounds of its own). Only the GPUs asked about, and their nodes, are
-    scored again."""
+    (`gpuhealth score` has no rounds of its own)."""
 
     def went(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
-        hours = int(np.ceil(thresholds.probation_for_s / 3600))
-        cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
-        cuts = cuts[cuts >= frame["timestamp"].min()]
-        if len(cuts) == 0 or not uuids:
-            return {}
-        hosts = frame.loc[frame["gpu_uuid"].astype(str).isin(set(uuids)), "hostname"].astype(str).unique()
-        past = _up_to(frame[frame["hostname"].astype(str).isin(set(hosts))], cuts[-1])
-        x = build_features(past, cuts, stale_s=STALE_S, failures=failures)
-        x = x[x["gpu_uuid"].astype(str).isin(set(uuids))]
+        x, risk = _hours_before(model, frame, uuids, cutoff, pd.Timedelta(seconds=thresholds.probation_for_s), failures)
         if len(x) == 0:
             return {}
-        risk = np.where(_too_little_history(x), np.nan, model.predict(x)["risk"].to_numpy())
         # The rounds before, then this one: no drain or RMA holds now and the risk is high (asked).
         gpu = np.r_[x["gpu_uuid"].astype(str).to_numpy(), np.asarray(uuids, dtype=object)]
         at = pd.DatetimeIndex([*x["cutoff"], *[cutoff] * len(uuids)])
@@ -176,18 +166,41 @@ def history_risk_since(
     has no rounds of its own)."""
 
     def since(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
-        hours = int(np.ceil(thresholds.longest_wait / pd.Timedelta(hours=1)))
-        cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
-        cuts = cuts[cuts >= frame["timestamp"].min()]
-        if len(cuts) == 0:
-            return {}
-        x = build_features(_up_to(frame, cuts[-1]), cuts, stale_s=STALE_S, failures=failures)
-        x = x[x["gpu_uuid"].astype(str).isin(set(uuids))]
-        risk = np.where(_too_little_history(x), np.nan, model.predict(x)["risk"].to_numpy()) if len(x) else np.empty(0)
+        x, risk = _hours_before(model, frame, uuids, cutoff, thresholds.longest_wait, failures)
         stored = list(zip(x["gpu_uuid"].astype(str), x["cutoff"], risk.tolist(), strict=True))
         return stored_run_began(stored, uuids, cutoff, thresholds.demote)
 
     return since
+
+
+HOURS_PER_PASS = 96
+"""Hourly cutoffs whose features are built at once when the history is scored again (memory)."""
+
+
+def _hours_before(
+    model: RiskModel,
+    frame: pd.DataFrame,
+    uuids: list[str],
+    cutoff: pd.Timestamp,
+    span: pd.Timedelta,
+    failures: pd.DataFrame | None,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The GPUs' feature rows at every hour of `span` before the cutoff (within the history), and
+    their risk (NaN with too little history), as the service's rounds would have scored them: the
+    whole fleet's history feeds the features (peers and nodes), only the asked GPUs' rows are kept."""
+    hours = int(np.ceil(span / pd.Timedelta(hours=1)))
+    cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
+    cuts = cuts[cuts >= frame["timestamp"].min()]
+    if len(cuts) == 0 or not uuids:
+        return pd.DataFrame({"gpu_uuid": [], "cutoff": pd.to_datetime([], utc=True)}), np.empty(0)
+    past, asked = _up_to(frame, cuts[-1]), set(uuids)
+    parts = []
+    for i in range(0, len(cuts), HOURS_PER_PASS):
+        x = build_features(past, cuts[i : i + HOURS_PER_PASS], stale_s=STALE_S, failures=failures)
+        parts.append(x[x["gpu_uuid"].astype(str).isin(asked)])
+    x = pd.concat(parts, ignore_index=True)
+    risk = np.where(_too_little_history(x), np.nan, model.predict(x)["risk"].to_numpy()) if len(x) else np.empty(0)
+    return x, risk
 
 
 def _too_little_history(x: pd.DataFrame) -> np.ndarray:
