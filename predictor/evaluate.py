@@ -355,6 +355,7 @@ def evaluate(
         "gpus": int(rows["gpu_uuid"].nunique()),
         "gpu_days": gpu_days,
         "gpu_days_after_failure": dead_days,
+        "judged_gpu_days": judged_days,
         "failures": failure_counts(judged),
     }
     systems = {"model": "alert", "rules": "rule_alert"}
@@ -371,21 +372,14 @@ def evaluate(
             "episodes": n_eps,
             "false_episodes_per_1000_gpu_days": (n_eps - tp) / judged_days * 1000 if judged_days else float("nan"),
         }
-        for mode in MODES:
-            sub = c[c["mode"] == mode]
-            res[f"recall_{mode}"] = float(sub["caught"].mean()) if len(sub) else float("nan")
-            warned = sub[warned_at_lead(sub, lead)]
-            res[f"recall_{mode}_warned"] = float(warned["caught"].mean()) if len(warned) else float("nan")
-            res[f"failures_{mode}_warned"] = len(warned)
-        res["recall_precursor_modes"] = float(c[c["mode"].isin(MODES)]["caught"].mean()) if len(c) else float("nan")
-        res["recall_all_1h"] = float(c["caught_1h"].mean()) if len(c) else float("nan")
-        res["recall_all_24h"] = float(c["caught_24h"].mean()) if len(c) else float("nan")
+        res |= _recalls(c, lead)
         res["field_precision"] = field_precision(tp, n_eps - tp, int(judged["mode"].isin(MODES).sum()), judged_days)
         leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
         res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
         per_system[name] = res
     dem_eps = episodes(rows, "demote")
     _, dem_tp, dem_n = precision(dem_eps, failures, window, t1)
+    per_system["model"]["false_demotions"] = dem_n - dem_tp
     per_system["model"]["false_demotions_per_1000_gpu_days"] = (
         (dem_n - dem_tp) / judged_days * 1000 if judged_days else float("nan")
     )
@@ -404,6 +398,25 @@ def evaluate(
     report["_curve"] = curve
     report["_per_failure"] = per_failure
     return report
+
+
+def _recalls(c: pd.DataFrame, lead: pd.Timedelta) -> dict[str, Any]:
+    """Recall per mode (all failures, and those that gave warning at its lead, with their count),
+    over the precursor modes (with the failures and catches it counts), and at 1 h and 24 h;
+    `c` is `caught`'s."""
+    res: dict[str, Any] = {}
+    for mode in MODES:
+        sub = c[c["mode"] == mode]
+        res[f"recall_{mode}"] = float(sub["caught"].mean()) if len(sub) else float("nan")
+        warned = sub[warned_at_lead(sub, lead)]
+        res[f"recall_{mode}_warned"] = float(warned["caught"].mean()) if len(warned) else float("nan")
+        res[f"failures_{mode}_warned"] = len(warned)
+    precursor = c[c["mode"].isin(MODES)]
+    res["recall_precursor_modes"] = float(precursor["caught"].mean()) if len(c) else float("nan")
+    res["precursor_failures"], res["precursor_caught"] = len(precursor), int(precursor["caught"].sum())
+    res["recall_all_1h"] = float(c["caught_1h"].mean()) if len(c) else float("nan")
+    res["recall_all_24h"] = float(c["caught_24h"].mean()) if len(c) else float("nan")
+    return res
 
 
 def downtime_inputs(

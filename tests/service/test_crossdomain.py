@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpuhealth.cli_crossdomain import parse_families, parse_seeds
-from predictor.evaluate import FLOORS
+from predictor.evaluate import FLOORS, field_precision
 from predictor.policy import Thresholds
 from service.crossdomain import (
     FLOOR_NAMES,
@@ -18,6 +18,7 @@ from service.crossdomain import (
     family_sets,
     floor_grid,
     overview_markdown,
+    pooled,
     table_markdown,
     totals,
     write_cross_domain,
@@ -31,14 +32,18 @@ def table_row(family: str, precision: float, ok: bool = True) -> dict[str, Any]:
         "recall_ecc_warned": 0.95, "recall_thermal_warned": 0.85, "recall_pcie_warned": 1.0,
         "recall_ecc": 0.9, "recall_thermal": 0.7, "recall_pcie": 1.0, "precision": precision,
         "field_precision": 0.5, "false_episodes_per_1000_gpu_days": 0.2, "recall_precursor_modes": 0.9,
-        "episodes": 60, "true_episodes": 58,
+        "episodes": 60, "true_episodes": 58, "failures_ecc_warned": 20, "failures_thermal_warned": 20,
+        "failures_pcie_warned": 1, "precursor_failures": 49, "precursor_caught": 44, "false_demotions": 1,
     }  # fmt: skip
+    rules = {"recall_precursor_modes": 0.7, "precision": 0.95, "episodes": 40, "true_episodes": 38,
+             "precursor_failures": 49, "precursor_caught": 34}  # fmt: skip
     return {
         "family": family,
         "trained": "without it",
         "model": model,
         "failures": {"ecc": 40, "thermal": 9},
-        "rules": {"recall_precursor_modes": 0.7, "precision": 0.95},
+        "judged_gpu_days": 10_000.0,
+        "rules": rules,
         "floors": {k: {"ok": ok, "value": 0.0, "floor": v} for k, v in FLOORS.items()},
         "pr_auc": 0.91,
         "pr_auc_all": 0.83,
@@ -88,6 +93,41 @@ def test_the_totals_sum_what_a_change_moves_over_the_fleets() -> None:
     text = overview_markdown([good, bad])
     assert "every floor holds on 1; 7 false alert episodes;" in text
     assert "ECC 28 of 30, thermal 8 of 11, PCIe 2 of 3." in text
+
+
+def test_pooled_judges_each_family_as_one_fleet_by_the_same_floors() -> None:
+    """A family's fleets pooled: counts summed, then the floors; one fleet's 1-of-2 thermal recall
+    misses alone and holds within its family's 10 of 12."""
+    small = table_row("hot-aisle", 1.0) | {"seed": 900}
+    small["model"] |= {"recall_thermal_warned": 0.5, "failures_thermal_warned": 2, "episodes": 30, "true_episodes": 30,
+                       "precursor_failures": 20, "precursor_caught": 18, "false_demotions": 0}  # fmt: skip
+    big = table_row("hot-aisle", 0.95) | {"seed": 901, "judged_gpu_days": 30_000.0, "pr_auc": 0.87}
+    big["model"] |= {"recall_thermal_warned": 0.9, "failures_thermal_warned": 10, "episodes": 40, "true_episodes": 38,
+                     "precursor_failures": 30, "precursor_caught": 27, "false_demotions": 3}  # fmt: skip
+    other = table_row("temperate", 0.5) | {"seed": 900}
+    other["model"]["true_episodes"] = 30  # 30 of 60: the counts judge, not a fleet's precision
+    [p, q] = pooled([small, big, other])
+    assert (p["family"], p["fleets"], q["family"]) == ("hot-aisle", 2, "temperate")
+    f = p["floors"]
+    assert f["recall_thermal"] == {"value": 10 / 12, "floor": 0.8, "ok": True}
+    assert f["recall_ecc"]["value"] == pytest.approx((19 + 19) / 40)
+    assert f["precision"]["value"] == pytest.approx(68 / 70)
+    assert f["false_episodes_per_1000_gpu_days"]["value"] == pytest.approx(2 / 40_000 * 1000)
+    assert f["false_demotions_per_1000_gpu_days"]["value"] == pytest.approx(3 / 40_000 * 1000)
+    assert f["field_precision"]["value"] == pytest.approx(field_precision(68, 2, 50, 40_000.0))
+    assert f["pr_auc"]["value"] == 0.87  # the lowest fleet's: PR-AUC does not pool
+    # Above rules: recall 45/50 vs 68/98, precision 68/70 vs 76/80.
+    assert p["model"]["recall_precursor_modes"] == pytest.approx(45 / 50)
+    assert p["rules"]["recall_precursor_modes"] == pytest.approx(68 / 98)
+    assert p["rules"]["precision"] == pytest.approx(76 / 80) and f["beats_rule_baseline"]["ok"]
+    assert not q["floors"]["precision"]["ok"]
+    text = table_markdown([small, big, other])
+    assert "| measure | hot-aisle (2 fleets) | temperate (1 fleets) | floor |" in text
+    assert "| recall thermal (24 h), failures that gave warning | 0.83 | 0.85 | ≥ 0.8 |" in text
+    assert "| every floor holds | yes | NO | |" in text
+    old = {k: v for k, v in small.items() if k != "judged_gpu_days"}
+    with pytest.raises(ValueError, match="hot-aisle: rows without judged GPU-days"):
+        pooled([old, big])
 
 
 def test_the_models_own_seed_is_the_plans(monkeypatch: pytest.MonkeyPatch) -> None:
