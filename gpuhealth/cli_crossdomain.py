@@ -75,7 +75,14 @@ def evaluate_cross_domain(
     `model_seed`: the left-out-family models' own seed (the `unseen` column is the shipped model's)."""
     from predictor.policy import Thresholds
     from predictor.score import load_model
-    from service.crossdomain import Plan, all_floors_hold, leave_one_family_out, write_cross_domain
+    from service.crossdomain import (
+        Plan,
+        all_floors_hold,
+        holds_every_floor,
+        leave_one_family_out,
+        pooled,
+        write_cross_domain,
+    )
     from service.scorecache import ScoreCache
 
     say = _say("cross-domain")
@@ -95,5 +102,12 @@ def evaluate_cross_domain(
     rows = leave_one_family_out(plan, load_model(model), say, th, cache)
     paths = write_cross_domain(rows, plan, out, th)
     ok = all_floors_hold(rows)
-    err.print(f"wrote {', '.join(map(str, paths))}\nall floors hold on every held-out family: {ok}", highlight=False)
+    fams = pooled(rows)
+    short = [p["family"] for p in fams if not all(v["ok"] for v in p["floors"].values())]
+    err.print(
+        f"wrote {', '.join(map(str, paths))}\nall floors hold on every held-out fleet: {ok} "
+        f"({sum(holds_every_floor(r) for r in rows)} of {len(rows)}); pooled per family, on "
+        f"{len(fams) - len(short)} of {len(fams)}" + (f" (not on {', '.join(short)})" if short else ""),
+        highlight=False,
+    )
     return ok

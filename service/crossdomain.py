@@ -482,6 +482,7 @@ __all__ = [
     "evaluate_on",
     "family_sets",
     "held_out_fleet",
+    "holds_every_floor",
     "leave_one_family_out",
     "overview_markdown",
     "pooled",

@@ -230,3 +230,23 @@ def test_parse_seeds() -> None:
         parse_seeds(" , ")
     with pytest.raises(ValueError, match="none of them a training seed"):
         Plan(**parse_seeds("100"))
+
+
+def test_the_cli_says_how_many_fleets_and_families_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpuhealth evaluate --cross-domain` ends with the fleets and the pooled families that hold."""
+    from rich.console import Console
+
+    import gpuhealth.cli_crossdomain as cli_cd
+    from service import crossdomain
+
+    good = table_row("temperate", 0.93) | {"seed": 900, "judged_gpu_days": 300_000.0}  # field precision 0.96
+    bad = table_row("hot-aisle", 0.93, ok=False) | {"seed": 900}
+    bad["model"]["true_episodes"] = 30  # pooled precision 0.5: the family misses too
+    monkeypatch.setattr(crossdomain, "leave_one_family_out", lambda *a, **k: [good, bad])
+    monkeypatch.setattr("predictor.score.load_model", lambda path: None)
+    console = Console(record=True, width=300)
+    monkeypatch.setattr(cli_cd, "err", console)
+    assert not cli_cd.evaluate_cross_domain(tmp_path, None, "temperate,hot-aisle", 2)
+    said = console.export_text()
+    assert "all floors hold on every held-out fleet: False (1 of 2); pooled per family, on 1 of 2" in said
+    assert "(not on hot-aisle)" in said
