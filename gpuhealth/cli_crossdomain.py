@@ -103,7 +103,7 @@ def evaluate_cross_domain(
     paths = write_cross_domain(rows, plan, out, th)
     ok = all_floors_hold(rows)
     fams = pooled(rows)
-    short = [p["family"] for p in fams if not all(v["ok"] for v in p["floors"].values())]
+    short = [p["family"] for p in fams if not holds_every_floor(p)]
     err.print(
         f"wrote {', '.join(map(str, paths))}\nall floors hold on every held-out fleet: {ok} "
         f"({sum(holds_every_floor(r) for r in rows)} of {len(rows)}); pooled per family, on "

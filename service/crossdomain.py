@@ -250,10 +250,16 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "false_episodes": sum(false_episodes(r) for r in rows),
     }
     for mode in MODES:
-        n = [int(r["model"].get(f"failures_{mode}_warned", 0)) for r in rows]
-        caught = [round(r["model"][f"recall_{mode}_warned"] * k) if k else 0 for r, k in zip(rows, n, strict=True)]
-        out[f"caught_{mode}"] = [sum(caught), sum(n)]
+        out[f"caught_{mode}"] = list(_caught_warned(rows, "model", mode))
     return out
+
+
+def _caught_warned(rows: Sequence[dict[str, Any]], system: str, mode: str) -> tuple[int, int]:
+    """(caught, failures) of the mode's failures that gave warning, summed over the fleets, for
+    `system` ("model" or "rules"): a fleet's recall times its count is its catches again."""
+    n = [int(r[system].get(f"failures_{mode}_warned", 0)) for r in rows]
+    hit = [round(r[system][f"recall_{mode}_warned"] * k) if k else 0 for r, k in zip(rows, n, strict=True)]
+    return sum(hit), sum(n)
 
 
 def pooled(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -284,10 +290,9 @@ def pooled(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "field_precision": field_precision(tp, eps - tp, n, days),
             }
             for mode in MODES:
-                k = [int(r[name].get(f"failures_{mode}_warned", 0)) for r in rs]
-                hit = sum(round(r[name][f"recall_{mode}_warned"] * c) for r, c in zip(rs, k, strict=True) if c)
-                s[f"failures_{mode}_warned"] = sum(k)
-                s[f"recall_{mode}_warned"] = hit / sum(k) if sum(k) else float("nan")
+                hit, k = _caught_warned(rs, name, mode)
+                s[f"failures_{mode}_warned"] = k
+                s[f"recall_{mode}_warned"] = hit / k if k else float("nan")
             systems[name] = s
         false_dem = sum(int(r["model"]["false_demotions"]) for r in rs)
         systems["model"]["false_demotions_per_1000_gpu_days"] = false_dem / days * 1000 if days else float("nan")
