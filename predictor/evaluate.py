@@ -373,7 +373,7 @@ def evaluate(
             "false_episodes_per_1000_gpu_days": (n_eps - tp) / judged_days * 1000 if judged_days else float("nan"),
         }
         res |= _recalls(c, lead)
-        res["field_precision"] = field_precision(tp, n_eps - tp, int(judged["mode"].isin(MODES).sum()), judged_days)
+        res["field_precision"] = field_precision(tp, n_eps - tp, res["precursor_failures"], judged_days)
         leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
         res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
         per_system[name] = res
