@@ -54,7 +54,9 @@ class NodeHeat:
     """And at least this many: a one-GPU node (or one hot GPU) is a GPU finding, never a node's."""
     stands_out_z: float = 3.0
     """A GPU whose `temp_excess_vs_node_z` is at or above this runs hotter than its hot node
-    (its own fault on top of the node's heat), so its thermal demote stands."""
+    (its own fault on top of the node's heat), so its thermal demote stands; so does one whose
+    `mem_spread_z` is: the node's air (an incident, its fans, the room) moves core and memory
+    together, so a memory-core spread 3 σ wider than its own 30 days is the GPU's own cooling."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -99,13 +101,17 @@ def node_reason(hostname: str, heat_z: float, hot_gpus: float, gpus: float) -> s
     )
 
 
-def held_reason(vs_node_z: float, settings: NodeHeat) -> str:
+def held_reason(vs_node_z: float, mem_spread_z: float, settings: NodeHeat) -> str:
     """Why a thermal model demote was held at watch on a suspected node."""
-    own = "not known" if math.isnan(vs_node_z) else f"{vs_node_z:+.1f} σ"
     return (
         f"thermal demote held at watch: the GPU runs as hot as its node (its own excess against the node's: "
-        f"{own}; a demote needs {settings.stands_out_z:+.1f} σ)"
+        f"{_z(vs_node_z)}; memory-core spread against its own 30 days: {_z(mem_spread_z)}; a demote needs "
+        f"{settings.stands_out_z:+.1f} σ in either)"
     )
+
+
+def _z(v: float) -> str:
+    return "not known" if math.isnan(v) else f"{v:+.1f} σ"
 
 
 def _n(v: float) -> str:

@@ -355,8 +355,8 @@ def decide(
     (why a row could not be scored). `rule_hits` is `evaluate_rules(features)`'s output and
     `nodes` is `node_findings(features, node_heat)`'s (each computed here when None).
     On a suspected node every GPU is at least `watch`, and a model demote whose riskiest head
-    is thermal is held at `watch` unless the GPU's `temp_excess_vs_node_z` reaches
-    `node_heat.stands_out_z`; what a rule asks for is never lowered.
+    is thermal is held at `watch` unless the GPU's `temp_excess_vs_node_z` or its `mem_spread_z`
+    reaches `node_heat.stands_out_z`; what a rule asks for is never lowered.
     """
     _check_frames(features, risk)
     n = len(features)
@@ -393,11 +393,11 @@ def decide(
     for i in np.flatnonzero(hit_sev == final[pos]):
         reasons[pos[i]].append(str(hit_reasons[i]))
     # Then the node's, where it set the decision (with why a demote was held) ...
-    vs_node = _column(features, "temp_excess_vs_node_z")
+    vs_node, mem_spread = _column(features, "temp_excess_vs_node_z"), _column(features, "mem_spread_z")
     for i in np.flatnonzero(on_hot_node & (node_sev == final)):
         reasons[i].append(node_text[i])
         if held[i]:
-            reasons[i].append(held_reason(float(vs_node[i]), heat))
+            reasons[i].append(held_reason(float(vs_node[i]), float(mem_spread[i]), heat))
     # ... then the model's, where the model's own decision is the final one (a pending demote says so first).
     for i in np.flatnonzero(pending & (model_sev == final)):
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
@@ -469,12 +469,16 @@ def _held_demotes(
     features: pd.DataFrame, mode: np.ndarray, model_sev: np.ndarray, on_hot_node: np.ndarray, heat: NodeHeat
 ) -> np.ndarray:
     """Rows whose model demote is held at watch: on a hot node, thermal head riskiest (`mode`, per
-    row as `top_heads` names it), not standing out."""
+    row as `top_heads` names it), standing out neither of its node's heat nor of its own memory-core spread."""
     candidates = on_hot_node & (model_sev == SEVERITY["demote"])
     if not candidates.any():
         return candidates
     with np.errstate(invalid="ignore"):
-        stands_out = _column(features, "temp_excess_vs_node_z") >= heat.stands_out_z
+        # Its core beyond its node's, or its memory-core spread beyond its own past: the node's
+        # air moves core and memory together, a failing heat sink on the GPU widens the spread.
+        stands_out = (_column(features, "temp_excess_vs_node_z") >= heat.stands_out_z) | (
+            _column(features, "mem_spread_z") >= heat.stands_out_z
+        )
     return candidates & (mode == "thermal") & ~stands_out
 
 

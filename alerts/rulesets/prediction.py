@@ -77,7 +77,7 @@ ALERTS: tuple[Alert, ...] = (
         "until then a watch saying "
         "since when), and where a node's GPUs all run "
         "hot it holds a thermal risk at watch (the node's cooling, GpuNodeCoolingSuspected, not the GPU), unless "
-        "the GPU runs hotter than the rest of its node.",
+        "the GPU runs hotter than the rest of its node or its memory-core gap has widened beyond its own past.",
         check=("The reasons: `curl -s http://127.0.0.1:8080/v1/gpus/<UUID>`.",),
         act=("Demote the GPU's node (see below) and schedule `dcgmi diag -r 3 -i <gpu>`.",),
     ),
@@ -136,8 +136,10 @@ ALERTS: tuple[Alert, ...] = (
         "least 2) run 2 σ or more hotter than their power explains, compared with their own last 30 days, and "
         "the node's median is 3 σ or more (`predictor/node.py`). When a node's fans or its rack's cooling fail, "
         "every GPU of it heats up together; that is a finding about the node, so its GPUs get `watch` instead "
-        "of a thermal demote each. A GPU that runs hotter than the rest of its node keeps its own demote "
-        "(GpuRiskDemote), and GPUs past their temperature limits keep their own alerts (GpuTemperatureHigh, "
+        "of a thermal demote each. A GPU that runs hotter than the rest of its node, or whose memory-core "
+        "temperature gap is 3 σ wider than its own last 30 days (the node's air moves core and memory together; "
+        "a failing heat sink widens the gap), keeps its own demote (GpuRiskDemote), "
+        "and GPUs past their temperature limits keep their own alerts (GpuTemperatureHigh, "
         "GpuThermalThrottling).",
         check=(
             "Which GPUs of the node and by how much: `curl -s http://127.0.0.1:8080/v1/nodes/<Hostname>` "

@@ -160,8 +160,12 @@ def test_reasons_name_the_node_and_are_recognised() -> None:
     )
     assert is_node_heat_reason(text) and text.startswith(NODE_HEAT_REASON)
     assert not is_node_heat_reason("risk 0.82 (thermal 0.80): temperature above its power")
-    assert held_reason(0.4, NodeHeat()).startswith("thermal demote held at watch")
-    assert "+0.4 σ" in held_reason(0.4, NodeHeat()) and "not known" in held_reason(float("nan"), NodeHeat())
+    assert held_reason(0.4, 1.2, NodeHeat()) == (
+        "thermal demote held at watch: the GPU runs as hot as its node (its own excess against the node's: +0.4 σ; "
+        "memory-core spread against its own 30 days: +1.2 σ; a demote needs +3.0 σ in either)"
+    )
+    unknown = held_reason(float("nan"), float("nan"), NodeHeat())
+    assert unknown.count("not known") == 2
 
 
 def test_cooling_suspected_per_host() -> None:

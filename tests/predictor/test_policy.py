@@ -241,7 +241,7 @@ def test_a_hot_node_holds_thermal_demotes_at_watch_and_watches_every_gpu() -> No
     assert held[0].startswith("node-wide heat: check cooling (6 of 8 GPUs of node00")
     assert held[1] == (
         "thermal demote held at watch: the GPU runs as hot as its node (its own excess against the node's: "
-        "+0.4 σ; a demote needs +3.0 σ)"
+        "+0.4 σ; memory-core spread against its own 30 days: not known; a demote needs +3.0 σ in either)"
     )
     assert held[2] == "risk 0.82 (thermal 0.82): temperature 9 °C above what its power explains"
     # A GPU the model left alone gets the node's watch and its reason only.
@@ -261,6 +261,24 @@ def test_a_gpu_that_stands_out_of_its_hot_node_keeps_its_demote() -> None:
     # Settings decide what "stands out" means.
     out = decide(f, thermal_risk(f.index, [0.9, 0.85, *[0.0] * 6]), Thresholds(), node_heat=NodeHeat(stands_out_z=6))
     assert out["decision"].iat[0] == "watch"
+
+
+def test_a_gpu_whose_memory_core_spread_widens_on_a_hot_node_keeps_its_demote() -> None:
+    # The node's air moves core and memory together; a widening spread is the GPU's own cooling.
+    f = with_node_columns(frame(*[HEALTHY] * 8), HOT_NODE_Z)
+    f["mem_spread_z"] = [3.0, 2.9, np.nan, 5.0, 0.1, 0.0, 0.0, 0.0]
+    out = decide(f, thermal_risk(f.index, [0.82, 0.8, 0.85, 0.75, 0.9, 0.1, 0.05, 0.0]), Thresholds())
+    # GPU 0 at 3 σ and GPU 3 at 5 σ keep their demotes; 2.9 σ and an unknown spread are held.
+    assert out["decision"].tolist() == ["demote", "watch", "watch", "demote", *["watch"] * 4]
+    assert out["reasons"].iat[0] == [
+        "risk 0.82 (thermal 0.82): temperature 9 °C above what its power explains",
+        HOT_NODE_REASON,
+    ]
+    assert "memory-core spread against its own 30 days: +2.9 σ" in out["reasons"].iat[1][1]
+    # The same yardstick as standing out of the node's heat.
+    out = decide(f, thermal_risk(f.index, [0.82, 0.8, 0.85, 0.75, 0.9, 0.1, 0.05, 0.0]), Thresholds(),
+                 node_heat=NodeHeat(stands_out_z=6))  # fmt: skip
+    assert out["decision"].tolist() == ["watch"] * 8
 
 
 def test_a_demote_for_another_mode_is_not_held() -> None:
