@@ -59,7 +59,9 @@ class Plan:
     924-925's once with version 7's and once with version 8's models, for the decision to ship
     version 8 (the memory-core spread over 6 h); 926-927's once with version 8's models, judged
     with and without the probation after a drain (`policy.Thresholds.probation_risk`), for the
-    decision to ship it. 907-912, 915 and 916 were spent on versions and policies not shipped."""
+    decision to ship it. 928-929's once with version 8's models, judged with and without the node hold's
+    memory-core spread (`predictor.node.NodeHeat.stands_out_z`), for the decision to ship it (not
+    in the docs' tables). 907-912, 915 and 916 were spent on versions and policies not shipped."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0
