@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     light_load_share: float = 0.5  # light load: 6 h power under this share of the heat baseline's; 0 = never
     probation_risk: float = 0.1  # after a drain/RMA lets a GPU go: demoted while its risk is at or above this ...
     probation_for: str = "30d"  # ... for at most this long after it (0 = no probation)
+    release_threshold: float | None = None  # a standing demote holds while risk >= this (unset: watch; demote: no hold)
 
     # The service (`gpuhealth serve`): store, scoring loop and API.
     db: str = "sqlite:///gpuhealth.db"  # SQLAlchemy URL; PostgreSQL: postgresql+psycopg://user:pw@host/db

@@ -274,7 +274,7 @@ def score(
     from core.history import HistoryError
     from predictor.model import ModelError
     from predictor.policy import Thresholds
-    from predictor.score import SCORE_COLUMNS, history_released, history_risk_since, load_model, to_records
+    from predictor.score import SCORE_COLUMNS, HistoryRounds, load_model, to_records
     from predictor.score import score as run_score
 
     if output not in ("json", "table"):
@@ -288,9 +288,9 @@ def score(
         s = Settings()
         m = load_model(model)
         th = Thresholds.from_settings(s)
-        since = history_risk_since(m, frame, th, failures=records)
-        went = history_released(m, frame, th, failures=records)
-        result = run_score(m, frame, when, th, failures=records, risk_since=since, released=went)
+        past = HistoryRounds(m, frame, th, failures=records)
+        result = run_score(m, frame, when, th, failures=records, risk_since=past.risk_since, released=past.released,
+                           demoted=past.demoted)  # fmt: skip
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
     if output == "json":

@@ -22,17 +22,8 @@ from sklearn.metrics import average_precision_score
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
-from predictor.policy import (
-    Thresholds,
-    held_by_node,
-    high_since,
-    light_load,
-    on_probation,
-    pending_demote,
-    probation_began,
-    top_heads,
-)
-from predictor.rules import OUT_OF_SERVICE_RULES, rule_alerts
+from predictor.policy import Thresholds, apply_waits
+from predictor.score import hour_rows
 
 HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)
@@ -99,43 +90,10 @@ def score_rows(
     parts = []
     for i in range(0, len(cuts), chunk):
         x = build_features(frame, cuts[i : i + chunk], failures=failures)
-        r = model.predict(x)
-        keep = x[["gpu_uuid", "hostname", "model_name", "cutoff", "last_seen"]].copy()
-        keep["risk"] = r["risk"].to_numpy()
-        for m in MODES:
-            keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
-        keep["rule_alert"] = rule_alerts(x).to_numpy()
-        keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
-        # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
-        keep["held"] = held_by_node(x, r, th)
-        # The load the heat was judged at: a thermal demote waits longer at light load (`apply_waits`).
-        keep["heat_load_share"] = x["heat_load_share"].to_numpy()
-        parts.append(keep)
+        parts.append(hour_rows(model, x, th))
     rows = pd.concat(parts, ignore_index=True)
     rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
     return Scored(rows, pd.Timedelta(every))
-
-
-def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
-    """The rows with `demote` and `alert` decided from their risk, node holds and rules: a model
-    demote stands once the risk has held its riskiest head's wait (a thermal one at light load
-    its own), and a GPU a drain or RMA let go is demoted while on probation (`probation`), as the
-    service decides."""
-    high = (rows["risk"] >= thresholds.demote).to_numpy()
-    since = high_since(rows["gpu_uuid"].to_numpy(), rows["cutoff"], high)
-    mode, _ = top_heads(rows)
-    out = rows.copy()
-    light = light_load(rows["heat_load_share"], thresholds)
-    pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
-    act = rows["rule_act"].to_numpy(dtype=bool)
-    risk = rows["risk"].to_numpy(dtype=np.float64)
-    out["probation"] = np.zeros(len(rows), dtype=bool)
-    if thresholds.probation_for_s > 0:
-        released = probation_began(rows["gpu_uuid"].to_numpy(), rows["cutoff"], act, risk, thresholds)
-        out["probation"] = on_probation(rows["cutoff"], released, act, risk, thresholds)
-    out["demote"] = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy()
-    out["alert"] = out["demote"] | act
-    return out
 
 
 def out_of_service(rows: pd.DataFrame, failures: pd.DataFrame) -> np.ndarray:

@@ -81,6 +81,14 @@ class Thresholds:
     """How long a probation lasts at most after the drain or RMA let the GPU go (seconds; 0:
     no probation). 30 days: the ECC failures that came after a pending remap's drain on the
     held-out fleets came 8-20 days after it (docs/model.md)."""
+    release: float | None = None
+    """A demote that stands (the model's, a probation's, or one held so) is held while the GPU's
+    risk stays at or above this (`held_demotes`); the first round under it, or a drain or RMA,
+    ends it. None: the watch level. `demote`: held only while the risk stays at the demote
+    level, so a demote ends once the risk falls under it (and the wait begins again the next
+    time it rises). A policy choice:
+    on the held-out fleets, demotes that fell back to the watch level for a few hours and rose
+    again counted as new false episodes, or cut a GPU's early warning short (docs/model.md)."""
 
     def __post_init__(self) -> None:
         # Written so that NaN fails too: every comparison with NaN is False.
@@ -104,12 +112,19 @@ class Thresholds:
             )
         if not (0.0 <= self.probation_for_s < float("inf")):
             raise ValueError(f"probation_for must be a duration >= 0; got {self.probation_for_s} s")
+        if self.release is not None and not (0.0 < self.release <= self.demote):
+            raise ValueError(f"release must satisfy 0 < release <= demote ({self.demote}); got {self.release}")
+
+    @property
+    def release_level(self) -> float:
+        """The risk a standing demote is held at or above (`release`; None: the watch level)."""
+        return self.watch if self.release is None else self.release
 
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, _PROBATION_RISK,
-        _PROBATION_FOR)."""
+        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -124,7 +139,7 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
-            probation_risk=s.probation_risk, **waits,
+            probation_risk=s.probation_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
 
     @property
@@ -252,6 +267,64 @@ def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -
     )
 
 
+def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray, risk: np.ndarray,
+                 thresholds: Thresholds) -> np.ndarray:  # fmt: skip
+    """Per row: demoted, or held so: a row after a demoted one of its GPU stays demoted while every
+    row between them has risk at `release_level` or above and none before this one is `out` (a drain
+    or RMA: its decision is the drain, and the probation takes over after it).
+
+    Rows are (GPU, time) points in any order, as `probation_began`'s. The service reads the same from
+    its standing decision (`Store.demoted_since`): a demote, and this round's risk at the level."""
+    n = len(gpu)
+    d = np.asarray(demoted, dtype=bool)
+    if n == 0:
+        return d.copy()
+    order, g, _ = _in_gpu_time_order(gpu, at)
+    o = np.asarray(out, dtype=bool)[order]
+    with np.errstate(invalid="ignore"):
+        level = np.asarray(risk, dtype=np.float64)[order] >= thresholds.release_level
+    # A row continues the one before: the same GPU, not out there, and its own risk at the level.
+    goes_on = np.r_[False, (g[1:] == g[:-1]) & ~o[:-1]] & level
+    run_start = np.maximum.accumulate(np.where(~goes_on, np.arange(n), -1))
+    last_demoted = np.maximum.accumulate(np.where(d[order], np.arange(n), -1))
+    held = np.zeros(n, dtype=bool)
+    held[order] = last_demoted >= run_start
+    return held
+
+
+def hold_reason(since: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
+    """Why a GPU whose demote stands is still demoted: since when, its risk, and what ends it."""
+    return (
+        f"demote held: demoted since {since:%Y-%m-%d %H:%M} UTC, and its risk {risk:.2f} is still at or "
+        f"above {thresholds.release_level:.2f}; interruptible work only until it falls under that"
+    )
+
+
+def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
+    """Hourly (GPU, cutoff) rows (`score.hour_rows`) with `demote`, `probation` and `alert` decided as
+    the service decides them round by round: a model demote stands once the risk has held its
+    riskiest head's wait (a thermal one at light load its own) unless a node finding holds it
+    (`held`), a GPU a drain or RMA let go is demoted while on probation, and a demote is held while
+    the risk stays at the release level (`held_demotes`); `alert` adds the drain/RMA rules (`rule_act`)."""
+    high = (rows["risk"] >= thresholds.demote).to_numpy()
+    gpu = rows["gpu_uuid"].to_numpy()
+    since = high_since(gpu, rows["cutoff"], high)
+    mode, _ = top_heads(rows)
+    out = rows.copy()
+    light = light_load(rows["heat_load_share"], thresholds)
+    pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
+    act = rows["rule_act"].to_numpy(dtype=bool)
+    risk = rows["risk"].to_numpy(dtype=np.float64)
+    out["probation"] = np.zeros(len(rows), dtype=bool)
+    if thresholds.probation_for_s > 0:
+        released = probation_began(gpu, rows["cutoff"], act, risk, thresholds)
+        out["probation"] = on_probation(rows["cutoff"], released, act, risk, thresholds)
+    demoted = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy()
+    out["demote"] = held_demotes(gpu, rows["cutoff"], demoted, act, risk, thresholds)
+    out["alert"] = out["demote"] | act
+    return out
+
+
 def _in_gpu_time_order(gpu: Any, at: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The order of (GPU, time) rows by GPU, then time; the GPUs and naive UTC times in that order."""
     t = _naive_utc(at)
@@ -337,6 +410,7 @@ def decide(
     node_heat: NodeHeat | None = None,
     since: np.ndarray | None = None,
     released: np.ndarray | None = None,
+    demoted: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
 
@@ -349,6 +423,10 @@ def decide(
     rounds since continue it without a break (`probation_began`; NaT: none). Where no drain or
     RMA holds now and the risk is at `probation_risk` or above, the GPU is demoted on probation
     (`on_probation`), with a reason saying since when and until when. None: no probation.
+
+    `demoted` (per row): since when the GPU's standing decision is a demote (NaT: it is not).
+    Where the risk is at `Thresholds.release_level` or above, the demote is held (`held_demotes`),
+    with a reason saying since when and what ends it. None: no hold.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -380,12 +458,9 @@ def decide(
         pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode, light)
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
-    probation = np.zeros(n, dtype=bool)
-    if released is not None and thresholds.probation_for_s > 0:
-        out_now = rule_sev >= SEVERITY["drain"]
-        probation = on_probation(features["cutoff"], released, out_now, r, thresholds)
-    probation_sev = np.where(probation, SEVERITY["demote"], 0)
-    final = np.maximum(np.maximum(rule_sev, model_sev), np.maximum(node_sev, probation_sev))
+    probation, hold = _standing_demotes(features, r, rule_sev >= SEVERITY["drain"], thresholds, released, demoted)
+    standing_sev = np.where(probation | hold, SEVERITY["demote"], 0)
+    final = np.maximum(np.maximum(rule_sev, model_sev), np.maximum(node_sev, standing_sev))
 
     reasons: list[list[str]] = [[] for _ in range(n)]
     # Rule reasons first, only those whose action set the decision (hits keep RULES order).
@@ -408,7 +483,13 @@ def decide(
     for i in np.flatnonzero(probation_set):
         began = pd.Timestamp(released[i]).tz_localize("UTC")  # type: ignore[index]
         reasons[i].append(probation_reason(began, float(r[i]), thresholds))
-    _add_model_reasons(reasons, risk, r, np.flatnonzero(((model_sev == final) & (model_sev > 0)) | probation_set))
+    # ... or the hold's, where neither the model's own demote nor a probation set it.
+    hold_set = hold & (final == SEVERITY["demote"]) & (model_sev < final) & ~probation_set
+    for i in np.flatnonzero(hold_set):
+        began = pd.Timestamp(demoted[i]).tz_localize("UTC")  # type: ignore[index]
+        reasons[i].append(hold_reason(began, float(r[i]), thresholds))
+    set_by_model = ((model_sev == final) & (model_sev > 0)) | probation_set | hold_set
+    _add_model_reasons(reasons, risk, r, np.flatnonzero(set_by_model))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):
         reasons[i].append(node_text[i])
@@ -421,6 +502,26 @@ def decide(
     out = pd.DataFrame({"decision": decision}, index=features.index)
     out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
     return out
+
+
+def _standing_demotes(
+    features: pd.DataFrame,
+    r: np.ndarray,
+    out_now: np.ndarray,
+    thresholds: Thresholds,
+    released: np.ndarray | None,
+    demoted: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether the GPU is demoted on probation (`released`, `on_probation`), and whether
+    its standing demote is held (`demoted`: since when it stands; risk `r` at the release level)."""
+    n = len(features)
+    probation = hold = np.zeros(n, dtype=bool)
+    if released is not None and thresholds.probation_for_s > 0:
+        probation = on_probation(features["cutoff"], released, out_now, r, thresholds)
+    if demoted is not None:
+        with np.errstate(invalid="ignore"):
+            hold = ~np.isnat(np.asarray(demoted, dtype="datetime64[ns]")) & (r >= thresholds.release_level)
+    return probation, hold
 
 
 def _column(features: pd.DataFrame, name: str) -> np.ndarray:

@@ -17,7 +17,15 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import Thresholds, decide, probation_began, stored_run_began
+from predictor.policy import (
+    Thresholds,
+    apply_waits,
+    decide,
+    held_by_node,
+    high_since,
+    probation_began,
+    stored_run_began,
+)
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
 
 DEFAULT_MODEL = "default.skops"
@@ -50,6 +58,9 @@ RiskSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 Released = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs no drain or RMA holds now, at the probation risk or above; the cutoff) -> when a drain or
 RMA let each one go, where its rounds since continue that release (`policy.probation_began`)."""
+Demoted = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
+"""(GPUs no drain or RMA holds now, at the release level or above; the cutoff) -> since when each
+one's standing decision (the last round's) is a demote, for those it is (`policy.held_demotes`)."""
 
 
 def score(
@@ -60,6 +71,7 @@ def score(
     failures: pd.DataFrame | None = None,
     risk_since: RiskSince | None = None,
     released: Released | None = None,
+    demoted: Demoted | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
 
@@ -72,6 +84,9 @@ def score(
     risk at `probation_risk` or above), when a drain or RMA let them go (the service's stored
     decisions); those still within `probation_for_s` of it are demoted (`policy.on_probation`).
     None: no probation.
+    `demoted(uuids, cutoff)`: for the GPUs that could be held demoted now (no drain or RMA holds,
+    risk at the release level or above), since when their standing decision is a demote (the
+    service's stored decisions); those stay demoted (`policy.decide`'s `demoted`). None: no hold.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
@@ -110,14 +125,19 @@ def score(
         high = (risk["risk"].to_numpy() >= th.demote) & ~thin
         began = risk_since([str(u) for u in x.loc[high, "gpu_uuid"]], cutoff) if high.any() else {}
         since = _per_row(x, began)
-    rel = None
+    rel = held = None
+    out_now = x.index.isin(hits.loc[hits["action"].isin(OUT_OF_SERVICE), "row"])
     if released is not None and th.probation_for_s > 0:
-        out_now = hits.loc[hits["action"].isin(OUT_OF_SERVICE), "row"]
         with np.errstate(invalid="ignore"):
-            could = (risk["risk"].to_numpy() >= th.probation_risk) & ~thin & ~x.index.isin(out_now)
+            could = (risk["risk"].to_numpy() >= th.probation_risk) & ~thin & ~out_now
         went = released([str(u) for u in x.loc[could, "gpu_uuid"]], cutoff) if could.any() else {}
         rel = _per_row(x, went)
-    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel)
+    if demoted is not None:
+        with np.errstate(invalid="ignore"):
+            could = (risk["risk"].to_numpy() >= th.release_level) & ~thin & ~out_now
+        standing = demoted([str(u) for u in x.loc[could, "gpu_uuid"]], cutoff) if could.any() else {}
+        held = _per_row(x, standing)
+    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel, demoted=held)
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
@@ -129,6 +149,24 @@ def score(
     return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
 
 
+def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
+    """Per feature row (GPU, cutoff): its risks, the rules that fire, whether a node finding holds
+    the model's demote, and the load its heat was judged at: what `policy.apply_waits` decides the
+    rounds from, before any wait (so the evaluation keeps them and decides them again under others)."""
+    r = model.predict(x)
+    keep = x[["gpu_uuid", "hostname", "model_name", "cutoff", "last_seen"]].copy()
+    keep["risk"] = r["risk"].to_numpy()
+    for m in MODES:
+        keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
+    keep["rule_alert"] = rule_alerts(x).to_numpy()
+    keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
+    # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
+    keep["held"] = held_by_node(x, r, th)
+    # The load the heat was judged at: a thermal demote waits longer at light load.
+    keep["heat_load_share"] = x["heat_load_share"].to_numpy()
+    return keep
+
+
 def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
     """Per feature row, its GPU's time in `times` as naive UTC datetime64[ns] (NaT where absent)."""
     return np.array(
@@ -137,44 +175,83 @@ def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
     )  # fmt: skip
 
 
+HOLD_LOOKBACK = pd.Timedelta(days=30)
+"""How far back `gpuhealth score` rebuilds the hours to find a standing demote (the service reads
+it from its stored decisions, however old): a demote older than this, whose risk has held at the
+release level since, is not seen."""
+HOURS_PER_PASS = 96
+"""Hourly cutoffs whose features are built at once when the history is scored again (memory)."""
+
+
+class HistoryRounds:
+    """`score`'s `risk_since`, `released` and `demoted` read from the history itself, as the
+    service's stored rounds and decisions would say (`gpuhealth score` has none of its own): the
+    asked GPUs' rounds at every hour before the cutoff are scored again and decided as the service
+    decides them (`policy.apply_waits`). The hours of the last question are kept, so a question
+    about fewer GPUs over no longer a span (the hold's after the probation's) builds nothing again."""
+
+    def __init__(
+        self, model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
+    ) -> None:
+        self.model, self.frame, self.th, self.failures = model, frame, thresholds, failures
+        self._kept: tuple[pd.Timestamp, pd.Timedelta, set[str], pd.DataFrame] | None = None
+
+    def hours(self, uuids: list[str], cutoff: pd.Timestamp, span: pd.Timedelta) -> pd.DataFrame:
+        """The GPUs' rounds at every hour of `span` before the cutoff (`_hours_before`)."""
+        k = self._kept
+        if k is not None and k[0] == cutoff and k[1] >= span and set(uuids) <= k[2]:
+            rows = k[3]
+            return rows[rows["gpu_uuid"].isin(uuids) & (rows["cutoff"] >= cutoff - span)].reset_index(drop=True)
+        rows = _hours_before(self.model, self.frame, uuids, cutoff, span, self.th, self.failures)
+        self._kept = (cutoff, span, set(uuids), rows)
+        return rows
+
+    def risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        """When each GPU's run at the demote level began (`score`'s `risk_since`)."""
+        rows = self.hours(uuids, cutoff, self.th.longest_wait)
+        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], rows["risk"].tolist(), strict=True))
+        return stored_run_began(stored, uuids, cutoff, self.th.demote)
+
+    def released(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        """When a drain or RMA let each GPU go (`score`'s `released`)."""
+        rows = self.hours(uuids, cutoff, pd.Timedelta(seconds=self.th.probation_for_s))
+        if len(rows) == 0:
+            return {}
+        # The rounds before, then this one: no drain or RMA holds now and the risk is high (asked).
+        gpu = np.r_[rows["gpu_uuid"].to_numpy(), np.asarray(uuids, dtype=object)]
+        at = pd.DatetimeIndex([*rows["cutoff"], *[cutoff] * len(uuids)])
+        out = np.r_[rows["rule_act"].to_numpy(dtype=bool), np.zeros(len(uuids), dtype=bool)]
+        risk = np.r_[rows["risk"].to_numpy(dtype=np.float64), np.ones(len(uuids))]
+        began = probation_began(gpu, at, out, risk, self.th)[len(rows) :]
+        return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}
+
+    def demoted(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        """Since when each GPU's last round was a demote, not a drain or RMA (`score`'s `demoted`):
+        the run of demote rounds its last round ends, as the store's standing demote began."""
+        rows = self.hours(uuids, cutoff, max(HOLD_LOOKBACK, pd.Timedelta(seconds=self.th.probation_for_s)))
+        if len(rows) == 0:
+            return {}
+        decided = apply_waits(rows, self.th)
+        standing = decided["demote"].to_numpy(dtype=bool) & ~decided["rule_act"].to_numpy(dtype=bool)
+        gpu = rows["gpu_uuid"].to_numpy()
+        since = high_since(gpu, rows["cutoff"], standing)
+        last = rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()  # each GPU's last round (a RangeIndex)
+        return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(gpu[last], since[last], strict=True)
+                if not np.isnat(t)}  # fmt: skip
+
+
 def history_released(
     model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
 ) -> Released:
-    """`score`'s `released` read from the history itself: the GPUs' drain/RMA rules and risk at
-    every hour of the probation before the cutoff, as the service's stored decisions would say
-    (`gpuhealth score` has no rounds of its own)."""
-
-    def went(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
-        x, risk = _hours_before(model, frame, uuids, cutoff, pd.Timedelta(seconds=thresholds.probation_for_s), failures)
-        if len(x) == 0:
-            return {}
-        # The rounds before, then this one: no drain or RMA holds now and the risk is high (asked).
-        gpu = np.r_[x["gpu_uuid"].astype(str).to_numpy(), np.asarray(uuids, dtype=object)]
-        at = pd.DatetimeIndex([*x["cutoff"], *[cutoff] * len(uuids)])
-        out = np.r_[rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy(), np.zeros(len(uuids), dtype=bool)]
-        began = probation_began(gpu, at, out, np.r_[risk, np.ones(len(uuids))], thresholds)[len(x) :]
-        return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}
-
-    return went
+    """`score`'s `released` read from the history itself (`HistoryRounds.released`)."""
+    return HistoryRounds(model, frame, thresholds, failures).released
 
 
 def history_risk_since(
     model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
 ) -> RiskSince:
-    """`score`'s `risk_since` read from the history itself: the GPUs' risk at every hour of the
-    longest wait before the cutoff, as the service's stored rounds would say (`gpuhealth score`
-    has no rounds of its own)."""
-
-    def since(uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
-        x, risk = _hours_before(model, frame, uuids, cutoff, thresholds.longest_wait, failures)
-        stored = list(zip(x["gpu_uuid"].astype(str), x["cutoff"], risk.tolist(), strict=True))
-        return stored_run_began(stored, uuids, cutoff, thresholds.demote)
-
-    return since
-
-
-HOURS_PER_PASS = 96
-"""Hourly cutoffs whose features are built at once when the history is scored again (memory)."""
+    """`score`'s `risk_since` read from the history itself (`HistoryRounds.risk_since`)."""
+    return HistoryRounds(model, frame, thresholds, failures).risk_since
 
 
 def _hours_before(
@@ -183,24 +260,43 @@ def _hours_before(
     uuids: list[str],
     cutoff: pd.Timestamp,
     span: pd.Timedelta,
+    th: Thresholds,
     failures: pd.DataFrame | None,
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """The GPUs' feature rows at every hour of `span` before the cutoff (within the history), and
-    their risk (NaN with too little history), as the service's rounds would have scored them: the
-    whole fleet's history feeds the features (peers and nodes), only the asked GPUs' rows are kept."""
+) -> pd.DataFrame:
+    """The GPUs' rounds (`hour_rows`) at every hour of `span` before the cutoff (within the history),
+    as the service's rounds would have scored them: the whole fleet's history feeds the features
+    (peers), their nodes' GPUs the node findings, and only the asked GPUs' rows are kept; risk is NaN
+    with too little history."""
     hours = int(np.ceil(span / pd.Timedelta(hours=1)))
     cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
     cuts = cuts[cuts >= frame["timestamp"].min()]
     if len(cuts) == 0 or not uuids:
-        return pd.DataFrame({"gpu_uuid": [], "cutoff": pd.to_datetime([], utc=True)}), np.empty(0)
+        return _no_hours()
     past, asked = _up_to(frame, cuts[-1]), set(uuids)
+    hosts = set(frame.loc[frame["gpu_uuid"].astype(str).isin(asked), "hostname"].astype(str))
     parts = []
     for i in range(0, len(cuts), HOURS_PER_PASS):
         x = build_features(past, cuts[i : i + HOURS_PER_PASS], stale_s=STALE_S, failures=failures)
-        parts.append(x[x["gpu_uuid"].astype(str).isin(asked)])
-    x = pd.concat(parts, ignore_index=True)
-    risk = np.where(_too_little_history(x), np.nan, model.predict(x)["risk"].to_numpy()) if len(x) else np.empty(0)
-    return x, risk
+        x = x[x["hostname"].astype(str).isin(hosts)].reset_index(drop=True)
+        rows = hour_rows(model, x, th) if len(x) else None
+        if rows is not None:
+            rows["risk"] = np.where(_too_little_history(x), np.nan, rows["risk"].to_numpy())
+            parts.append(rows[x["gpu_uuid"].astype(str).isin(asked).to_numpy()])
+    if not parts:
+        return _no_hours()
+    rows = pd.concat(parts, ignore_index=True)
+    rows["gpu_uuid"] = rows["gpu_uuid"].astype(str)
+    return rows
+
+
+def _no_hours() -> pd.DataFrame:
+    """`_hours_before`'s answer where there are no hours: `hour_rows`' columns, no rows."""
+    cols = ["gpu_uuid", "hostname", "model_name", "risk", *[f"risk_{m}" for m in MODES], "heat_load_share"]
+    out = pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else np.float64) for c in cols})
+    out["cutoff"] = out["last_seen"] = pd.to_datetime([], utc=True)
+    for c in ("rule_alert", "rule_act", "held"):
+        out[c] = pd.Series(dtype=bool)
+    return out
 
 
 def _too_little_history(x: pd.DataFrame) -> np.ndarray:

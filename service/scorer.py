@@ -172,6 +172,7 @@ class Scorer(Worker):
                 failures=self.store.failures_frame(),  # repeat offenders: the fleet's own record
                 risk_since=self._risk_since,
                 released=self._released,
+                demoted=self._demoted,
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
@@ -206,6 +207,10 @@ class Scorer(Worker):
         """When a drain or RMA let each GPU go, where its standing decision continues that release."""
         went = self.store.released_at(uuids, cutoff.to_pydatetime())
         return {u: pd.Timestamp(t) for u, t in went.items()}
+
+    def _demoted(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
+        """Since when each GPU's standing decision is a demote (a demote is held while its risk stays high)."""
+        return {u: pd.Timestamp(t) for u, t in self.store.demoted_since(uuids).items()}
 
     def _gpus_of(self, share: Share) -> list[GpuItem]:
         """The store's GPUs on the share's hosts."""

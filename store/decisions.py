@@ -345,6 +345,21 @@ class Decisions:
                         out[str(uuid)] = utc(closed, "closed_at")
         return out
 
+    def demoted_since(self, uuids: Sequence[str]) -> dict[str, datetime]:
+        """For the GPUs whose standing decision is a demote: when it was opened (the policy holds it
+        while the risk stays at the release level, `policy.held_demotes`); others are left out."""
+        if not uuids:
+            return {}
+        d = T_DECISIONS.c
+        out: dict[str, datetime] = {}
+        with self.db.tx() as conn:
+            for i in range(0, len(uuids), 1000):  # bounded IN lists
+                q = sa.select(d.gpu_uuid, d.created_at).where(
+                    not_closed(d.state), d.decision == "demote", d.gpu_uuid.in_(list(uuids[i : i + 1000]))
+                )
+                out.update({str(u): utc(t, "created_at") for u, t in conn.execute(q)})
+        return out
+
     def recent_risks(
         self, uuids: Sequence[str], since: datetime, until: datetime
     ) -> list[tuple[str, datetime, float | None]]:

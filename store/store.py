@@ -234,6 +234,10 @@ class Store:
         """For the GPUs whose standing decision continues a drain or RMA: when it let them go."""
         return self._decisions.released_at(uuids, now)
 
+    def demoted_since(self, uuids: Sequence[str]) -> dict[str, datetime]:
+        """For the GPUs whose standing decision is a demote: when it was opened."""
+        return self._decisions.demoted_since(uuids)
+
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000
     ) -> list[ScorePoint]:

@@ -14,8 +14,10 @@ from predictor.policy import (
     DECISIONS,
     DecisionChanges,
     Thresholds,
+    apply_waits,
     decide,
     decision_changes,
+    held_demotes,
     high_since,
     light_load,
     on_probation,
@@ -643,3 +645,78 @@ def test_probation_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUHEALTH_PROBATION_FOR", "soon")
     with pytest.raises(ValueError, match="GPUHEALTH_PROBATION_FOR"):
         Thresholds.from_settings(Settings())
+
+
+def test_held_demotes_keeps_a_demote_while_the_risk_stays_at_the_release_level() -> None:
+    # GPU a: demoted at 1, held at 0.5 and 0.3, released at 0.29, not held again at 0.5 (no new demote).
+    # GPU b: a drain at 2 breaks the chain into 3 (the probation's turn); demoted again at 4, held at 5.
+    # GPU c: never demoted. GPU d: demoted, an unknown risk ends it.
+    rows = [
+        ("a", 0, False, False, 0.5), ("a", 1, True, False, 0.9), ("a", 2, False, False, 0.5),
+        ("a", 3, False, False, 0.3), ("a", 4, False, False, 0.29), ("a", 5, False, False, 0.5),
+        ("b", 0, True, False, 0.9), ("b", 1, False, False, 0.5), ("b", 2, False, True, 0.5),
+        ("b", 3, False, False, 0.5), ("b", 4, True, False, 0.9), ("b", 5, False, False, 0.4),
+        ("c", 0, False, False, 0.6), ("c", 1, False, False, 0.6),
+        ("d", 0, True, False, 0.9), ("d", 1, False, False, np.nan), ("d", 2, False, False, 0.5),
+    ]  # fmt: skip
+    order = np.random.default_rng(5).permutation(len(rows))  # any order of rows
+    pick = [rows[i] for i in order]
+    gpu = np.asarray([r[0] for r in pick], dtype=object)
+    at = _t([r[1] for r in pick])
+    demoted, out, risk = (np.asarray([r[k] for r in pick]) for k in (2, 3, 4))
+    got = held_demotes(gpu, at, demoted, out, risk, Thresholds())
+    held = {(r[0], r[1]) for r, g in zip(pick, got, strict=True) if g}
+    assert held == {("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1), ("b", 2), ("b", 4), ("b", 5), ("d", 0)}
+    # Released at the demote level: only the demoted rows (and a run at 0.7 or above after one) stay.
+    strict = held_demotes(gpu, at, demoted, out, risk, Thresholds(release=0.7))
+    assert {(r[0], r[1]) for r, g in zip(pick, strict, strict=True) if g} == {("a", 1), ("b", 0), ("b", 4), ("d", 0)}
+    assert held_demotes(np.asarray([], dtype=object), _t([]), np.zeros(0, bool), np.zeros(0, bool), np.zeros(0),
+                        Thresholds()).size == 0  # fmt: skip
+
+
+def test_apply_waits_holds_the_model_demote_after_its_wait_as_the_service_does() -> None:
+    """Hourly rows: risk 0.9 for 4 h (demoted after the 3 h wait), 0.5 for 3 h (held), then 0.2."""
+    hours = _t(list(range(9)))
+    risk = [0.9] * 4 + [0.5] * 3 + [0.2] * 2
+    rows = pd.DataFrame({"gpu_uuid": "g", "cutoff": hours, "risk": risk, "risk_ecc": 0.0, "risk_thermal": risk,
+                         "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": 1.0})  # fmt: skip
+    out = apply_waits(rows, Thresholds())
+    assert out["demote"].tolist() == [False] * 3 + [True] * 4 + [False] * 2
+    assert out["alert"].equals(out["demote"])
+    assert apply_waits(rows, Thresholds(release=0.7))["demote"].tolist() == [False] * 3 + [True] + [False] * 5
+    # A node finding that holds the thermal demote at watch does not end a demote that stands.
+    node = apply_waits(rows.assign(held=[False] * 4 + [True] * 5), Thresholds())
+    assert node["demote"].tolist() == [False] * 3 + [True] * 4 + [False] * 2
+
+
+def test_decide_holds_a_standing_demote_and_says_since_when() -> None:
+    th = Thresholds()
+    f = frame(HEALTHY, HEALTHY | {"row_remap_pending": 1.0}, HEALTHY, HEALTHY, HEALTHY)
+    demoted = np.full(len(f), np.datetime64("2026-02-27T12:00", "ns"))
+    demoted[4] = np.datetime64("NaT")
+    # risks: held (0.4); drained by the rule; under the release level; the model's own demote; none standing
+    risk = risk_frame(f.index, [0.4, 0.4, 0.29, 0.9, 0.4], reasons=[["sbe rising"]] * 5)
+    out = decide(f, risk, th, demoted=demoted)
+    assert out["decision"].tolist() == ["demote", "drain", "ok", "demote", "watch"]
+    assert out["reasons"].iat[0] == [
+        "demote held: demoted since 2026-02-27 12:00 UTC, and its risk 0.40 is still at or above 0.30; "
+        "interruptible work only until it falls under that",
+        "risk 0.40 (ECC 0.40): sbe rising",
+    ]
+    assert not any(r.startswith("demote held") for r in out["reasons"].iat[3])
+    # No hold without the standing demotes; a release level of 0.5 lets the 0.4 go.
+    assert decide(f, risk, th)["decision"].tolist() == ["watch", "drain", "ok", "demote", "watch"]
+    assert decide(f, risk, Thresholds(release=0.5), demoted=demoted)["decision"].tolist()[0] == "watch"
+
+
+@pytest.mark.parametrize("release", [0.0, -0.1, 0.71, np.nan])
+def test_an_invalid_release_level_raises(release: float) -> None:
+    with pytest.raises(ValueError, match="release must satisfy"):
+        Thresholds(release=release)
+
+
+def test_the_release_level_is_the_watch_level_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Thresholds().release_level == 0.3
+    assert Thresholds(watch=0.2).release_level == 0.2
+    monkeypatch.setenv("GPUHEALTH_RELEASE_THRESHOLD", "0.5")
+    assert Thresholds.from_settings(Settings()).release_level == 0.5

@@ -62,9 +62,12 @@ def test_a_probation_ends_after_probation_for_and_is_off_at_zero(tmp_path: Path)
     short = Scorer(
         store, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=12 * 3600, probation_for_s=2 * 3600), 300
     )
-    got = [short.run_once(at=DAY3 + timedelta(hours=h))[0]["decision"] for h in (1, 4, 5, 6)]
-    # Let go at 04:00: demoted at 04:00 and 05:00, over at 06:00 (the model's own demote still waits).
-    assert got == ["drain", "demote", "demote", "watch"]
+    got = [short.run_once(at=DAY3 + timedelta(hours=h))[0] for h in (1, 4, 5, 6)]
+    # Let go at 04:00: on probation at 04:00 and 05:00, over at 06:00; the demote it opened is then
+    # held, as any standing demote, while the risk (1.0) stays at the release level.
+    assert [r["decision"] for r in got] == ["drain", "demote", "demote", "demote"]
+    assert got[2]["reasons"][0].startswith("probation: a drain or RMA let it go on 2026-03-04 04:00 UTC")
+    assert got[3]["reasons"][0].startswith("demote held: demoted since 2026-03-04 04:00 UTC, and its risk 1.00")
     store2 = Store.open(f"sqlite:///{tmp_path / 'e.db'}")
     store2.ingest(pd.DataFrame(samples()))
     off = Scorer(store2, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=12 * 3600, probation_for_s=0), 300)

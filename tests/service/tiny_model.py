@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import sklearn
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.dummy import DummyClassifier
 from sklearn.pipeline import Pipeline
@@ -54,3 +55,30 @@ def constant_model(risky: tuple[str, ...] = (), like: RiskModel | None = None, t
 def silent_model(like: RiskModel | None = None, tag: str = "silent") -> RiskModel:
     """A model whose risk is always 0 (only the rules alert): worse than any model that catches something."""
     return constant_model((), like, tag)
+
+
+class AgeSchedule(ClassifierMixin, BaseEstimator):
+    """A head whose risk follows the GPU's age: `steps` [(age in days, risk from then on), ...]
+    ascending; 0 before the first. For tests whose risk must rise and fall over the rounds."""
+
+    def __init__(self, steps: tuple[tuple[float, float], ...] = ()) -> None:
+        self.steps = steps
+
+    def fit(self, X: pd.DataFrame, y: object = None) -> AgeSchedule:
+        self.classes_ = np.asarray([0, 1])
+        return self
+
+    def predict_proba(self, X: pd.DataFrame) -> np.ndarray:
+        age = X["age_days"].to_numpy(dtype=np.float64)
+        p = np.zeros(len(X))
+        for at, risk in self.steps:
+            p = np.where(age >= at, risk, p)
+        return np.c_[1.0 - p, p]
+
+
+def schedule_model(steps: tuple[tuple[float, float], ...], mode: str = "ecc") -> RiskModel:
+    """A model whose `mode` head follows `AgeSchedule(steps)` and whose other heads say 0."""
+    X = pd.DataFrame(np.zeros((2, len(FEATURES))), columns=list(FEATURES))
+    quiet = constant_model()
+    heads = {m: AgeSchedule(steps).fit(X) if m == mode else quiet.heads[m] for m in MODES}
+    return RiskModel(heads=heads, meta={"sklearn_version": sklearn.__version__, "tag": "schedule"})

@@ -236,6 +236,24 @@ def test_recent_risks_are_the_rounds_in_the_window_oldest_first(store: Store) ->
     assert store.recent_risks([], T0, T0 + timedelta(hours=9)) == []
 
 
+def test_demoted_since_is_when_the_standing_demote_was_opened(store: Store) -> None:
+    """Only a demote standing now counts, acknowledged or not; a decision after it, or none, is left out."""
+    t = [T0 + timedelta(hours=h) for h in range(4)]
+    rounds = {
+        "GPU-a": ["watch", "demote", "demote"],  # opened at t1, refreshed at t2
+        "GPU-b": ["demote", "ok", "demote"],  # closed, then a new one at t2
+        "GPU-c": ["demote", "demote", "drain"],  # a drain took over
+        "GPU-d": ["demote", "watch", "watch"],  # fell back
+    }
+    for i in range(3):
+        store.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
+    assert store.demoted_since([*rounds, "GPU-unknown"]) == {"GPU-a": t[1], "GPU-b": t[2]}
+    assert store.demoted_since([]) == {}
+    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
+    store.ack_decision(dec["id"], "alice", t[3])
+    assert store.demoted_since(["GPU-a"]) == {"GPU-a": t[1]}
+
+
 def test_released_at_follows_a_drain_through_the_demotes_that_took_over_from_it(store: Store) -> None:
     """A drain or RMA standing: let go now; a demote opened in the round a drain or RMA closed:
     let go then, however long it stands; anything else in between breaks the chain."""
