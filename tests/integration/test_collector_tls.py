@@ -149,7 +149,11 @@ def test_wrong_password_takes_the_target_down(stack: TlsStack) -> None:
 def test_missing_client_certificate_takes_the_target_down(stack: TlsStack) -> None:
     target = _targets(stack)[NO_CLIENT_CERT]
     assert target["health"] == "down", target
-    assert "tls" in str(target["lastError"]).lower() or "certificate" in str(target["lastError"]), target
+    # TLS 1.3: the client's side of the handshake is done before the server checks its certificate,
+    # so Prometheus learns of the refusal on its first write or read: the server's alert ("tls:
+    # certificate required") or, when the server closed the socket first, a reset (seen once in CI).
+    error = str(target["lastError"]).lower()
+    assert any(s in error for s in ("tls", "certificate", "connection reset by peer")), target
     assert [r["value"][1] for r in stack.prom.query(f'up{{job="{NO_CLIENT_CERT}"}}')] == ["0"]
 
 
