@@ -449,7 +449,7 @@ def decide(
     heat = node_heat or NodeHeat()
     on_hot_node, node_text = _hot_node_rows(features, node_findings(features, heat) if nodes is None else nodes)
     mode, _ = top_heads(risk)
-    held = _held_demotes(features, mode, model_sev, on_hot_node, heat)
+    held = _node_held(features, mode, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
     pending = np.zeros(n, dtype=bool)
     load_share = _column(features, "heat_load_share")
@@ -563,10 +563,10 @@ def held_by_node(
     heat = node_heat or NodeHeat()
     model_sev = _model_severity(risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan), thresholds)
     on_hot_node, _ = _hot_node_rows(features, node_findings(features, heat))
-    return _held_demotes(features, top_heads(risk)[0], model_sev, on_hot_node, heat)
+    return _node_held(features, top_heads(risk)[0], model_sev, on_hot_node, heat)
 
 
-def _held_demotes(
+def _node_held(
     features: pd.DataFrame, mode: np.ndarray, model_sev: np.ndarray, on_hot_node: np.ndarray, heat: NodeHeat
 ) -> np.ndarray:
     """Rows whose model demote is held at watch: on a hot node, thermal head riskiest (`mode`, per
