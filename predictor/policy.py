@@ -83,7 +83,7 @@ class Thresholds:
     held-out fleets came 8-20 days after it (docs/model.md)."""
     release: float | None = None
     """A demote that stands (the model's, a probation's, or one held so) is held while the GPU's
-    risk stays at or above this (`held_demotes`); the first round under it, or a drain or RMA,
+    risk stays at or above this (`replay.held_demotes`); the first round under it, or a drain or RMA,
     ends it. None: the watch level. `demote`: held only while the risk stays at the demote
     level, so a demote ends once the risk falls under it (and the wait begins again the next
     time it rises). A policy choice:
@@ -172,84 +172,22 @@ def light_load(share: Any, thresholds: Thresholds) -> np.ndarray:
         return np.asarray(x < thresholds.light_load_share)
 
 
-def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """Per row: when the GPU's run of high rows that the row belongs to began (NaT where not high).
-
-    Rows are (GPU, time) points in any order; a run is the GPU's consecutive high rows in time.
-    The evaluation gives every scored hour; the service its stored rounds and the current one.
-    """
-    out = np.full(len(gpu), np.datetime64("NaT"), dtype="datetime64[ns]")
-    if len(gpu) == 0:
-        return out
-    order, g, tt = _in_gpu_time_order(gpu, at)
-    h = np.asarray(high, dtype=bool)[order]
-    starts = _run_starts(g, h)
-    run = np.cumsum(starts)
-    first = np.full(run.max() + 1, np.datetime64("NaT"), dtype="datetime64[ns]")
-    first[run[starts]] = tt[starts]
-    out[order] = np.where(h, first[run], np.datetime64("NaT"))
-    return out
-
-
-def stored_run_began(
-    stored: Sequence[tuple[str, Any, float | None]], uuids: Sequence[str], now: pd.Timestamp, threshold: float
-) -> dict[str, pd.Timestamp]:
-    """For GPUs whose risk is at `threshold` or above now: when that run began, from their stored
-    rounds (gpu_uuid, scored_at, risk); a GPU whose last stored round was below (or has none) is
-    left out: its run begins now."""
-    if not stored or not uuids:
-        return {}
-    gpu = np.asarray([r[0] for r in stored] + list(uuids), dtype=object)
-    at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored] + [pd.Timestamp(now)] * len(uuids))
-    with np.errstate(invalid="ignore"):
-        high = np.r_[np.asarray([np.nan if r[2] is None else r[2] for r in stored], dtype=float) >= threshold,
-                     np.ones(len(uuids), dtype=bool)]  # fmt: skip
-    since = high_since(gpu, at, high)[len(stored) :]
-    now_naive = _naive_utc([now])[0]
-    return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
-
-
 def pending_demote(
     cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any, light: Any = None
 ) -> np.ndarray:
     """Per row: whether a demote by the model still waits for its risk to hold the wait of its
     riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`; since NaT: the run
     begins now)."""
-    c, s = _naive_utc(cutoff), _naive_utc(since)
+    c, s = naive_utc(cutoff), naive_utc(since)
     held_for = c - np.where(np.isnat(s), c, s)
     return np.asarray(held_for < thresholds.wait_for(mode, light))
 
 
-def probation_began(gpu: np.ndarray, at: Any, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
-    """Per row: when a drain or RMA last let the GPU go (its first row after the last one `out`),
-    where the row continues that release without a break; NaT where the row is out itself or no
-    such release leads to it.
-
-    Rows are (GPU, time) points in any order. Without a break: every row of the GPU from the
-    release to this one is out or at `probation_risk` or above, as every round of the service's
-    from then to now decided drain, RMA or demote (a demote's risk is above `probation_risk`;
-    `store.Decisions.released_at` reads the same from the stored decisions)."""
-    n = len(gpu)
-    began = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
-    if n == 0:
-        return began
-    order, g, tt = _in_gpu_time_order(gpu, at)
-    o = np.asarray(out, dtype=bool)[order]
-    with np.errstate(invalid="ignore"):
-        hold = o | (np.asarray(risk, dtype=np.float64)[order] >= thresholds.probation_risk)
-    # Per row (in that order): where its run of held rows starts, and the last row out so far.
-    run_start = np.maximum.accumulate(np.where(_run_starts(g, hold), np.arange(n), -1))
-    last_out = np.maximum.accumulate(np.where(o, np.arange(n), -1))
-    live = hold & ~o & (last_out >= run_start) & (run_start >= 0)
-    began[order[live]] = tt[last_out[live] + 1]
-    return began
-
-
 def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
     """Per row: whether the GPU is on probation, demoted after a drain or RMA let it go at `began`
-    (`probation_began`, or the store's; NaT: none): no drain or RMA holds now (`out` false), its
+    (`replay.probation_began`, or the store's; NaT: none): no drain or RMA holds now (`out` false), its
     risk is at `probation_risk` or above and the release is under `probation_for_s` old."""
-    c, b = _naive_utc(at), np.asarray(began, dtype="datetime64[ns]")
+    c, b = naive_utc(at), np.asarray(began, dtype="datetime64[ns]")
     with np.errstate(invalid="ignore"):
         high = np.asarray(risk, dtype=np.float64) >= thresholds.probation_risk
     age = c - np.where(np.isnat(b), c, b)
@@ -267,31 +205,6 @@ def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -
     )
 
 
-def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray, risk: np.ndarray,
-                 thresholds: Thresholds) -> np.ndarray:  # fmt: skip
-    """Per row: demoted, or held so: a row after a demoted one of its GPU stays demoted while every
-    row between them has risk at `release_level` or above and none before this one is `out` (a drain
-    or RMA: its decision is the drain, and the probation takes over after it).
-
-    Rows are (GPU, time) points in any order, as `probation_began`'s. The service reads the same from
-    its standing decision (`Store.demoted_since`): a demote, and this round's risk at the level."""
-    n = len(gpu)
-    d = np.asarray(demoted, dtype=bool)
-    if n == 0:
-        return d.copy()
-    order, g, _ = _in_gpu_time_order(gpu, at)
-    o = np.asarray(out, dtype=bool)[order]
-    with np.errstate(invalid="ignore"):
-        level = np.asarray(risk, dtype=np.float64)[order] >= thresholds.release_level
-    # A row continues the one before: the same GPU, not out there, and its own risk at the level.
-    goes_on = np.r_[False, (g[1:] == g[:-1]) & ~o[:-1]] & level
-    run_start = np.maximum.accumulate(np.where(~goes_on, np.arange(n), -1))
-    last_demoted = np.maximum.accumulate(np.where(d[order], np.arange(n), -1))
-    held = np.zeros(n, dtype=bool)
-    held[order] = last_demoted >= run_start
-    return held
-
-
 def hold_reason(since: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
     """Why a GPU whose demote stands is still demoted: since when, its risk, and what ends it."""
     return (
@@ -300,44 +213,7 @@ def hold_reason(since: pd.Timestamp, risk: float, thresholds: Thresholds) -> str
     )
 
 
-def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
-    """Hourly (GPU, cutoff) rows (`score.hour_rows`) with `demote`, `probation` and `alert` decided as
-    the service decides them round by round: a model demote stands once the risk has held its
-    riskiest head's wait (a thermal one at light load its own) unless a node finding holds it
-    (`held`), a GPU a drain or RMA let go is demoted while on probation, and a demote is held while
-    the risk stays at the release level (`held_demotes`); `alert` adds the drain/RMA rules (`rule_act`)."""
-    high = (rows["risk"] >= thresholds.demote).to_numpy()
-    gpu = rows["gpu_uuid"].to_numpy()
-    since = high_since(gpu, rows["cutoff"], high)
-    mode, _ = top_heads(rows)
-    out = rows.copy()
-    light = light_load(rows["heat_load_share"], thresholds)
-    pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
-    act = rows["rule_act"].to_numpy(dtype=bool)
-    risk = rows["risk"].to_numpy(dtype=np.float64)
-    out["probation"] = np.zeros(len(rows), dtype=bool)
-    if thresholds.probation_for_s > 0:
-        released = probation_began(gpu, rows["cutoff"], act, risk, thresholds)
-        out["probation"] = on_probation(rows["cutoff"], released, act, risk, thresholds)
-    demoted = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy()
-    out["demote"] = held_demotes(gpu, rows["cutoff"], demoted, act, risk, thresholds)
-    out["alert"] = out["demote"] | act
-    return out
-
-
-def _in_gpu_time_order(gpu: Any, at: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The order of (GPU, time) rows by GPU, then time; the GPUs and naive UTC times in that order."""
-    t = _naive_utc(at)
-    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
-    return order, np.asarray(gpu)[order], t[order]
-
-
-def _run_starts(g: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """Per row, rows in GPU-time order (GPUs `g`): whether a run of its GPU's consecutive flagged rows starts."""
-    return np.asarray(flag & ~np.r_[False, (g[1:] == g[:-1]) & flag[:-1]])
-
-
-def _naive_utc(t: Any) -> np.ndarray:
+def naive_utc(t: Any) -> np.ndarray:
     """Times (aware or naive UTC, any unit) as naive UTC datetime64[ns]."""
     idx = pd.DatetimeIndex(t)
     return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
@@ -420,12 +296,12 @@ def decide(
     instant decides alone.
 
     `released` (per row, with `cutoff`): when a drain or RMA last let the GPU go, where its
-    rounds since continue it without a break (`probation_began`; NaT: none). Where no drain or
+    rounds since continue it without a break (`replay.probation_began`; NaT: none). Where no drain or
     RMA holds now and the risk is at `probation_risk` or above, the GPU is demoted on probation
     (`on_probation`), with a reason saying since when and until when. None: no probation.
 
     `demoted` (per row): since when the GPU's standing decision is a demote (NaT: it is not).
-    Where the risk is at `Thresholds.release_level` or above, the demote is held (`held_demotes`),
+    Where the risk is at `Thresholds.release_level` or above, the demote is held (`replay.held_demotes`),
     with a reason saying since when and what ends it. None: no hold.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,

@@ -17,15 +17,8 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import (
-    Thresholds,
-    apply_waits,
-    decide,
-    held_by_node,
-    high_since,
-    probation_began,
-    stored_run_began,
-)
+from predictor.policy import Thresholds, decide, held_by_node
+from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
 
 DEFAULT_MODEL = "default.skops"
@@ -57,10 +50,10 @@ RiskSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs at the demote threshold now, the cutoff) -> when each one's risk rose to it, if before this round."""
 Released = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs no drain or RMA holds now, at the probation risk or above; the cutoff) -> when a drain or
-RMA let each one go, where its rounds since continue that release (`policy.probation_began`)."""
+RMA let each one go, where its rounds since continue that release (`replay.probation_began`)."""
 Demoted = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs no drain or RMA holds now, at the release level or above; the cutoff) -> since when each
-one's standing decision (the last round's) is a demote, for those it is (`policy.held_demotes`)."""
+one's standing decision (the last round's) is a demote, for those it is (`replay.held_demotes`)."""
 
 
 def score(
@@ -151,7 +144,7 @@ def score(
 
 def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
     """Per feature row (GPU, cutoff): its risks, the rules that fire, whether a node finding holds
-    the model's demote, and the load its heat was judged at: what `policy.apply_waits` decides the
+    the model's demote, and the load its heat was judged at: what `replay.apply_waits` decides the
     rounds from, before any wait (so the evaluation keeps them and decides them again under others)."""
     r = model.predict(x)
     keep = x[["gpu_uuid", "hostname", "model_name", "cutoff", "last_seen"]].copy()
@@ -187,7 +180,7 @@ class HistoryRounds:
     """`score`'s `risk_since`, `released` and `demoted` read from the history itself, as the
     service's stored rounds and decisions would say (`gpuhealth score` has none of its own): the
     asked GPUs' rounds at every hour before the cutoff are scored again and decided as the service
-    decides them (`policy.apply_waits`). The hours of the last question are kept, so a question
+    decides them (`replay.apply_waits`). The hours of the last question are kept, so a question
     about fewer GPUs over no longer a span (the hold's after the probation's) builds nothing again."""
 
     def __init__(

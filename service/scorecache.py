@@ -14,7 +14,7 @@ What "nothing changed" means is part of each file's name, a hash of:
   seed, size) and the risk thresholds the node holds are decided with.
 
 The waits (`Thresholds.wait_for`) are not in the key: scored rows are decided again under the
-current ones (`predictor.policy.apply_waits`, with the probation and the hold). A file that
+current ones (`predictor.replay.apply_waits`, with the probation and the hold). A file that
 cannot be read is made again.
 """
 

@@ -320,7 +320,7 @@ class Decisions:
         A GPU still at drain or RMA is let go `now` (the round being decided is the first without
         it, or it would not be asked); one at demote, when the drain or RMA it took over from
         closed (the same round: a round closes and opens in one transaction, at one time). Any
-        other standing decision, or none, broke the chain: left out (`policy.probation_began`
+        other standing decision, or none, broke the chain: left out (`replay.probation_began`
         reads the same from scored rows)."""
         if not uuids:
             return {}
@@ -347,7 +347,7 @@ class Decisions:
 
     def demoted_since(self, uuids: Sequence[str]) -> dict[str, datetime]:
         """For the GPUs whose standing decision is a demote: when it was opened (the policy holds it
-        while the risk stays at the release level, `policy.held_demotes`); others are left out."""
+        while the risk stays at the release level, `replay.held_demotes`); others are left out."""
         if not uuids:
             return {}
         d = T_DECISIONS.c

@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FLOORS, apply_waits, caught, episodes, evaluate, pr_curve, precision, warned_at_lead
+from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, precision, warned_at_lead
 from predictor.evaluate_report import write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
 from predictor.policy import Thresholds
+from predictor.replay import apply_waits
 from simulator.fleet import SimConfig
 from simulator.models import parse_mix
 from simulator.run import simulate

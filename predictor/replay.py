@@ -1,0 +1,148 @@
+"""Decisions replayed over a GPU's rounds in time order: its runs of high risk, the chain of a
+probation after a drain or RMA, and the hold of a standing demote.
+
+The service decides one round at a time and keeps what carries over in its store (the stored
+rounds, the standing decisions); the evaluation and `gpuhealth score` have only hourly rows, and
+rebuild the same from them here (`apply_waits`), with `policy`'s per-round pieces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from predictor.policy import (
+    Thresholds,
+    light_load,
+    naive_utc,
+    on_probation,
+    pending_demote,
+    top_heads,
+)
+
+
+def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Per row: when the GPU's run of high rows that the row belongs to began (NaT where not high).
+
+    Rows are (GPU, time) points in any order; a run is the GPU's consecutive high rows in time.
+    The evaluation gives every scored hour; the service its stored rounds and the current one.
+    """
+    out = np.full(len(gpu), np.datetime64("NaT"), dtype="datetime64[ns]")
+    if len(gpu) == 0:
+        return out
+    order, g, tt = _in_gpu_time_order(gpu, at)
+    h = np.asarray(high, dtype=bool)[order]
+    starts = _run_starts(g, h)
+    run = np.cumsum(starts)
+    first = np.full(run.max() + 1, np.datetime64("NaT"), dtype="datetime64[ns]")
+    first[run[starts]] = tt[starts]
+    out[order] = np.where(h, first[run], np.datetime64("NaT"))
+    return out
+
+
+def stored_run_began(
+    stored: Sequence[tuple[str, Any, float | None]], uuids: Sequence[str], now: pd.Timestamp, threshold: float
+) -> dict[str, pd.Timestamp]:
+    """For GPUs whose risk is at `threshold` or above now: when that run began, from their stored
+    rounds (gpu_uuid, scored_at, risk); a GPU whose last stored round was below (or has none) is
+    left out: its run begins now."""
+    if not stored or not uuids:
+        return {}
+    gpu = np.asarray([r[0] for r in stored] + list(uuids), dtype=object)
+    at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored] + [pd.Timestamp(now)] * len(uuids))
+    with np.errstate(invalid="ignore"):
+        high = np.r_[np.asarray([np.nan if r[2] is None else r[2] for r in stored], dtype=float) >= threshold,
+                     np.ones(len(uuids), dtype=bool)]  # fmt: skip
+    since = high_since(gpu, at, high)[len(stored) :]
+    now_naive = naive_utc([now])[0]
+    return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
+
+
+def probation_began(gpu: np.ndarray, at: Any, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Per row: when a drain or RMA last let the GPU go (its first row after the last one `out`),
+    where the row continues that release without a break; NaT where the row is out itself or no
+    such release leads to it.
+
+    Rows are (GPU, time) points in any order. Without a break: every row of the GPU from the
+    release to this one is out or at `probation_risk` or above, as every round of the service's
+    from then to now decided drain, RMA or demote (a demote's risk is above `probation_risk`;
+    `store.Decisions.released_at` reads the same from the stored decisions)."""
+    n = len(gpu)
+    began = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
+    if n == 0:
+        return began
+    order, g, tt = _in_gpu_time_order(gpu, at)
+    o = np.asarray(out, dtype=bool)[order]
+    with np.errstate(invalid="ignore"):
+        hold = o | (np.asarray(risk, dtype=np.float64)[order] >= thresholds.probation_risk)
+    # Per row (in that order): where its run of held rows starts, and the last row out so far.
+    run_start = np.maximum.accumulate(np.where(_run_starts(g, hold), np.arange(n), -1))
+    last_out = np.maximum.accumulate(np.where(o, np.arange(n), -1))
+    live = hold & ~o & (last_out >= run_start) & (run_start >= 0)
+    began[order[live]] = tt[last_out[live] + 1]
+    return began
+
+
+def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray, risk: np.ndarray,
+                 thresholds: Thresholds) -> np.ndarray:  # fmt: skip
+    """Per row: demoted, or held so: a row after a demoted one of its GPU stays demoted while every
+    row between them has risk at `release_level` or above and none before this one is `out` (a drain
+    or RMA: its decision is the drain, and the probation takes over after it).
+
+    Rows are (GPU, time) points in any order, as `probation_began`'s. The service reads the same from
+    its standing decision (`Store.demoted_since`): a demote, and this round's risk at the level."""
+    n = len(gpu)
+    d = np.asarray(demoted, dtype=bool)
+    if n == 0:
+        return d.copy()
+    order, g, _ = _in_gpu_time_order(gpu, at)
+    o = np.asarray(out, dtype=bool)[order]
+    with np.errstate(invalid="ignore"):
+        level = np.asarray(risk, dtype=np.float64)[order] >= thresholds.release_level
+    # A row continues the one before: the same GPU, not out there, and its own risk at the level.
+    goes_on = np.r_[False, (g[1:] == g[:-1]) & ~o[:-1]] & level
+    run_start = np.maximum.accumulate(np.where(~goes_on, np.arange(n), -1))
+    last_demoted = np.maximum.accumulate(np.where(d[order], np.arange(n), -1))
+    held = np.zeros(n, dtype=bool)
+    held[order] = last_demoted >= run_start
+    return held
+
+
+def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
+    """Hourly (GPU, cutoff) rows (`score.hour_rows`) with `demote`, `probation` and `alert` decided as
+    the service decides them round by round: a model demote stands once the risk has held its
+    riskiest head's wait (a thermal one at light load its own) unless a node finding holds it
+    (`held`), a GPU a drain or RMA let go is demoted while on probation, and a demote is held while
+    the risk stays at the release level (`held_demotes`); `alert` adds the drain/RMA rules (`rule_act`)."""
+    high = (rows["risk"] >= thresholds.demote).to_numpy()
+    gpu = rows["gpu_uuid"].to_numpy()
+    since = high_since(gpu, rows["cutoff"], high)
+    mode, _ = top_heads(rows)
+    out = rows.copy()
+    light = light_load(rows["heat_load_share"], thresholds)
+    pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
+    act = rows["rule_act"].to_numpy(dtype=bool)
+    risk = rows["risk"].to_numpy(dtype=np.float64)
+    out["probation"] = np.zeros(len(rows), dtype=bool)
+    if thresholds.probation_for_s > 0:
+        released = probation_began(gpu, rows["cutoff"], act, risk, thresholds)
+        out["probation"] = on_probation(rows["cutoff"], released, act, risk, thresholds)
+    demoted = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy()
+    out["demote"] = held_demotes(gpu, rows["cutoff"], demoted, act, risk, thresholds)
+    out["alert"] = out["demote"] | act
+    return out
+
+
+def _in_gpu_time_order(gpu: Any, at: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The order of (GPU, time) rows by GPU, then time; the GPUs and naive UTC times in that order."""
+    t = naive_utc(at)
+    order = np.lexsort((t, pd.factorize(np.asarray(gpu))[0]))
+    return order, np.asarray(gpu)[order], t[order]
+
+
+def _run_starts(g: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Per row, rows in GPU-time order (GPUs `g`): whether a run of its GPU's consecutive flagged rows starts."""
+    return np.asarray(flag & ~np.r_[False, (g[1:] == g[:-1]) & flag[:-1]])
