@@ -113,23 +113,21 @@ def score(
     explained = model.explain(x, risk, flagged)
     risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
     hits = evaluate_rules(x)
-    since = None
-    if risk_since is not None and th.longest_wait > pd.Timedelta(0):  # with no wait, no earlier round matters
-        high = (risk["risk"].to_numpy() >= th.demote) & ~thin
-        began = risk_since([str(u) for u in x.loc[high, "gpu_uuid"]], cutoff) if high.any() else {}
-        since = _per_row(x, began)
-    rel = held = None
+    r = risk["risk"].to_numpy()
     out_now = x.index.isin(hits.loc[hits["action"].isin(OUT_OF_SERVICE), "row"])
-    if released is not None and th.probation_for_s > 0:
+
+    def ask(question: RiskSince | Released | Demoted | None, level: float, could: np.ndarray) -> np.ndarray | None:
+        """Per row, what `question` says of the scored GPUs at `level` or above for which `could`."""
+        if question is None:
+            return None
         with np.errstate(invalid="ignore"):
-            could = (risk["risk"].to_numpy() >= th.probation_risk) & ~thin & ~out_now
-        went = released([str(u) for u in x.loc[could, "gpu_uuid"]], cutoff) if could.any() else {}
-        rel = _per_row(x, went)
-    if demoted is not None:
-        with np.errstate(invalid="ignore"):
-            could = (risk["risk"].to_numpy() >= th.release_level) & ~thin & ~out_now
-        standing = demoted([str(u) for u in x.loc[could, "gpu_uuid"]], cutoff) if could.any() else {}
-        held = _per_row(x, standing)
+            asked = could & ~thin & (r >= level)
+        return _per_row(x, question([str(u) for u in x.loc[asked, "gpu_uuid"]], cutoff) if asked.any() else {})
+
+    # With no wait no earlier round matters; the probation and the hold need no drain or RMA now.
+    since = ask(risk_since if th.longest_wait > pd.Timedelta(0) else None, th.demote, np.ones(len(x), dtype=bool))
+    rel = ask(released if th.probation_for_s > 0 else None, th.probation_risk, ~out_now)
+    held = ask(demoted, th.release_level, ~out_now)
     decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel, demoted=held)
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
@@ -231,20 +229,6 @@ class HistoryRounds:
         last = rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()  # each GPU's last round (a RangeIndex)
         return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(gpu[last], since[last], strict=True)
                 if not np.isnat(t)}  # fmt: skip
-
-
-def history_released(
-    model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
-) -> Released:
-    """`score`'s `released` read from the history itself (`HistoryRounds.released`)."""
-    return HistoryRounds(model, frame, thresholds, failures).released
-
-
-def history_risk_since(
-    model: RiskModel, frame: pd.DataFrame, thresholds: Thresholds, failures: pd.DataFrame | None = None
-) -> RiskSince:
-    """`score`'s `risk_since` read from the history itself (`HistoryRounds.risk_since`)."""
-    return HistoryRounds(model, frame, thresholds, failures).risk_since
 
 
 def _hours_before(

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from predictor.policy import Thresholds
-from predictor.score import history_released, history_risk_since, score
+from predictor.score import HistoryRounds, score
 from service.scorer import Scorer
 from store import Store
 from tests.service.tiny_model import constant_model, silent_model
@@ -84,8 +84,8 @@ def test_gpuhealth_score_reads_the_release_from_the_history() -> None:
 
     def at(hour: int, th: Thresholds = long_wait) -> pd.Series:
         out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=hour)), thresholds=th,
-                    risk_since=history_risk_since(model, frame, th),
-                    released=history_released(model, frame, th))  # fmt: skip
+                    risk_since=HistoryRounds(model, frame, th).risk_since,
+                    released=HistoryRounds(model, frame, th).released)  # fmt: skip
         return out.iloc[0]
 
     assert at(1)["decision"] == "drain"
@@ -97,6 +97,6 @@ def test_gpuhealth_score_reads_the_release_from_the_history() -> None:
     # A GPU never drained is not on probation: the same history without the remap.
     clean = frame.assign(row_remap_pending=0.0)
     out = score(model, clean, at=pd.Timestamp(DAY3 + timedelta(hours=4)), thresholds=long_wait,
-                risk_since=history_risk_since(model, clean, long_wait),
-                released=history_released(model, clean, long_wait))  # fmt: skip
+                risk_since=HistoryRounds(model, clean, long_wait).risk_since,
+                released=HistoryRounds(model, clean, long_wait).released)  # fmt: skip
     assert out["decision"].tolist() == ["watch"]
