@@ -217,12 +217,10 @@ def serve(
     log_level: LogLevelOpt = None,
 ) -> None:
     """Collect (or pull from Prometheus), keep history, score every GPU and answer over REST and /metrics."""
-    from gpuhealth.serve import build_service
     from predictor.policy import Thresholds
 
     s = load_settings()
     level = log_level or s.log_level
-    setup_logging(level)
     try:
         host, port = parse_listen(listen or s.api_listen)
         score_s = parse_duration(score_interval or s.score_interval)
@@ -235,6 +233,12 @@ def serve(
     lease = _lease_plan(s, src, replica_id, lease_seconds)
     retention = retention_from_settings(s)
     acting = actuator_plan(s, actuate, actuate_target)
+    # The service's modules (the API, the store, the model) take seconds to load: only once the
+    # flags are known good, so that a mistyped one is answered at once; and before the logging
+    # is set up, as the checks above are, so that what the modules say as they load stays quiet.
+    from gpuhealth.serve import build_service
+
+    setup_logging(level)
     check_port(host, port)
     token = _token(s, token_file)
     m = _load_model(s, model)
