@@ -71,6 +71,14 @@ class Thresholds:
     light_load_share: float = 0.5
     """At light load: the GPU's power over the last 6 h is under this share of its baseline's
     (`heat_load_share`). 0: never."""
+    thermal_agree_z: float = 2.0
+    """A thermal demote stands without its wait when two readings of the GPU's own cooling agree,
+    each at least this many σ (`witnesses_agree`): the core's heat excess over both its own past
+    and its node (`heat_excess_z`), and the memory-core spread over 6 h against its own 30 days
+    (`mem_spread_z`). A sensor's excursion lifts one of them (a core sensor reading high narrows
+    the spread); the room, a node's incident and its fans move core and memory together, so they
+    lift neither. Not at light load, where heat is judged by extrapolation. 0: never. A policy
+    choice; docs/model.md measures it."""
     probation_risk: float = 0.1
     """After a drain or RMA lets a GPU go (its criterion holds no more: a pending row remap
     taken by a reset, a DBE a week old), the GPU stays demoted while its risk is at or above
@@ -106,6 +114,8 @@ class Thresholds:
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
         if not (0.0 <= self.light_load_share <= 1.0):
             raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
+        if not (0.0 <= self.thermal_agree_z < float("inf")):
+            raise ValueError(f"thermal_agree_z must be a number of σ >= 0 (0: never); got {self.thermal_agree_z}")
         if not (0.0 < self.probation_risk <= self.demote):
             raise ValueError(
                 f"probation_risk must satisfy 0 < probation_risk <= demote ({self.demote}); got {self.probation_risk}"
@@ -123,8 +133,8 @@ class Thresholds:
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
-        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, _PROBATION_RISK,
-        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z,
+        _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -139,7 +149,7 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
-            probation_risk=s.probation_risk, release=s.release_threshold, **waits,
+            thermal_agree_z=s.thermal_agree_z, probation_risk=s.probation_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
 
     @property
@@ -181,6 +191,45 @@ def pending_demote(
     c, s = naive_utc(cutoff), naive_utc(since)
     held_for = c - np.where(np.isnat(s), c, s)
     return np.asarray(held_for < thresholds.wait_for(mode, light))
+
+
+WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z")
+"""The feature columns a model demote's wait reads beside the risk (`demote_waits`): kept with the
+hourly rows that are decided again under other waits (`score.hour_rows`)."""
+
+
+def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row of `table` (features, or `score.hour_rows`' rows): whether its demote, thermal by its
+    riskiest head `mode`, stands without its wait because two readings of the GPU's own cooling agree
+    (`Thresholds.thermal_agree_z`; not at light load, `light`)."""
+    z = thresholds.thermal_agree_z
+    if z <= 0:
+        return np.zeros(len(table), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        both = (_column(table, "heat_excess_z") >= z) & (_column(table, "mem_spread_z") >= z)
+    thermal = np.asarray(mode, dtype=object) == HEADS["risk_thermal"]
+    return np.asarray(both & thermal & ~np.asarray(light, dtype=bool))
+
+
+def demote_waits(
+    table: pd.DataFrame, since: np.ndarray, thresholds: Thresholds, mode: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `table` (with `cutoff`, `heat_load_share`, `heat_excess_z`, `mem_spread_z`): whether
+    a demote by the model still waits (`pending_demote`, its light-load wait included), and whether it
+    would, but two readings agree (`witnesses_agree`) and it stands now."""
+    light = light_load(_column(table, "heat_load_share"), thresholds)
+    pending = pending_demote(table["cutoff"], since, thresholds, mode, light)
+    agree = pending & witnesses_agree(table, mode, light, thresholds)
+    return pending & ~agree, agree
+
+
+def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:
+    """Why a thermal demote stands before its wait is over: the two readings that agree."""
+    return (
+        f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait: two readings of its own cooling "
+        f"agree: the core runs {heat_z:+.1f} σ hot against its own past and its node, and the memory-core "
+        f"spread is {spread_z:+.1f} σ wide against its own 30 days (each at {thresholds.thermal_agree_z:g} σ or more)"
+    )
 
 
 def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
@@ -327,11 +376,12 @@ def decide(
     mode, _ = top_heads(risk)
     held = _node_held(features, mode, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
-    pending = np.zeros(n, dtype=bool)
+    pending = agreed = np.zeros(n, dtype=bool)
     load_share = _column(features, "heat_load_share")
     if since is not None and thresholds.longest_wait > pd.Timedelta(0):
-        light = light_load(load_share, thresholds)
-        pending = (model_sev == SEVERITY["demote"]) & pending_demote(features["cutoff"], since, thresholds, mode, light)
+        waits, cut_short = demote_waits(features, since, thresholds, mode)
+        pending = (model_sev == SEVERITY["demote"]) & waits
+        agreed = (model_sev == SEVERITY["demote"]) & cut_short
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
     probation, hold = _standing_demotes(features, r, rule_sev >= SEVERITY["drain"], thresholds, released, demoted)
@@ -354,6 +404,8 @@ def decide(
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
         reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i])))
+    # ... or why it did not wait, where two readings agree.
+    _add_agree_reasons(reasons, features, np.flatnonzero(agreed & (model_sev == final)), thresholds)
     # ... or the probation's, where it set the decision (the model's reasons then say why the risk).
     probation_set = probation & (final == SEVERITY["demote"]) & (model_sev < final)
     for i in np.flatnonzero(probation_set):
@@ -378,6 +430,15 @@ def decide(
     out = pd.DataFrame({"decision": decision}, index=features.index)
     out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
     return out
+
+
+def _add_agree_reasons(
+    reasons: list[list[str]], features: pd.DataFrame, rows: np.ndarray, thresholds: Thresholds
+) -> None:
+    """Append to `rows`' reasons why their thermal demote did not wait: the two readings (`agree_reason`)."""
+    heat_z, spread_z = _column(features, "heat_excess_z"), _column(features, "mem_spread_z")
+    for i in rows:
+        reasons[i].append(agree_reason(float(heat_z[i]), float(spread_z[i]), thresholds))
 
 
 def _standing_demotes(

@@ -16,10 +16,9 @@ import pandas as pd
 
 from predictor.policy import (
     Thresholds,
-    light_load,
+    demote_waits,
     naive_utc,
     on_probation,
-    pending_demote,
     top_heads,
 )
 
@@ -122,8 +121,7 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     since = high_since(gpu, rows["cutoff"], high)
     mode, _ = top_heads(rows)
     out = rows.copy()
-    light = light_load(rows["heat_load_share"], thresholds)
-    pending = pending_demote(rows["cutoff"], since, thresholds, mode, light)
+    pending, _ = demote_waits(rows, since, thresholds, mode)
     act = rows["rule_act"].to_numpy(dtype=bool)
     risk = rows["risk"].to_numpy(dtype=np.float64)
     out["probation"] = np.zeros(len(rows), dtype=bool)

@@ -17,7 +17,7 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import Thresholds, decide, held_by_node
+from predictor.policy import WAIT_INPUTS, Thresholds, decide, held_by_node
 from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
 
@@ -153,8 +153,10 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
     keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
     # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
     keep["held"] = held_by_node(x, r, th)
-    # The load the heat was judged at: a thermal demote waits longer at light load.
-    keep["heat_load_share"] = x["heat_load_share"].to_numpy()
+    # What the waits read beside the risk (`policy.demote_waits`): the load the heat was judged at
+    # (a thermal demote waits longer at light load) and the two readings that cut a thermal wait short.
+    for col in WAIT_INPUTS:
+        keep[col] = x[col].to_numpy()
     return keep
 
 
@@ -268,7 +270,7 @@ def _hours_before(
 
 def _no_hours() -> pd.DataFrame:
     """`_hours_before`'s answer where there are no hours: `hour_rows`' columns, no rows."""
-    cols = ["gpu_uuid", "hostname", "model_name", "risk", *[f"risk_{m}" for m in MODES], "heat_load_share"]
+    cols = ["gpu_uuid", "hostname", "model_name", "risk", *[f"risk_{m}" for m in MODES], *WAIT_INPUTS]
     out = pd.DataFrame({c: pd.Series(dtype=object if c in cols[:3] else np.float64) for c in cols})
     out["cutoff"] = out["last_seen"] = pd.to_datetime([], utc=True)
     for c in ("rule_alert", "rule_act", "held"):

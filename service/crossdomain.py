@@ -62,9 +62,10 @@ class Plan:
     decision to ship it. 928-929's once with version 8's models, judged with and without the node hold's
     memory-core spread (`predictor.node.NodeHeat.stands_out_z`), for the decision to ship it (not
     in the docs' tables); 930-931's the same way for the hold of a standing demote
-    (`policy.Thresholds.release`). 907-912, 915, 916 and 932-935 were spent on versions and
-    policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours at
-    watch, docs/model.md): the next clean seed is 936."""
+    (`policy.Thresholds.release`), and 936-937's for the thermal demote that stands at once where two
+    readings agree (`policy.Thresholds.thermal_agree_z`). 907-912, 915, 916 and 932-935 were spent
+    on versions and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after
+    four hours at watch, docs/model.md): the next clean seed is 938."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

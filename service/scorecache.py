@@ -33,7 +33,7 @@ import pandas as pd
 
 from predictor.evaluate import Scored
 from predictor.model import ModelError, RiskModel
-from predictor.policy import Thresholds
+from predictor.policy import WAIT_INPUTS, Thresholds
 
 if TYPE_CHECKING:
     from service.crossdomain import Plan
@@ -42,7 +42,7 @@ Progress = Callable[[str], None]
 PACKAGES = ("core", "predictor", "simulator")
 """The packages whose source the kept work depends on."""
 SCORED_COLUMNS = ("gpu_uuid", "hostname", "model_name", "cutoff", "last_seen", "risk", "risk_ecc", "risk_thermal",
-                  "risk_pcie", "rule_alert", "rule_act", "held", "heat_load_share")  # fmt: skip
+                  "risk_pcie", "rule_alert", "rule_act", "held", *WAIT_INPUTS)  # fmt: skip
 """What is kept of scored rows: all but the decisions the waits make (`demote`, `alert`)."""
 
 

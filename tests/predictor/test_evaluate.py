@@ -127,6 +127,31 @@ def test_the_evaluation_decides_a_thermal_demote_at_light_load_as_the_service_do
     assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 3 * HOUR).all()
 
 
+def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_the_service_does() -> None:
+    """Kept scored rows keep the two readings (`policy.WAIT_INPUTS`): where the core's heat and the
+    memory-core spread both reach 2 σ, a thermal demote stands at once (at light load it still waits)."""
+    hours = pd.date_range(T, periods=8, freq="1h")
+    gpus = {"agree": (2.5, 2.5, 1.0), "one": (2.5, 0.5, 1.0), "idle": (2.5, 2.5, 0.2), "later": (2.5, 2.5, 1.0)}
+    rows = pd.concat(
+        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
+                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": share,
+                       "heat_excess_z": heat, "mem_spread_z": [spread if g != "later" or k >= 1 else 0.0
+                                                               for k in range(8)]})
+         for g, (heat, spread, share) in gpus.items()],
+        ignore_index=True,
+    )  # fmt: skip
+    out = apply_waits(rows, Thresholds())
+    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    # "idle": 8 hours at light load, its 12 h wait is not over; "later": the spread agrees an hour in.
+    assert first.to_dict() == {"agree": T, "one": T + 3 * HOUR, "later": T + HOUR}
+    off = apply_waits(rows, Thresholds(thermal_agree_z=0))
+    assert off[off["demote"]].groupby("gpu_uuid")["cutoff"].min().to_dict() == {
+        "agree": T + 3 * HOUR,
+        "one": T + 3 * HOUR,
+        "later": T + 3 * HOUR,
+    }
+
+
 def test_alert_runs_two_days_apart_are_two_episodes() -> None:
     run1 = [T - 5 * DAY + k * 2 * HOUR for k in range(3)]  # 3 alerts 2 h apart
     run2 = [run1[-1] + 2 * DAY, run1[-1] + 2 * DAY + 2 * HOUR]
