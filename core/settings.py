@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     demote_for: str = "3h"  # ... once the risk has held that long (an alert rule's `for:`); 0 = at once
     demote_for_ecc: str = "12h"  # ... the same, where the riskiest head is ECC (memory wears out over days)
     demote_for_pcie: str = "3h"  # ... and where it is PCIe (longer: fewer alarms on bursty links, less lead)
+    demote_for_pcie_habit: str = "6h"  # ... where it is PCIe on a link replaying out of habit (under pcie_surprise_z)
+    pcie_surprise_z: float = 3.0  # a link's replaying hours over 6 h under this σ of its own month: habit; 0 = never
     demote_for_light_load: str = "12h"  # ... where it is thermal on a GPU at light load (heat judged by extrapolation)
     light_load_share: float = 0.5  # light load: 6 h power under this share of the heat baseline's; 0 = never
     thermal_agree_z: float = 2.0  # thermal demote at once where heat and memory spread agree at this σ; 0 = never

@@ -61,6 +61,15 @@ class Thresholds:
     looking bad. Measured (docs/model.md): 6 h took out a fifth of the false episodes on the
     simulator's held-out families, but on the independent generator it lost 3 of 102 PCIe
     catches for 7 of about 700 false episodes, so the default stays the thermal wait's 3 h."""
+    pcie_habit_demote_for_s: float = 6 * 3600.0
+    """The wait of a PCIe demote on a link that replays out of habit (`habitual_link`; seconds, at
+    least the PCIe wait): its hours with new replays over the last 6 h stand less than
+    `pcie_surprise_z` σ out of its own month (`replay_surprise_6h`; not known counts as habit). A
+    healthy link that bursts now and then lifts the PCIe risk for the 5-6 h its burst spends in the
+    feature window; a degrading link's replaying hours are new to it. docs/model.md measures it."""
+    pcie_surprise_z: float = 3.0
+    """How far (σ) a link's replaying hours over 6 h must stand out of its own month for its PCIe
+    demote to keep the PCIe wait (`pcie_demote_for_s`); under it, `pcie_habit_demote_for_s`. 0: never."""
     light_load_demote_for_s: float = 12 * 3600.0
     """The wait of a thermal demote while the GPU is at light load (`light_load`; seconds, at
     least the thermal wait). Its heat is then judged far below the load of the baseline it is
@@ -109,11 +118,14 @@ class Thresholds:
             ("demote_for_ecc", self.ecc_demote_for_s),
             ("demote_for_pcie", self.pcie_demote_for_s),
             ("demote_for_light_load", self.light_load_demote_for_s),
+            ("demote_for_pcie_habit", self.pcie_habit_demote_for_s),
         ):
             if not (0.0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
         if not (0.0 <= self.light_load_share <= 1.0):
             raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
+        if not (0.0 <= self.pcie_surprise_z < float("inf")):
+            raise ValueError(f"pcie_surprise_z must be a number of σ >= 0 (0: never); got {self.pcie_surprise_z}")
         if not (0.0 <= self.thermal_agree_z < float("inf")):
             raise ValueError(f"thermal_agree_z must be a number of σ >= 0 (0: never); got {self.thermal_agree_z}")
         if not (0.0 < self.probation_risk <= self.demote):
@@ -133,14 +145,15 @@ class Thresholds:
     @classmethod
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
-        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z,
-        _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
+        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
             ("ecc_demote_for_s", "GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
             ("pcie_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
             ("light_load_demote_for_s", "GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
+            ("pcie_habit_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE_HABIT", s.demote_for_pcie_habit),
             ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
         ):
             try:
@@ -149,19 +162,23 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
-            thermal_agree_z=s.thermal_agree_z, probation_risk=s.probation_risk, release=s.release_threshold, **waits,
+            thermal_agree_z=s.thermal_agree_z, pcie_surprise_z=s.pcie_surprise_z, probation_risk=s.probation_risk,
+            release=s.release_threshold, **waits,
         )  # fmt: skip
 
     @property
     def longest_wait(self) -> pd.Timedelta:
         """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
         light = self.light_load_demote_for_s if self.light_load_share > 0 else 0.0
-        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s, light))
+        habit = self.pcie_habit_demote_for_s if self.pcie_surprise_z > 0 else 0.0
+        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s, light, habit))
 
-    def wait_for(self, mode: Any, light: Any = None) -> np.ndarray:
+    def wait_for(self, mode: Any, light: Any = None, habit: Any = None) -> np.ndarray:
         """Per row, the wait of a demote whose riskiest head is `mode` ("ECC", "thermal", "PCIe", "";
         `top_heads`' names), as timedelta64[ns]; with `light` (per row, `light_load`), a thermal
-        one at light load waits the longer of its wait and `light_load_demote_for_s`."""
+        one at light load waits the longer of its wait and `light_load_demote_for_s`; with `habit`
+        (per row, `habitual_link`), a PCIe one on such a link the longer of its wait and
+        `pcie_habit_demote_for_s`."""
         m = np.asarray(mode, dtype=object)
         seconds = np.select(
             [m == HEADS["risk_ecc"], m == HEADS["risk_pcie"]],
@@ -171,6 +188,9 @@ class Thresholds:
         if light is not None:
             idle = (m == HEADS["risk_thermal"]) & np.asarray(light, dtype=bool)
             seconds = np.where(idle, np.maximum(seconds, self.light_load_demote_for_s), seconds)
+        if habit is not None:
+            calm = (m == HEADS["risk_pcie"]) & np.asarray(habit, dtype=bool)
+            seconds = np.where(calm, np.maximum(seconds, self.pcie_habit_demote_for_s), seconds)
         return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
 
 
@@ -182,18 +202,28 @@ def light_load(share: Any, thresholds: Thresholds) -> np.ndarray:
         return np.asarray(x < thresholds.light_load_share)
 
 
+def habitual_link(surprise: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether its link replays out of habit, its hours with new replays over 6 h less
+    than `pcie_surprise_z` σ out of its own month (`replay_surprise_6h`, NaN: not known, so habit)."""
+    x = np.asarray(surprise, dtype=np.float64)
+    if thresholds.pcie_surprise_z <= 0:
+        return np.zeros(x.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(~(x >= thresholds.pcie_surprise_z))
+
+
 def pending_demote(
-    cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any, light: Any = None
+    cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any, light: Any = None, habit: Any = None
 ) -> np.ndarray:
     """Per row: whether a demote by the model still waits for its risk to hold the wait of its
-    riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`; since NaT: the run
-    begins now)."""
+    riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`, on a link replaying
+    out of habit where `habit`; since NaT: the run begins now)."""
     c, s = naive_utc(cutoff), naive_utc(since)
     held_for = c - np.where(np.isnat(s), c, s)
-    return np.asarray(held_for < thresholds.wait_for(mode, light))
+    return np.asarray(held_for < thresholds.wait_for(mode, light, habit))
 
 
-WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z")
+WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z", "replay_surprise_6h")
 """The feature columns a model demote's wait reads beside the risk (`demote_waits`): kept with the
 hourly rows that are decided again under other waits (`score.hour_rows`)."""
 
@@ -214,11 +244,12 @@ def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thre
 def demote_waits(
     table: pd.DataFrame, since: np.ndarray, thresholds: Thresholds, mode: Any
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of `table` (with `cutoff`, `heat_load_share`, `heat_excess_z`, `mem_spread_z`): whether
-    a demote by the model still waits (`pending_demote`, its light-load wait included), and whether it
-    would, but two readings agree (`witnesses_agree`) and it stands now."""
+    """Per row of `table` (with `cutoff` and `WAIT_INPUTS`): whether a demote by the model still waits
+    (`pending_demote`, its light-load and habitual-link waits included), and whether it would, but two
+    readings agree (`witnesses_agree`) and it stands now."""
     light = light_load(_column(table, "heat_load_share"), thresholds)
-    pending = pending_demote(table["cutoff"], since, thresholds, mode, light)
+    habit = habitual_link(_column(table, "replay_surprise_6h"), thresholds)
+    pending = pending_demote(table["cutoff"], since, thresholds, mode, light, habit)
     agree = pending & witnesses_agree(table, mode, light, thresholds)
     return pending & ~agree, agree
 
@@ -268,21 +299,35 @@ def naive_utc(t: Any) -> np.ndarray:
     return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
 
 
-def pending_reason(since: pd.Timestamp, thresholds: Thresholds, mode: str, load_share: float | None = None) -> str:
+def pending_reason(
+    since: pd.Timestamp,
+    thresholds: Thresholds,
+    mode: str,
+    load_share: float | None = None,
+    surprise: float | None = None,
+) -> str:
     """Why a demote by the model is a watch for now: since when its risk is high, and until when it
     must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
-    light load, which also stands once the load returns; None or NaN: the load is not known)."""
+    light load, which also stands once the load returns; None or NaN: the load is not known; with
+    `surprise`, a PCIe one on a link replaying out of habit)."""
     light = load_share is not None and bool(light_load([load_share], thresholds)[0])
-    wait = thresholds.wait_for([mode], [light])[0]
+    habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
+    wait = thresholds.wait_for([mode], [light], [habit])[0]
     due = since + pd.Timedelta(wait)
     text = (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
         f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
     )
-    if wait > thresholds.wait_for([mode])[0]:  # the light-load wait is the one that holds it
+    if wait > thresholds.wait_for([mode])[0] and light:  # the light-load wait is the one that holds it
         text += (
             f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
             "where heat is judged by extrapolation"
+        )
+    elif wait > thresholds.wait_for([mode])[0]:  # the habitual link's
+        seen = "not known" if surprise is None or np.isnan(surprise) else f"{surprise:+.1f} σ"
+        text += (
+            f": its link replays out of habit (its hours with new replays over 6 h stand {seen} out of its own "
+            f"month, under {thresholds.pcie_surprise_z:g} σ)"
         )
     return text
 
@@ -377,7 +422,7 @@ def decide(
     held = _node_held(features, mode, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
     pending = agreed = np.zeros(n, dtype=bool)
-    load_share = _column(features, "heat_load_share")
+    load_share, surprise = _column(features, "heat_load_share"), _column(features, "replay_surprise_6h")
     if since is not None and thresholds.longest_wait > pd.Timedelta(0):
         waits, cut_short = demote_waits(features, since, thresholds, mode)
         pending = (model_sev == SEVERITY["demote"]) & waits
@@ -403,7 +448,7 @@ def decide(
     for i in np.flatnonzero(pending & (model_sev == final)):
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
-        reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i])))
+        reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i]), float(surprise[i])))
     # ... or why it did not wait, where two readings agree.
     _add_agree_reasons(reasons, features, np.flatnonzero(agreed & (model_sev == final)), thresholds)
     # ... or the probation's, where it set the decision (the model's reasons then say why the risk).

@@ -63,9 +63,10 @@ class Plan:
     memory-core spread (`predictor.node.NodeHeat.stands_out_z`), for the decision to ship it (not
     in the docs' tables); 930-931's the same way for the hold of a standing demote
     (`policy.Thresholds.release`), and 936-937's for the thermal demote that stands at once where two
-    readings agree (`policy.Thresholds.thermal_agree_z`). 907-912, 915, 916 and 932-935 were spent
-    on versions and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after
-    four hours at watch, docs/model.md): the next clean seed is 938."""
+    readings agree (`policy.Thresholds.thermal_agree_z`), 938-939's for the 6 h wait of a PCIe demote
+    on a link replaying out of habit (`policy.Thresholds.pcie_surprise_z`). 907-912, 915, 916 and
+    932-935 were spent on versions and policies not shipped (934-935 on a 5 h PCIe wait with the
+    thermal demote after four hours at watch, docs/model.md): the next clean seed is 940."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

@@ -152,6 +152,24 @@ def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_th
     }
 
 
+def test_the_evaluation_lets_a_habitual_links_pcie_demote_wait_six_hours_as_the_service_does() -> None:
+    """Kept scored rows keep the link's surprise (`policy.WAIT_INPUTS`): a PCIe demote on a link whose
+    replaying hours stand under 3 σ out of its own month waits 6 h, a surprising one 3 h."""
+    hours = pd.date_range(T, periods=8, freq="1h")
+    rows = pd.concat(
+        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.0,
+                       "risk_pcie": 0.9, "held": False, "rule_act": False, "heat_load_share": 1.0,
+                       "replay_surprise_6h": z})
+         for g, z in {"habit": 2.0, "new": 5.0}.items()],
+        ignore_index=True,
+    )  # fmt: skip
+    out = apply_waits(rows, Thresholds())
+    assert out[out["demote"]].groupby("gpu_uuid")["cutoff"].min().to_dict() == {
+        "habit": T + 6 * HOUR,
+        "new": T + 3 * HOUR,
+    }
+
+
 def test_alert_runs_two_days_apart_are_two_episodes() -> None:
     run1 = [T - 5 * DAY + k * 2 * HOUR for k in range(3)]  # 3 alerts 2 h apart
     run2 = [run1[-1] + 2 * DAY, run1[-1] + 2 * DAY + 2 * HOUR]

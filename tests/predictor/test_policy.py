@@ -16,6 +16,7 @@ from predictor.policy import (
     Thresholds,
     decide,
     decision_changes,
+    habitual_link,
     light_load,
     on_probation,
     witnesses_agree,
@@ -429,6 +430,7 @@ def test_an_ecc_demote_waits_half_a_day() -> None:
     """Memory wears out over days, a burst of corrected errors on a healthy GPU lasts hours: the
     wait is the riskiest head's, 12 h for ECC, 3 h for thermal and PCIe; PCIe's is a setting of its own."""
     f = frame(HEALTHY, HEALTHY, HEALTHY, HEALTHY)
+    f["replay_surprise_6h"] = 5.0  # its link's replays are new to it (`habitual_link`: no longer wait)
     since = naive("2026-02-28 20:00", "2026-02-28 12:00", "2026-02-28 20:00", "2026-02-28 20:00")
     risk = risk_frame(f.index, [0.9] * 4, risk_ecc=[0.9, 0.9, 0.2, 0.2],
                       risk_thermal=[0.1, 0.1, 0.9, 0.2], risk_pcie=[0.0, 0.0, 0.0, 0.9])  # fmt: skip
@@ -447,11 +449,12 @@ def test_an_ecc_demote_waits_half_a_day() -> None:
     assert pcie["reasons"].iat[3][0].endswith("it is demoted if that holds until 2026-03-01 02:00 UTC")
     assert Thresholds().longest_wait == pd.Timedelta(hours=12)
     assert Thresholds(ecc_demote_for_s=0, pcie_demote_for_s=16 * 3600).longest_wait == pd.Timedelta(hours=16)
-    none = Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_demote_for_s=0)
-    assert none.longest_wait == pd.Timedelta(0)
-    assert Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_share=0).longest_wait == (
-        pd.Timedelta(0)
+    none = Thresholds(
+        demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_demote_for_s=0, pcie_habit_demote_for_s=0
     )
+    assert none.longest_wait == pd.Timedelta(0)
+    off = Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_share=0, pcie_surprise_z=0)
+    assert off.longest_wait == pd.Timedelta(0)
 
 
 def test_a_thermal_demote_at_light_load_waits_half_a_day_or_for_the_load_to_return() -> None:
@@ -508,6 +511,43 @@ def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree
     light = light_load(f["heat_load_share"], Thresholds())
     assert witnesses_agree(f, mode, light, Thresholds()).tolist() == [True, True, False, False, False, False, False]
     assert not witnesses_agree(f.drop(columns=["mem_spread_z"]), mode, light, Thresholds()).any()
+
+
+def test_a_pcie_demote_on_a_link_replaying_out_of_habit_waits_six_hours() -> None:
+    """A healthy link that bursts now and then lifts the PCIe risk for the hours its burst spends in
+    the 6 h window; a degrading link's replaying hours are new to it. A PCIe demote whose link's
+    replaying hours stand under 3 σ out of its own month (or not known) waits 6 h, not 3."""
+    f = frame(*[HEALTHY] * 4)
+    f["replay_surprise_6h"] = [2.0, 5.0, np.nan, 2.0]
+    since = naive("2026-02-28 20:00", "2026-02-28 20:00", "2026-02-28 20:00", "2026-02-28 17:00")
+    risk = risk_frame(f.index, [0.9] * 4, risk_ecc=[0.1] * 4, risk_pcie=[0.9] * 4)
+    out = decide(f, risk, Thresholds(), since=since)
+    # 4 h: a habitual link waits on, a surprising one stands; 7 h: the habitual link stands too.
+    assert out["decision"].tolist() == ["watch", "demote", "watch", "demote"]
+    assert out["reasons"].iat[0][0] == (
+        "demote pending: risk at or above 0.70 since 2026-02-28 20:00 UTC; it is demoted if that holds until "
+        "2026-03-01 02:00 UTC: its link replays out of habit (its hours with new replays over 6 h stand +2.0 σ "
+        "out of its own month, under 3 σ)"
+    )
+    assert "stand not known out of its own month" in out["reasons"].iat[2][0]
+    assert decide(f, risk, Thresholds(pcie_surprise_z=0), since=since)["decision"].tolist() == ["demote"] * 4
+    # The other heads never read it.
+    thermal = risk_frame(f.index, [0.9] * 4, risk_ecc=[0.1] * 4, risk_thermal=[0.9] * 4)
+    assert decide(f, thermal, Thresholds(), since=since)["decision"].tolist() == ["demote"] * 4
+    assert habitual_link([2.9, 3.0, np.nan], Thresholds()).tolist() == [True, False, True]
+
+
+def test_the_habitual_link_wait_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_PCIE_HABIT", "8h")
+    monkeypatch.setenv("GPUHEALTH_PCIE_SURPRISE_Z", "2.5")
+    th = Thresholds.from_settings(Settings())
+    assert (th.pcie_habit_demote_for_s, th.pcie_surprise_z) == (8 * 3600, 2.5)
+    assert (Thresholds().pcie_habit_demote_for_s, Thresholds().pcie_surprise_z) == (6 * 3600, 3.0)
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_PCIE_HABIT: invalid duration"):
+        Thresholds.from_settings(Settings(demote_for_pcie_habit="often"))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="pcie_surprise_z must be a number of σ >= 0"):
+            Thresholds(pcie_surprise_z=bad)
 
 
 def test_the_agreement_level_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
