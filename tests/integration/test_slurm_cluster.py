@@ -52,7 +52,7 @@ def test_nodes_are_up_with_gpus_and_features(slurm: SlurmCluster) -> None:
     both = slurm.submit(SHORT_JOB, nodelist="gh-node-3", extra=["--gres=gpu:h100:2"])
     wait_job(slurm, both, "RUNNING")
     one_more = slurm.submit("true", nodelist="gh-node-3", extra=["--gres=gpu:1"])
-    slurm.wait_for(lambda: slurm.job(one_more)["Reason"] == "Resources", 5, "GPU job waiting for resources")
+    slurm.wait_for(lambda: slurm.job(one_more)["Reason"] == "Resources", 30, "GPU job waiting for resources")
 
 
 def test_constraint_follows_feature_updates(slurm: SlurmCluster) -> None:
