@@ -39,8 +39,8 @@ import pyarrow as pa
 import sqlalchemy as sa
 from bench_pull import STEP_S, T0, answers, client
 
-from predictor.policy import Thresholds
 from predictor.score import load_model
+from predictor.thresholds import Thresholds
 from service.puller import PrometheusPuller
 from service.scorer import SCORE_WINDOW, Scorer
 from store import Store

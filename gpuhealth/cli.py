@@ -273,9 +273,9 @@ def score(
 
     from core.history import HistoryError
     from predictor.model import ModelError
-    from predictor.policy import Thresholds
     from predictor.score import SCORE_COLUMNS, HistoryRounds, load_model, to_records
     from predictor.score import score as run_score
+    from predictor.thresholds import Thresholds
 
     if output not in ("json", "table"):
         raise fail(f"--format must be json or table, not {output!r}")
@@ -375,8 +375,8 @@ def evaluate(
     from predictor.evaluate import evaluate as run_eval
     from predictor.evaluate_report import write_report
     from predictor.model import ModelError
-    from predictor.policy import Thresholds
     from predictor.score import load_model
+    from predictor.thresholds import Thresholds
 
     if cross_domain:
         from gpuhealth.cli_crossdomain import evaluate_cross_domain

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from predictor.policy import Thresholds
+    from predictor.thresholds import Thresholds
 
 err = Console(stderr=True)
 
@@ -73,8 +73,8 @@ def evaluate_cross_domain(
     """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold.
     `scores`: a folder where the models and scored rows are kept (`service.scorecache`);
     `model_seed`: the left-out-family models' own seed (the `unseen` column is the shipped model's)."""
-    from predictor.policy import Thresholds
     from predictor.score import load_model
+    from predictor.thresholds import Thresholds
     from service.crossdomain import (
         Plan,
         all_floors_hold,

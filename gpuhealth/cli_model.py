@@ -159,7 +159,7 @@ def promote_cmd(
     Exit code 1 when refused.
     """
     from predictor.model import ModelError
-    from predictor.policy import Thresholds
+    from predictor.thresholds import Thresholds
     from service.promote import PromoteError, promote
     from store import StoreError
 

@@ -217,7 +217,7 @@ def serve(
     log_level: LogLevelOpt = None,
 ) -> None:
     """Collect (or pull from Prometheus), keep history, score every GPU and answer over REST and /metrics."""
-    from predictor.policy import Thresholds
+    from predictor.thresholds import Thresholds
 
     s = load_settings()
     level = log_level or s.log_level
@@ -415,8 +415,8 @@ def demo(
 ) -> None:
     """A simulated fleet with faults that ripen within a minute, served with an embedded SQLite database."""
     from gpuhealth.serve import build_service, warm_up
-    from predictor.policy import Thresholds
     from predictor.score import load_model
+    from predictor.thresholds import Thresholds
 
     s = load_settings()
     level = log_level or "WARNING"

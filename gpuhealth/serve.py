@@ -20,7 +20,7 @@ from collector.probes import ProbeConfig, ProbeScheduler
 from collector.sampler import Sampler
 from core.catalog import Field
 from predictor.model import RiskModel
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.actuator import Actuator, ActuatorConfig
 from service.assemble import Loops, build_loops
 from service.assemble import warm_up as warm_up_loops

@@ -22,9 +22,9 @@ from sklearn.metrics import average_precision_score
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
-from predictor.policy import Thresholds
 from predictor.replay import apply_waits
 from predictor.score import hour_rows
+from predictor.thresholds import Thresholds
 
 HOUR = pd.Timedelta(hours=1)
 DAY = pd.Timedelta(days=1)

@@ -14,13 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.policy import (
-    Thresholds,
-    demote_waits,
-    naive_utc,
-    on_probation,
-    top_heads,
-)
+from predictor.policy import top_heads
+from predictor.thresholds import Thresholds, demote_waits, naive_utc, on_probation
 
 
 def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:

@@ -342,7 +342,7 @@ above is one; a rule of our own (not a published criterion) goes in RULES only."
 
 OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in OUT_OF_SERVICE)
 """Rules whose action takes the GPU out of service (drain, RMA); when they let it go, a probation
-may follow (`policy.on_probation`)."""
+may follow (`thresholds.on_probation`)."""
 
 HIT_COLUMNS = ("row", "rule", "action", "reason")
 

@@ -17,9 +17,10 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import WAIT_INPUTS, Thresholds, decide, held_by_node
+from predictor.policy import decide, held_by_node
 from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
+from predictor.thresholds import WAIT_INPUTS, Thresholds
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -75,7 +76,7 @@ def score(
     decides alone.
     `released(uuids, cutoff)`: for the GPUs that could be on probation now (no drain or RMA holds,
     risk at `probation_risk` or above), when a drain or RMA let them go (the service's stored
-    decisions); those still within `probation_for_s` of it are demoted (`policy.on_probation`).
+    decisions); those still within `probation_for_s` of it are demoted (`thresholds.on_probation`).
     None: no probation.
     `demoted(uuids, cutoff)`: for the GPUs that could be held demoted now (no drain or RMA holds,
     risk at the release level or above), since when their standing decision is a demote (the
@@ -153,7 +154,7 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
     keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
     # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
     keep["held"] = held_by_node(x, r, th)
-    # What the waits read beside the risk (`policy.demote_waits`): the load the heat was judged at
+    # What the waits read beside the risk (`thresholds.demote_waits`): the load the heat was judged at
     # (a thermal demote waits longer at light load) and the two readings that cut a thermal wait short.
     for col in WAIT_INPUTS:
         keep[col] = x[col].to_numpy()

@@ -24,7 +24,7 @@ from collector.run import build_sampling
 from collector.sampler import Sampler
 from core.catalog import Field
 from predictor.model import RiskModel
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.actuator import Actuator, ActuatorConfig
 from service.ingest import IngestBuffer
 from service.puller import PrometheusPuller

@@ -23,7 +23,7 @@ import pandas as pd
 from predictor.downtime import DowntimeParams
 from predictor.evaluate import FLOORS, check_floors, evaluate, field_precision, score_rows, span_start
 from predictor.model import MODES, RiskModel, TrainingSet, train_sets
-from predictor.policy import HEADS, Thresholds
+from predictor.thresholds import HEADS, Thresholds
 from service.scorecache import ScoreCache
 from simulator.families import FAMILIES, UNSEEN, family_config, training_config
 from simulator.run import simulate
@@ -55,16 +55,16 @@ class Plan:
     baseline of a change not shipped; 918-920's once with single-seed models, for the decision
     to make each head the mean of two seeds' (a rule set beforehand, replayed on their kept
     scores); 921-923's once with version 7's models, for the decision on the light-load thermal
-    wait (`policy.Thresholds.light_load_demote_for_s`; both policies on the same scores);
+    wait (`thresholds.Thresholds.light_load_demote_for_s`; both policies on the same scores);
     924-925's once with version 7's and once with version 8's models, for the decision to ship
     version 8 (the memory-core spread over 6 h); 926-927's once with version 8's models, judged
-    with and without the probation after a drain (`policy.Thresholds.probation_risk`), for the
+    with and without the probation after a drain (`thresholds.Thresholds.probation_risk`), for the
     decision to ship it. 928-929's once with version 8's models, judged with and without the node hold's
     memory-core spread (`predictor.node.NodeHeat.stands_out_z`), for the decision to ship it (not
     in the docs' tables); 930-931's the same way for the hold of a standing demote
-    (`policy.Thresholds.release`), and 936-937's for the thermal demote that stands at once where two
-    readings agree (`policy.Thresholds.thermal_agree_z`), 938-939's for the 6 h wait of a PCIe demote
-    on a link replaying out of habit (`policy.Thresholds.pcie_surprise_z`). 907-912, 915, 916 and
+    (`thresholds.Thresholds.release`), and 936-937's for the thermal demote that stands at once where two
+    readings agree (`thresholds.Thresholds.thermal_agree_z`), 938-939's for the 6 h wait of a PCIe demote
+    on a link replaying out of habit (`thresholds.Thresholds.pcie_surprise_z`). 907-912, 915, 916 and
     932-935 were spent on versions and policies not shipped (934-935 on a 5 h PCIe wait with the
     thermal demote after four hours at watch, docs/model.md): the next clean seed is 940."""
     every: str = "6h"

@@ -29,8 +29,8 @@ import pandas as pd
 
 from predictor.evaluate import MODE_LEAD, evaluate
 from predictor.model import DAY, HOUR, MODES, RiskModel
-from predictor.policy import Thresholds
 from predictor.score import load_model
+from predictor.thresholds import Thresholds
 from service.model_card import json_safe
 from service.scorer import SCORE_WINDOW
 from service.training import fleet_history

@@ -33,7 +33,7 @@ import pandas as pd
 
 from predictor.evaluate import Scored
 from predictor.model import ModelError, RiskModel
-from predictor.policy import WAIT_INPUTS, Thresholds
+from predictor.thresholds import WAIT_INPUTS, Thresholds
 
 if TYPE_CHECKING:
     from service.crossdomain import Plan

@@ -26,10 +26,11 @@ from prometheus_client.registry import Collector
 
 from core.worker import Worker
 from predictor.model import RiskModel
-from predictor.policy import DECISIONS, SEVERITY, Thresholds, decision_changes
+from predictor.policy import DECISIONS, SEVERITY, decision_changes
 from predictor.probes import slow_gpus
 from predictor.replay import stored_run_began
 from predictor.score import score, to_records
+from predictor.thresholds import Thresholds
 from service.replicas import Replica, Share, round_of, until_next_round
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.app import ApiConfig, create_app
 from predictor.model import RiskModel
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from simulator.fleet import SimConfig
 from simulator.run import simulate

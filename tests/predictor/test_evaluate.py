@@ -17,8 +17,8 @@ from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, pre
 from predictor.evaluate_report import write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
-from predictor.policy import Thresholds
 from predictor.replay import apply_waits
+from predictor.thresholds import Thresholds
 from simulator.fleet import SimConfig
 from simulator.models import parse_mix
 from simulator.run import simulate
@@ -128,7 +128,7 @@ def test_the_evaluation_decides_a_thermal_demote_at_light_load_as_the_service_do
 
 
 def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_the_service_does() -> None:
-    """Kept scored rows keep the two readings (`policy.WAIT_INPUTS`): where the core's heat and the
+    """Kept scored rows keep the two readings (`thresholds.WAIT_INPUTS`): where the core's heat and the
     memory-core spread both reach 2 σ, a thermal demote stands at once (at light load it still waits)."""
     hours = pd.date_range(T, periods=8, freq="1h")
     gpus = {"agree": (2.5, 2.5, 1.0), "one": (2.5, 0.5, 1.0), "idle": (2.5, 2.5, 0.2), "later": (2.5, 2.5, 1.0)}
@@ -153,7 +153,7 @@ def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_th
 
 
 def test_the_evaluation_lets_a_habitual_links_pcie_demote_wait_six_hours_as_the_service_does() -> None:
-    """Kept scored rows keep the link's surprise (`policy.WAIT_INPUTS`): a PCIe demote on a link whose
+    """Kept scored rows keep the link's surprise (`thresholds.WAIT_INPUTS`): a PCIe demote on a link whose
     replaying hours stand under 3 σ out of its own month waits 6 h, a surprising one 3 h."""
     hours = pd.date_range(T, periods=8, freq="1h")
     rows = pd.concat(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.policy import Thresholds
 from predictor.replay import apply_waits, held_demotes, high_since, probation_began, stored_run_began
-from tests.predictor.test_policy import _t
+from predictor.thresholds import Thresholds
+from tests.predictor.test_thresholds import _t
 
 CUT = pd.Timestamp("2026-03-01", tz="UTC")
 

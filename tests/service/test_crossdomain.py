@@ -10,7 +10,7 @@ import pytest
 
 from gpuhealth.cli_crossdomain import parse_families, parse_seeds
 from predictor.evaluate import FLOORS, field_precision
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.crossdomain import (
     FLOOR_NAMES,
     Plan,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from store import Store
 from tests.service.tiny_model import constant_model

@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from predictor.policy import Thresholds
 from predictor.score import HistoryRounds, score
+from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from store import Store
 from tests.service.tiny_model import schedule_model

@@ -245,8 +245,8 @@ def test_lost_gpus_are_drained_even_without_a_score() -> None:
 
 
 def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
-    from predictor.policy import Thresholds
     from predictor.score import load_model
+    from predictor.thresholds import Thresholds
     from service.scorer import Scorer
     from store import Retention
 

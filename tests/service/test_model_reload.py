@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from predictor.model import RiskModel
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.assemble import build_loops
 from service.scorer import ModelMetrics, Scorer
 from simulator.fleet import SimConfig

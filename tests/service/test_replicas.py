@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from core.prom_import import host_selector, import_history
-from predictor.policy import Thresholds
+from predictor.thresholds import Thresholds
 from service.puller import PrometheusPuller
 from service.replicas import Replica, Share, round_of, until_next_round
 from service.scorer import Scorer

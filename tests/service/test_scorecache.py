@@ -12,8 +12,8 @@ import pytest
 
 from predictor.evaluate import Scored
 from predictor.model import RiskModel
-from predictor.policy import Thresholds
 from predictor.score import load_model
+from predictor.thresholds import Thresholds
 from service import crossdomain, scorecache
 from service.crossdomain import Plan, _summary, evaluate_on
 from service.scorecache import ScoreCache

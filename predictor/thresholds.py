@@ -1,0 +1,328 @@
+"""The policy's levels and waits: `Thresholds`, and per row whether a demote by the model still waits.
+
+A model demote stands once its risk has held its riskiest head's wait (`Thresholds.wait_for`),
+longer at light load (`light_load`) and on a link that replays out of habit (`habitual_link`),
+at once where two readings of the GPU's own cooling agree (`witnesses_agree`); `demote_waits`
+is the one path `policy.decide` and `replay.apply_waits` share. A GPU a drain or RMA let go is
+on probation while its risk stays high (`on_probation`). The reasons say why, in sentences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from core.settings import Settings
+from core.units import parse_duration
+
+HEADS = {"risk_ecc": "ECC", "risk_thermal": "thermal", "risk_pcie": "PCIe"}
+"""Per-mode risk heads and how a reason names them."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Risk score cut-offs for the model's decisions."""
+
+    watch: float = 0.3
+    """At or above: watch (look at it; no change to what runs on it). A policy choice."""
+    demote: float = 0.7
+    """At or above: demote. The product brief's 0.7 = "warning: interruptible work only"
+    (checkpointed training, never non-interruptible inference; diagnose at next maintenance)."""
+    demote_for_s: float = 3 * 3600.0
+    """The model's demote stands once the GPU's risk has held at or above `demote` this long
+    (seconds), as an alert rule's `for:`; until then the GPU is at watch, and its reasons say
+    since when and until when. The rules act at once. A policy choice: on held-out fleets a few
+    hours take out the model's brief excursions (a flaky link's burst, a load change); the
+    cost is lead time, a fault first seen 24-27 h ahead is caught under a day ahead
+    (docs/model.md). It is the wait of a thermal demote (the riskiest head's), and of one by no head
+    in particular; PCIe has its own (`pcie_demote_for_s`), the same by default."""
+    ecc_demote_for_s: float = 12 * 3600.0
+    """The wait of a demote whose riskiest head is ECC (seconds). Memory wears out over days
+    (the first alert of an ECC failure on the held-out fleets came a median 84 h ahead), while
+    a burst of corrected errors on a healthy GPU lifts its risk for hours: there, waiting half
+    a day took out a third of the false demotes and caught every ECC failure as early."""
+    pcie_demote_for_s: float = 3 * 3600.0
+    """The wait of a demote whose riskiest head is PCIe (seconds). A fleet whose healthy links
+    burst replays for hours may wait longer; the cost is links that fail within hours of first
+    looking bad. Measured (docs/model.md): 6 h took out a fifth of the false episodes on the
+    simulator's held-out families, but on the independent generator it lost 3 of 102 PCIe
+    catches for 7 of about 700 false episodes, so the default stays the thermal wait's 3 h."""
+    pcie_habit_demote_for_s: float = 6 * 3600.0
+    """The wait of a PCIe demote on a link that replays out of habit (`habitual_link`; seconds, at
+    least the PCIe wait): its hours with new replays over the last 6 h stand less than
+    `pcie_surprise_z` σ out of its own month (`replay_surprise_6h`; not known counts as habit). A
+    healthy link that bursts now and then lifts the PCIe risk for the 5-6 h its burst spends in the
+    feature window; a degrading link's replaying hours are new to it. docs/model.md measures it."""
+    pcie_surprise_z: float = 3.0
+    """How far (σ) a link's replaying hours over 6 h must stand out of its own month for its PCIe
+    demote to keep the PCIe wait (`pcie_demote_for_s`); under it, `pcie_habit_demote_for_s`. 0: never."""
+    light_load_demote_for_s: float = 12 * 3600.0
+    """The wait of a thermal demote while the GPU is at light load (`light_load`; seconds, at
+    least the thermal wait). Its heat is then judged far below the load of the baseline it is
+    measured against, an extrapolation of the fitted line that runs a healthy idle GPU 1-3 σ
+    "hot" for as long as it idles. The demote stands once the load returns and the risk is still
+    high, or when it has held this long. An idle GPU runs no work a demote would move, so the
+    wait costs little; docs/model.md measures it."""
+    light_load_share: float = 0.5
+    """At light load: the GPU's power over the last 6 h is under this share of its baseline's
+    (`heat_load_share`). 0: never."""
+    thermal_agree_z: float = 2.0
+    """A thermal demote stands without its wait when two readings of the GPU's own cooling agree,
+    each at least this many σ (`witnesses_agree`): the core's heat excess over both its own past
+    and its node (`heat_excess_z`), and the memory-core spread over 6 h against its own 30 days
+    (`mem_spread_z`). A sensor's excursion lifts one of them (a core sensor reading high narrows
+    the spread); the room, a node's incident and its fans move core and memory together, so they
+    lift neither. Not at light load, where heat is judged by extrapolation. 0: never. A policy
+    choice; docs/model.md measures it."""
+    probation_risk: float = 0.1
+    """After a drain or RMA lets a GPU go (its criterion holds no more: a pending row remap
+    taken by a reset, a DBE a week old), the GPU stays demoted while its risk is at or above
+    this (`on_probation`; at most `probation_for_s`). Memory that needed a repair and still
+    scores well above a healthy GPU's risk is put back on interruptible work only, not on the
+    next large job. At most `demote`. A policy choice; docs/model.md measures it."""
+    probation_for_s: float = 30 * 86400.0
+    """How long a probation lasts at most after the drain or RMA let the GPU go (seconds; 0:
+    no probation). 30 days: the ECC failures that came after a pending remap's drain on the
+    held-out fleets came 8-20 days after it (docs/model.md)."""
+    release: float | None = None
+    """A demote that stands (the model's, a probation's, or one held so) is held while the GPU's
+    risk stays at or above this (`replay.held_demotes`); the first round under it, or a drain or RMA,
+    ends it. None: the watch level. `demote`: held only while the risk stays at the demote
+    level, so a demote ends once the risk falls under it (and the wait begins again the next
+    time it rises). A policy choice:
+    on the held-out fleets, demotes that fell back to the watch level for a few hours and rose
+    again counted as new false episodes, or cut a GPU's early warning short (docs/model.md)."""
+
+    def __post_init__(self) -> None:
+        # Written so that NaN fails too: every comparison with NaN is False.
+        if not (0.0 < self.watch < self.demote <= 1.0):
+            raise ValueError(
+                f"risk thresholds must satisfy 0 < watch < demote <= 1; got watch={self.watch}, demote={self.demote}"
+            )
+        for name, v in (
+            ("demote_for", self.demote_for_s),
+            ("demote_for_ecc", self.ecc_demote_for_s),
+            ("demote_for_pcie", self.pcie_demote_for_s),
+            ("demote_for_light_load", self.light_load_demote_for_s),
+            ("demote_for_pcie_habit", self.pcie_habit_demote_for_s),
+        ):
+            if not (0.0 <= v < float("inf")):
+                raise ValueError(f"{name} must be a duration >= 0; got {v} s")
+        if not (0.0 <= self.light_load_share <= 1.0):
+            raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
+        if not (0.0 <= self.pcie_surprise_z < float("inf")):
+            raise ValueError(f"pcie_surprise_z must be a number of σ >= 0 (0: never); got {self.pcie_surprise_z}")
+        if not (0.0 <= self.thermal_agree_z < float("inf")):
+            raise ValueError(f"thermal_agree_z must be a number of σ >= 0 (0: never); got {self.thermal_agree_z}")
+        if not (0.0 < self.probation_risk <= self.demote):
+            raise ValueError(
+                f"probation_risk must satisfy 0 < probation_risk <= demote ({self.demote}); got {self.probation_risk}"
+            )
+        if not (0.0 <= self.probation_for_s < float("inf")):
+            raise ValueError(f"probation_for must be a duration >= 0; got {self.probation_for_s} s")
+        if self.release is not None and not (0.0 < self.release <= self.demote):
+            raise ValueError(f"release must satisfy 0 < release <= demote ({self.demote}); got {self.release}")
+
+    @property
+    def release_level(self) -> float:
+        """The risk a standing demote is held at or above (`release`; None: the watch level)."""
+        return self.watch if self.release is None else self.release
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Thresholds:
+        """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
+        _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
+        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        waits = {}
+        for field_name, name, text in (
+            ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
+            ("ecc_demote_for_s", "GPUHEALTH_DEMOTE_FOR_ECC", s.demote_for_ecc),
+            ("pcie_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
+            ("light_load_demote_for_s", "GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
+            ("pcie_habit_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE_HABIT", s.demote_for_pcie_habit),
+            ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
+        ):
+            try:
+                waits[field_name] = parse_duration(text, allow_zero=True)
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return cls(
+            s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
+            thermal_agree_z=s.thermal_agree_z, pcie_surprise_z=s.pcie_surprise_z, probation_risk=s.probation_risk,
+            release=s.release_threshold, **waits,
+        )  # fmt: skip
+
+    @property
+    def longest_wait(self) -> pd.Timedelta:
+        """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
+        light = self.light_load_demote_for_s if self.light_load_share > 0 else 0.0
+        habit = self.pcie_habit_demote_for_s if self.pcie_surprise_z > 0 else 0.0
+        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s, light, habit))
+
+    def wait_for(self, mode: Any, light: Any = None, habit: Any = None) -> np.ndarray:
+        """Per row, the wait of a demote whose riskiest head is `mode` ("ECC", "thermal", "PCIe", "";
+        `top_heads`' names), as timedelta64[ns]; with `light` (per row, `light_load`), a thermal
+        one at light load waits the longer of its wait and `light_load_demote_for_s`; with `habit`
+        (per row, `habitual_link`), a PCIe one on such a link the longer of its wait and
+        `pcie_habit_demote_for_s`."""
+        m = np.asarray(mode, dtype=object)
+        seconds = np.select(
+            [m == HEADS["risk_ecc"], m == HEADS["risk_pcie"]],
+            [self.ecc_demote_for_s, self.pcie_demote_for_s],
+            self.demote_for_s,
+        )
+        if light is not None:
+            idle = (m == HEADS["risk_thermal"]) & np.asarray(light, dtype=bool)
+            seconds = np.where(idle, np.maximum(seconds, self.light_load_demote_for_s), seconds)
+        if habit is not None:
+            calm = (m == HEADS["risk_pcie"]) & np.asarray(habit, dtype=bool)
+            seconds = np.where(calm, np.maximum(seconds, self.pcie_habit_demote_for_s), seconds)
+        return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
+
+
+def light_load(share: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether the GPU is at light load, its 6 h power under `light_load_share` of its
+    baseline's (`heat_load_share`, NaN: not known, so not light)."""
+    x = np.asarray(share, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(x < thresholds.light_load_share)
+
+
+def habitual_link(surprise: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether its link replays out of habit, its hours with new replays over 6 h less
+    than `pcie_surprise_z` σ out of its own month (`replay_surprise_6h`, NaN: not known, so habit)."""
+    x = np.asarray(surprise, dtype=np.float64)
+    if thresholds.pcie_surprise_z <= 0:
+        return np.zeros(x.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(~(x >= thresholds.pcie_surprise_z))
+
+
+def pending_demote(
+    cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any, light: Any = None, habit: Any = None
+) -> np.ndarray:
+    """Per row: whether a demote by the model still waits for its risk to hold the wait of its
+    riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`, on a link replaying
+    out of habit where `habit`; since NaT: the run begins now)."""
+    c, s = naive_utc(cutoff), naive_utc(since)
+    held_for = c - np.where(np.isnat(s), c, s)
+    return np.asarray(held_for < thresholds.wait_for(mode, light, habit))
+
+
+WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z", "replay_surprise_6h")
+"""The feature columns a model demote's wait reads beside the risk (`demote_waits`): kept with the
+hourly rows that are decided again under other waits (`score.hour_rows`)."""
+
+
+def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row of `table` (features, or `score.hour_rows`' rows): whether its demote, thermal by its
+    riskiest head `mode`, stands without its wait because two readings of the GPU's own cooling agree
+    (`Thresholds.thermal_agree_z`; not at light load, `light`)."""
+    z = thresholds.thermal_agree_z
+    if z <= 0:
+        return np.zeros(len(table), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        both = (feature_column(table, "heat_excess_z") >= z) & (feature_column(table, "mem_spread_z") >= z)
+    thermal = np.asarray(mode, dtype=object) == HEADS["risk_thermal"]
+    return np.asarray(both & thermal & ~np.asarray(light, dtype=bool))
+
+
+def demote_waits(
+    table: pd.DataFrame, since: np.ndarray, thresholds: Thresholds, mode: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `table` (with `cutoff` and `WAIT_INPUTS`): whether a demote by the model still waits
+    (`pending_demote`, its light-load and habitual-link waits included), and whether it would, but two
+    readings agree (`witnesses_agree`) and it stands now."""
+    light = light_load(feature_column(table, "heat_load_share"), thresholds)
+    habit = habitual_link(feature_column(table, "replay_surprise_6h"), thresholds)
+    pending = pending_demote(table["cutoff"], since, thresholds, mode, light, habit)
+    agree = pending & witnesses_agree(table, mode, light, thresholds)
+    return pending & ~agree, agree
+
+
+def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:
+    """Why a thermal demote stands before its wait is over: the two readings that agree."""
+    return (
+        f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait: two readings of its own cooling "
+        f"agree: the core runs {heat_z:+.1f} σ hot against its own past and its node, and the memory-core "
+        f"spread is {spread_z:+.1f} σ wide against its own 30 days (each at {thresholds.thermal_agree_z:g} σ or more)"
+    )
+
+
+def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether the GPU is on probation, demoted after a drain or RMA let it go at `began`
+    (`replay.probation_began`, or the store's; NaT: none): no drain or RMA holds now (`out` false), its
+    risk is at `probation_risk` or above and the release is under `probation_for_s` old."""
+    c, b = naive_utc(at), np.asarray(began, dtype="datetime64[ns]")
+    with np.errstate(invalid="ignore"):
+        high = np.asarray(risk, dtype=np.float64) >= thresholds.probation_risk
+    age = c - np.where(np.isnat(b), c, b)
+    limit = np.timedelta64(round(thresholds.probation_for_s * 1e9), "ns")
+    return np.asarray(~np.asarray(out, dtype=bool) & high & ~np.isnat(b) & (age < limit))
+
+
+def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
+    """Why a GPU is demoted on probation: when the drain or RMA let it go, its risk, and until when."""
+    until = began + pd.Timedelta(seconds=thresholds.probation_for_s)
+    return (
+        f"probation: a drain or RMA let it go on {began:%Y-%m-%d %H:%M} UTC, and its risk {risk:.2f} "
+        f"is still at or above {thresholds.probation_risk:.2f}; interruptible work only until it falls "
+        f"under that, or until {until:%Y-%m-%d %H:%M} UTC at the latest"
+    )
+
+
+def hold_reason(since: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
+    """Why a GPU whose demote stands is still demoted: since when, its risk, and what ends it."""
+    return (
+        f"demote held: demoted since {since:%Y-%m-%d %H:%M} UTC, and its risk {risk:.2f} is still at or "
+        f"above {thresholds.release_level:.2f}; interruptible work only until it falls under that"
+    )
+
+
+def naive_utc(t: Any) -> np.ndarray:
+    """Times (aware or naive UTC, any unit) as naive UTC datetime64[ns]."""
+    idx = pd.DatetimeIndex(t)
+    return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
+
+
+def pending_reason(
+    since: pd.Timestamp,
+    thresholds: Thresholds,
+    mode: str,
+    load_share: float | None = None,
+    surprise: float | None = None,
+) -> str:
+    """Why a demote by the model is a watch for now: since when its risk is high, and until when it
+    must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
+    light load, which also stands once the load returns; None or NaN: the load is not known; with
+    `surprise`, a PCIe one on a link replaying out of habit)."""
+    light = load_share is not None and bool(light_load([load_share], thresholds)[0])
+    habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
+    wait = thresholds.wait_for([mode], [light], [habit])[0]
+    due = since + pd.Timedelta(wait)
+    text = (
+        f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
+        f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
+    )
+    if wait > thresholds.wait_for([mode])[0] and light:  # the light-load wait is the one that holds it
+        text += (
+            f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
+            "where heat is judged by extrapolation"
+        )
+    elif wait > thresholds.wait_for([mode])[0]:  # the habitual link's
+        seen = "not known" if surprise is None or np.isnan(surprise) else f"{surprise:+.1f} σ"
+        text += (
+            f": its link replays out of habit (its hours with new replays over 6 h stand {seen} out of its own "
+            f"month, under {thresholds.pcie_surprise_z:g} σ)"
+        )
+    return text
+
+
+def feature_column(features: pd.DataFrame, name: str) -> np.ndarray:
+    """A numeric feature column as float64 (NaN where missing, all NaN when the frame lacks it)."""
+    if name not in features.columns:
+        return np.full(len(features), np.nan)
+    return pd.to_numeric(features[name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)

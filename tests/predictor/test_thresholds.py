@@ -1,0 +1,136 @@
+"""The policy's levels and waits: their defaults, their settings and their checks, and the probation test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.settings import Settings
+from predictor.thresholds import Thresholds, on_probation
+
+
+def _t(hours: list[float]) -> pd.DatetimeIndex:
+    return pd.DatetimeIndex([pd.Timestamp("2026-03-01", tz="UTC") + pd.Timedelta(hours=h) for h in hours])
+
+
+def test_default_thresholds() -> None:
+    t = Thresholds()
+    assert (t.watch, t.demote) == (0.3, 0.7)
+    assert Thresholds(0.5, 1.0).demote == 1.0
+
+
+@pytest.mark.parametrize(("watch", "demote"), [(0.0, 0.7), (0.7, 0.7), (0.8, 0.7), (0.3, 1.1), (np.nan, 0.7)])
+def test_invalid_thresholds_raise(watch: float, demote: float) -> None:
+    with pytest.raises(ValueError, match="0 < watch < demote <= 1"):
+        Thresholds(watch, demote)
+
+
+def test_the_habitual_link_wait_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_PCIE_HABIT", "8h")
+    monkeypatch.setenv("GPUHEALTH_PCIE_SURPRISE_Z", "2.5")
+    th = Thresholds.from_settings(Settings())
+    assert (th.pcie_habit_demote_for_s, th.pcie_surprise_z) == (8 * 3600, 2.5)
+    assert (Thresholds().pcie_habit_demote_for_s, Thresholds().pcie_surprise_z) == (6 * 3600, 3.0)
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_PCIE_HABIT: invalid duration"):
+        Thresholds.from_settings(Settings(demote_for_pcie_habit="often"))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="pcie_surprise_z must be a number of σ >= 0"):
+            Thresholds(pcie_surprise_z=bad)
+
+
+def test_the_agreement_level_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Thresholds().thermal_agree_z == 2.0
+    monkeypatch.setenv("GPUHEALTH_THERMAL_AGREE_Z", "3")
+    assert Thresholds.from_settings(Settings()).thermal_agree_z == 3.0
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="thermal_agree_z must be a number of σ >= 0"):
+            Thresholds(thermal_agree_z=bad)
+
+
+def test_the_light_load_wait_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", "1d")
+    monkeypatch.setenv("GPUHEALTH_LIGHT_LOAD_SHARE", "0.3")
+    th = Thresholds.from_settings(Settings())
+    assert (th.light_load_demote_for_s, th.light_load_share, th.demote_for_s) == (86400, 0.3, 3 * 3600)
+    d = Thresholds()
+    assert (d.light_load_demote_for_s, d.light_load_share) == (12 * 3600, 0.5)
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD: invalid duration 'idle'"):
+        Thresholds.from_settings(Settings(demote_for_light_load="idle"))
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="light_load_share must be between 0 and 1"):
+            Thresholds(light_load_share=bad)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("3h", 10800.0), ("90m", 5400.0), ("0", 0.0), ("0s", 0.0)])
+def test_demote_for_from_settings(text: str, seconds: float) -> None:
+    s = Settings(demote_for=text, demote_for_ecc=text, demote_for_pcie=text)
+    th = Thresholds.from_settings(s)
+    assert th.demote_for_s == seconds and th.ecc_demote_for_s == seconds and th.pcie_demote_for_s == seconds
+    d = Thresholds.from_settings(Settings())
+    assert (d.demote_for_s, d.ecc_demote_for_s, d.pcie_demote_for_s) == (3 * 3600, 12 * 3600, 3 * 3600)
+
+
+def test_the_pcie_wait_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_PCIE", "6h")
+    th = Thresholds.from_settings(Settings())
+    assert th.pcie_demote_for_s == 6 * 3600 and th.demote_for_s == 3 * 3600
+
+
+def test_invalid_demote_for_raises() -> None:
+    with pytest.raises(ValueError, match="demote_for must be a duration >= 0"):
+        Thresholds(demote_for_s=-1)
+    with pytest.raises(ValueError, match="demote_for_ecc must be a duration >= 0"):
+        Thresholds(ecc_demote_for_s=float("nan"))
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR: invalid duration"):
+        Thresholds.from_settings(Settings(demote_for="soon"))
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_ECC: invalid duration 'later'"):
+        Thresholds.from_settings(Settings(demote_for_ecc="later"))
+    with pytest.raises(ValueError, match="demote_for_pcie must be a duration >= 0"):
+        Thresholds(pcie_demote_for_s=float("inf"))
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_PCIE: invalid duration 'never'"):
+        Thresholds.from_settings(Settings(demote_for_pcie="never"))
+
+
+def test_on_probation_needs_no_drain_now_a_high_risk_and_a_recent_release() -> None:
+    th = Thresholds(probation_risk=0.2, probation_for_s=24 * 3600)
+    at = _t([30, 30, 30, 30, 30, 30])
+    began = _t([10, 10, 6, 10, 10, 10]).tz_convert(None).to_numpy().copy()
+    began[5] = np.datetime64("NaT")
+    out = np.asarray([False, True, False, False, False, False])
+    risk = np.asarray([0.2, 0.9, 0.9, 0.19, np.nan, 0.9])
+    # a release 24 h old is over; a risk under 0.2 or unknown is no probation; none without a release
+    assert on_probation(at, began, out, risk, th).tolist() == [True, False, False, False, False, False]
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"probation_risk": 0.0}, "probation_risk must satisfy"), ({"probation_risk": 0.71}, "probation_risk must satisfy"),
+    ({"probation_risk": np.nan}, "probation_risk must satisfy"), ({"probation_for_s": -1.0}, "probation_for must be"),
+    ({"probation_for_s": np.inf}, "probation_for must be"),
+])  # fmt: skip
+def test_invalid_probation_settings_raise(kw: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Thresholds(**kw)
+
+
+def test_probation_settings_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_PROBATION_RISK", "0.2")
+    monkeypatch.setenv("GPUHEALTH_PROBATION_FOR", "7d")
+    th = Thresholds.from_settings(Settings())
+    assert (th.probation_risk, th.probation_for_s) == (0.2, 7 * 86400.0)
+    monkeypatch.setenv("GPUHEALTH_PROBATION_FOR", "soon")
+    with pytest.raises(ValueError, match="GPUHEALTH_PROBATION_FOR"):
+        Thresholds.from_settings(Settings())
+
+
+@pytest.mark.parametrize("release", [0.0, -0.1, 0.71, np.nan])
+def test_an_invalid_release_level_raises(release: float) -> None:
+    with pytest.raises(ValueError, match="release must satisfy"):
+        Thresholds(release=release)
+
+
+def test_the_release_level_is_the_watch_level_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Thresholds().release_level == 0.3
+    assert Thresholds(watch=0.2).release_level == 0.2
+    monkeypatch.setenv("GPUHEALTH_RELEASE_THRESHOLD", "0.5")
+    assert Thresholds.from_settings(Settings()).release_level == 0.5
