@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     demote_for_light_load: str = "12h"  # ... where it is thermal on a GPU at light load (heat judged by extrapolation)
     light_load_share: float = 0.5  # light load: 6 h power under this share of the heat baseline's; 0 = never
     thermal_agree_z: float = 2.0  # thermal demote at once where heat and memory spread agree at this σ; 0 = never
+    thermal_spread_z: float = 4.0  # ... or where the memory-core spread alone is this many σ wide; 0 = never
     probation_risk: float = 0.1  # after a drain/RMA lets a GPU go: demoted while its risk is at or above this ...
     probation_for: str = "30d"  # ... for at most this long after it (0 = no probation)
     release_threshold: float | None = None  # a standing demote holds while risk >= this (unset: watch; demote: no hold)

@@ -77,6 +77,13 @@ class Thresholds:
     the spread); the room, a node's incident and its fans move core and memory together, so they
     lift neither. Not at light load, where heat is judged by extrapolation. 0: never. A policy
     choice; docs/model.md measures it."""
+    thermal_spread_z: float = 4.0
+    """A thermal demote also stands without its wait where the memory-core spread alone is at least
+    this many σ wide against its own 30 days (`witnesses_agree`; not at light load). A memory that
+    runs that far from its own core's heat is the GPU's own cooling going (its paste, its memory's
+    contact): on the held-out fleets such spreads stood 3-4 σ out for 10-20 h before the core's heat
+    reached 2 σ against its node, while a sensor's excursion or the room moves the spread 1-3 σ.
+    0: never. A policy choice; docs/model.md measures it (3 σ added false episodes, 4 σ none)."""
     probation_risk: float = 0.1
     """After a drain or RMA lets a GPU go (its criterion holds no more: a pending row remap
     taken by a reset, a DBE a week old), the GPU stays demoted while its risk is at or above
@@ -113,10 +120,13 @@ class Thresholds:
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
         if not (0.0 <= self.light_load_share <= 1.0):
             raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
-        if not (0.0 <= self.pcie_surprise_z < float("inf")):
-            raise ValueError(f"pcie_surprise_z must be a number of σ >= 0 (0: never); got {self.pcie_surprise_z}")
-        if not (0.0 <= self.thermal_agree_z < float("inf")):
-            raise ValueError(f"thermal_agree_z must be a number of σ >= 0 (0: never); got {self.thermal_agree_z}")
+        for name, z in (
+            ("pcie_surprise_z", self.pcie_surprise_z),
+            ("thermal_agree_z", self.thermal_agree_z),
+            ("thermal_spread_z", self.thermal_spread_z),
+        ):
+            if not (0.0 <= z < float("inf")):
+                raise ValueError(f"{name} must be a number of σ >= 0 (0: never); got {z}")
         if not (0.0 < self.probation_risk <= self.demote):
             raise ValueError(
                 f"probation_risk must satisfy 0 < probation_risk <= demote ({self.demote}); got {self.probation_risk}"
@@ -135,7 +145,7 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
-        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_SPREAD_Z, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -151,8 +161,8 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
-            thermal_agree_z=s.thermal_agree_z, pcie_surprise_z=s.pcie_surprise_z, probation_risk=s.probation_risk,
-            release=s.release_threshold, **waits,
+            thermal_agree_z=s.thermal_agree_z, thermal_spread_z=s.thermal_spread_z, pcie_surprise_z=s.pcie_surprise_z,
+            probation_risk=s.probation_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
 
     @property
@@ -220,14 +230,15 @@ hourly rows that are decided again under other waits (`score.hour_rows`)."""
 def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
     """Per row of `table` (features, or `score.hour_rows`' rows): whether its demote, thermal by its
     riskiest head `mode`, stands without its wait because two readings of the GPU's own cooling agree
-    (`Thresholds.thermal_agree_z`; not at light load, `light`)."""
-    z = thresholds.thermal_agree_z
-    if z <= 0:
-        return np.zeros(len(table), dtype=bool)
+    (`Thresholds.thermal_agree_z`) or the memory-core spread alone is that wide (`Thresholds.thermal_spread_z`);
+    never at light load (`light`)."""
+    agree_z, spread_z = thresholds.thermal_agree_z, thresholds.thermal_spread_z
+    heat, spread = feature_column(table, "heat_excess_z"), feature_column(table, "mem_spread_z")
     with np.errstate(invalid="ignore"):
-        both = (feature_column(table, "heat_excess_z") >= z) & (feature_column(table, "mem_spread_z") >= z)
+        both = (heat >= agree_z) & (spread >= agree_z) if agree_z > 0 else np.zeros(len(table), dtype=bool)
+        wide = spread >= spread_z if spread_z > 0 else np.zeros(len(table), dtype=bool)
     thermal = np.asarray(mode, dtype=object) == HEADS["risk_thermal"]
-    return np.asarray(both & thermal & ~np.asarray(light, dtype=bool))
+    return np.asarray((both | wide) & thermal & ~np.asarray(light, dtype=bool))
 
 
 def demote_waits(
@@ -244,11 +255,21 @@ def demote_waits(
 
 
 def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:
-    """Why a thermal demote stands before its wait is over: the two readings that agree."""
+    """Why a thermal demote stands before its wait is over: the two readings that agree, or the
+    memory-core spread alone (`witnesses_agree`)."""
+    wait = f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait"
+    agree_z = thresholds.thermal_agree_z
+    if agree_z > 0 and heat_z >= agree_z and spread_z >= agree_z:
+        return (
+            f"{wait}: two readings of its own cooling agree: the core runs {heat_z:+.1f} σ hot against its own past "
+            f"and its node, and the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (each at "
+            f"{agree_z:g} σ or more)"
+        )
+    heat = "not known" if np.isnan(heat_z) else f"{heat_z:+.1f} σ"
     return (
-        f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait: two readings of its own cooling "
-        f"agree: the core runs {heat_z:+.1f} σ hot against its own past and its node, and the memory-core "
-        f"spread is {spread_z:+.1f} σ wide against its own 30 days (each at {thresholds.thermal_agree_z:g} σ or more)"
+        f"{wait}: the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (at "
+        f"{thresholds.thermal_spread_z:g} σ or more; the core's heat against its own past and its node: {heat}): "
+        "its own cooling, not the room's"
     )
 
 

@@ -64,9 +64,11 @@ class Plan:
     in the docs' tables); 930-931's the same way for the hold of a standing demote
     (`thresholds.Thresholds.release`), and 936-937's for the thermal demote that stands at once where two
     readings agree (`thresholds.Thresholds.thermal_agree_z`), 938-939's for the 6 h wait of a PCIe demote
-    on a link replaying out of habit (`thresholds.Thresholds.pcie_surprise_z`). 907-912, 915, 916 and
-    932-935 were spent on versions and policies not shipped (934-935 on a 5 h PCIe wait with the
-    thermal demote after four hours at watch, docs/model.md): the next clean seed is 940."""
+    on a link replaying out of habit (`thresholds.Thresholds.pcie_surprise_z`), 940-941's for the thermal
+    demote that stands at once where the memory-core spread alone is 4 σ wide
+    (`thresholds.Thresholds.thermal_spread_z`). 907-912, 915, 916 and 932-935 were spent on versions and
+    policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours at watch,
+    docs/model.md): the next clean seed is 942."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

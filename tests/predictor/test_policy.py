@@ -491,6 +491,33 @@ def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree
     assert not witnesses_agree(f.drop(columns=["mem_spread_z"]), mode, light, Thresholds()).any()
 
 
+def test_a_thermal_demote_stands_at_once_where_the_memory_spread_alone_is_four_sigma_wide() -> None:
+    """A memory that runs 4 σ or more from its own core's heat (against its own 30 days) is the GPU's
+    own cooling, whatever the core reads against its node: a thermal demote does not wait its 3 h.
+    Under 4 σ, unknown, at light load, or another riskiest head: it waits."""
+    f = frame(*[HEALTHY] * 6)
+    f["heat_load_share"] = [1.0, 1.0, 1.0, 0.2, 1.0, 1.0]
+    f["heat_excess_z"] = [0.7, np.nan, 0.7, 0.7, 0.7, 0.7]
+    f["mem_spread_z"] = [4.2, 4.0, 3.9, 4.5, np.nan, 4.5]
+    since = np.array([np.datetime64("2026-03-01T00:00", "ns")] * 6)  # risen this round
+    risk = risk_frame(f.index, [0.9] * 6, risk_ecc=[0.1] * 5 + [0.9], risk_thermal=[0.9] * 5 + [0.2])
+    out = decide(f, risk, Thresholds(), since=since)
+    assert out["decision"].tolist() == ["demote", "demote", "watch", "watch", "watch", "watch"]
+    assert out["reasons"].iat[0][0] == (
+        "thermal demote without its 3 h wait: the memory-core spread is +4.2 σ wide against its own 30 days "
+        "(at 4 σ or more; the core's heat against its own past and its node: +0.7 σ): its own cooling, not "
+        "the room's"
+    )
+    assert "the core's heat against its own past and its node: not known" in out["reasons"].iat[1][0]
+    # Off (0) or a level not reached: it waits; the two readings' agreement is a separate setting.
+    assert set(decide(f, risk, Thresholds(thermal_spread_z=0), since=since)["decision"]) == {"watch"}
+    assert decide(f, risk, Thresholds(thermal_spread_z=4.3), since=since)["decision"].iat[0] == "watch"
+    assert decide(f, risk, Thresholds(thermal_agree_z=0), since=since)["decision"].iat[0] == "demote"
+    mode = np.array(["thermal"] * 5 + ["ECC"], dtype=object)
+    light = light_load(f["heat_load_share"], Thresholds())
+    assert witnesses_agree(f, mode, light, Thresholds()).tolist() == [True, True, False, False, False, False]
+
+
 def test_a_pcie_demote_on_a_link_replaying_out_of_habit_waits_six_hours() -> None:
     """A healthy link that bursts now and then lifts the PCIe risk for the hours its burst spends in
     the 6 h window; a degrading link's replaying hours are new to it. A PCIe demote whose link's

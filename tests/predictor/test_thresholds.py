@@ -39,13 +39,16 @@ def test_the_habitual_link_wait_is_a_setting(monkeypatch: pytest.MonkeyPatch) ->
             Thresholds(pcie_surprise_z=bad)
 
 
-def test_the_agreement_level_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Thresholds().thermal_agree_z == 2.0
+def test_the_agreement_and_spread_levels_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (Thresholds().thermal_agree_z, Thresholds().thermal_spread_z) == (2.0, 4.0)
     monkeypatch.setenv("GPUHEALTH_THERMAL_AGREE_Z", "3")
-    assert Thresholds.from_settings(Settings()).thermal_agree_z == 3.0
-    for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="thermal_agree_z must be a number of σ >= 0"):
-            Thresholds(thermal_agree_z=bad)
+    monkeypatch.setenv("GPUHEALTH_THERMAL_SPREAD_Z", "0")
+    th = Thresholds.from_settings(Settings())
+    assert (th.thermal_agree_z, th.thermal_spread_z) == (3.0, 0.0)
+    for name in ("thermal_agree_z", "thermal_spread_z"):
+        for bad in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=f"{name} must be a number of σ >= 0"):
+                Thresholds(**{name: bad})
 
 
 def test_the_light_load_wait_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,13 @@ from tests.service.tiny_model import tiny_model
 
 PLAN = Plan(families=("temperate",), test_nodes=6, test_days=40, test_acceleration=40, test_seeds=(31,))
 """A small held-out fleet with failures enough to judge (21, of which 7 ECC or thermal)."""
-LONG = Thresholds(demote_for_s=48 * 3600, ecc_demote_for_s=48 * 3600, pcie_demote_for_s=48 * 3600, thermal_agree_z=0)
+LONG = Thresholds(
+    demote_for_s=48 * 3600,
+    ecc_demote_for_s=48 * 3600,
+    pcie_demote_for_s=48 * 3600,
+    thermal_agree_z=0,
+    thermal_spread_z=0,
+)
 """Waits of two days, none cut short: the demotes of this fleet come later or not at all."""
 
 
