@@ -232,13 +232,20 @@ def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thre
     riskiest head `mode`, stands without its wait because two readings of the GPU's own cooling agree
     (`Thresholds.thermal_agree_z`) or the memory-core spread alone is that wide (`Thresholds.thermal_spread_z`);
     never at light load (`light`)."""
-    agree_z, spread_z = thresholds.thermal_agree_z, thresholds.thermal_spread_z
-    heat, spread = feature_column(table, "heat_excess_z"), feature_column(table, "mem_spread_z")
-    with np.errstate(invalid="ignore"):
-        both = (heat >= agree_z) & (spread >= agree_z) if agree_z > 0 else np.zeros(len(table), dtype=bool)
-        wide = spread >= spread_z if spread_z > 0 else np.zeros(len(table), dtype=bool)
+    both, wide = _cooling_witnesses(
+        feature_column(table, "heat_excess_z"), feature_column(table, "mem_spread_z"), thresholds
+    )
     thermal = np.asarray(mode, dtype=object) == HEADS["risk_thermal"]
     return np.asarray((both | wide) & thermal & ~np.asarray(light, dtype=bool))
+
+
+def _cooling_witnesses(heat_z: Any, spread_z: Any, thresholds: Thresholds) -> tuple[np.ndarray, np.ndarray]:
+    """Whether the core's heat and the memory-core spread agree (both at `thermal_agree_z`), and whether
+    the spread alone is wide (at `thermal_spread_z`); a level of 0 never holds, nor does NaN."""
+    agree_z, wide_z = thresholds.thermal_agree_z, thresholds.thermal_spread_z
+    heat, spread = np.asarray(heat_z, dtype=float), np.asarray(spread_z, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return (agree_z > 0) & (heat >= agree_z) & (spread >= agree_z), (wide_z > 0) & (spread >= wide_z)
 
 
 def demote_waits(
@@ -259,7 +266,7 @@ def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:
     memory-core spread alone (`witnesses_agree`)."""
     wait = f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait"
     agree_z = thresholds.thermal_agree_z
-    if agree_z > 0 and heat_z >= agree_z and spread_z >= agree_z:
+    if _cooling_witnesses(heat_z, spread_z, thresholds)[0]:
         return (
             f"{wait}: two readings of its own cooling agree: the core runs {heat_z:+.1f} σ hot against its own past "
             f"and its node, and the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (each at "
