@@ -70,13 +70,18 @@ class Thresholds:
     """At light load: the GPU's power over the last 6 h is under this share of its baseline's
     (`heat_load_share`). 0: never."""
     thermal_agree_z: float = 2.0
-    """A thermal demote stands without its wait when two readings of the GPU's own cooling agree,
-    each at least this many σ (`witnesses_agree`): the core's heat excess over both its own past
-    and its node (`heat_excess_z`), and the memory-core spread over 6 h against its own 30 days
-    (`mem_spread_z`). A sensor's excursion lifts one of them (a core sensor reading high narrows
-    the spread); the room, a node's incident and its fans move core and memory together, so they
-    lift neither. Not at light load, where heat is judged by extrapolation. 0: never. A policy
-    choice; docs/model.md measures it."""
+    """A thermal demote stands without its wait when two readings of the GPU's own cooling agree
+    (`witnesses_agree`): the memory-core spread over 6 h against its own 30 days (`mem_spread_z`) at
+    least this many σ, and the core's heat excess over both its own past and its node
+    (`heat_excess_z`) at least `thermal_agree_heat_z`. A sensor's excursion lifts one of them (a core
+    sensor reading high narrows the spread); the room, a node's incident and its fans move core and
+    memory together, so they lift neither. Not at light load, where heat is judged by extrapolation.
+    0: never. A policy choice; docs/model.md measures it."""
+    thermal_agree_heat_z: float = 1.0
+    """The core's heat excess (`heat_excess_z`, σ) that agrees with a spread of `thermal_agree_z`: lower
+    than the spread's, since a hot aisle's daily swing widens the core's own σ and its heat stands out
+    late, while the spread, core and memory sharing one room, does not swing with it. docs/model.md
+    measures it (1 σ against 2: five more fleets with every floor on the development fleets)."""
     thermal_spread_z: float = 4.0
     """A thermal demote also stands without its wait where the memory-core spread alone is at least
     this many σ wide against its own 30 days (`witnesses_agree`; not at light load). A memory that
@@ -123,6 +128,7 @@ class Thresholds:
         for name, z in (
             ("pcie_surprise_z", self.pcie_surprise_z),
             ("thermal_agree_z", self.thermal_agree_z),
+            ("thermal_agree_heat_z", self.thermal_agree_heat_z),
             ("thermal_spread_z", self.thermal_spread_z),
         ):
             if not (0.0 <= z < float("inf")):
@@ -145,7 +151,8 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
-        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_SPREAD_Z, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _PROBATION_RISK,
+        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -161,7 +168,8 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
-            thermal_agree_z=s.thermal_agree_z, thermal_spread_z=s.thermal_spread_z, pcie_surprise_z=s.pcie_surprise_z,
+            thermal_agree_z=s.thermal_agree_z, thermal_agree_heat_z=s.thermal_agree_heat_z,
+            thermal_spread_z=s.thermal_spread_z, pcie_surprise_z=s.pcie_surprise_z,
             probation_risk=s.probation_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
 
@@ -230,8 +238,8 @@ hourly rows that are decided again under other waits (`score.hour_rows`)."""
 def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
     """Per row of `table` (features, or `score.hour_rows`' rows): whether its demote, thermal by its
     riskiest head `mode`, stands without its wait because two readings of the GPU's own cooling agree
-    (`Thresholds.thermal_agree_z`) or the memory-core spread alone is that wide (`Thresholds.thermal_spread_z`);
-    never at light load (`light`)."""
+    (`Thresholds.thermal_agree_z`, `thermal_agree_heat_z`) or the memory-core spread alone is wide
+    (`Thresholds.thermal_spread_z`); never at light load (`light`)."""
     both, wide = _cooling_witnesses(
         feature_column(table, "heat_excess_z"), feature_column(table, "mem_spread_z"), thresholds
     )
@@ -240,12 +248,14 @@ def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thre
 
 
 def _cooling_witnesses(heat_z: Any, spread_z: Any, thresholds: Thresholds) -> tuple[np.ndarray, np.ndarray]:
-    """Whether the core's heat and the memory-core spread agree (both at `thermal_agree_z`), and whether
-    the spread alone is wide (at `thermal_spread_z`); a level of 0 never holds, nor does NaN."""
-    agree_z, wide_z = thresholds.thermal_agree_z, thresholds.thermal_spread_z
+    """Whether the core's heat and the memory-core spread agree (the heat at `thermal_agree_heat_z`, the
+    spread at `thermal_agree_z`), and whether the spread alone is wide (at `thermal_spread_z`); a level
+    of 0 never holds (`thermal_agree_z`, `thermal_spread_z`), nor does NaN."""
+    agree_z, heat_level, wide_z = (thresholds.thermal_agree_z, thresholds.thermal_agree_heat_z,
+                                   thresholds.thermal_spread_z)  # fmt: skip
     heat, spread = np.asarray(heat_z, dtype=float), np.asarray(spread_z, dtype=float)
     with np.errstate(invalid="ignore"):
-        return (agree_z > 0) & (heat >= agree_z) & (spread >= agree_z), (wide_z > 0) & (spread >= wide_z)
+        return (agree_z > 0) & (heat >= heat_level) & (spread >= agree_z), (wide_z > 0) & (spread >= wide_z)
 
 
 def demote_waits(
@@ -265,12 +275,11 @@ def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:
     """Why a thermal demote stands before its wait is over: the two readings that agree, or the
     memory-core spread alone (`witnesses_agree`)."""
     wait = f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait"
-    agree_z = thresholds.thermal_agree_z
     if _cooling_witnesses(heat_z, spread_z, thresholds)[0]:
         return (
             f"{wait}: two readings of its own cooling agree: the core runs {heat_z:+.1f} σ hot against its own past "
-            f"and its node, and the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (each at "
-            f"{agree_z:g} σ or more)"
+            f"and its node (at {thresholds.thermal_agree_heat_z:g} σ or more), and the memory-core spread is "
+            f"{spread_z:+.1f} σ wide against its own 30 days (at {thresholds.thermal_agree_z:g} σ or more)"
         )
     heat = "not known" if np.isnan(heat_z) else f"{heat_z:+.1f} σ"
     return (

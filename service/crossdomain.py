@@ -66,9 +66,10 @@ class Plan:
     readings agree (`thresholds.Thresholds.thermal_agree_z`), 938-939's for the 6 h wait of a PCIe demote
     on a link replaying out of habit (`thresholds.Thresholds.pcie_surprise_z`), 940-941's for the thermal
     demote that stands at once where the memory-core spread alone is 4 σ wide
-    (`thresholds.Thresholds.thermal_spread_z`). 907-912, 915, 916 and 932-935 were spent on versions and
-    policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours at watch,
-    docs/model.md): the next clean seed is 942."""
+    (`thresholds.Thresholds.thermal_spread_z`), 942-943's for the core's heat at 1 σ in the agreement
+    (`thresholds.Thresholds.thermal_agree_heat_z`). 907-912, 915, 916 and 932-935 were spent on versions
+    and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours at watch,
+    docs/model.md): the next clean seed is 944."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

@@ -461,12 +461,12 @@ def test_a_thermal_demote_at_light_load_waits_half_a_day_or_for_the_load_to_retu
 
 
 def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree() -> None:
-    """Two readings of a GPU's own cooling, each at 2 σ (its core's excess over its own past and its
-    node, its memory-core spread over its own): a thermal demote does not wait its 3 h. One reading
-    alone, an unknown one (no memory sensor), light load or another riskiest head: it waits."""
+    """Two readings of a GPU's own cooling agree (its core's excess over its own past and its node at
+    1 σ, its memory-core spread over its own at 2 σ): a thermal demote does not wait its 3 h. One
+    reading alone, an unknown one (no memory sensor), light load or another riskiest head: it waits."""
     f = frame(*[HEALTHY] * 7)
     f["heat_load_share"] = [1.0, 1.0, 1.0, 1.0, 0.2, 1.0, 1.0]
-    f["heat_excess_z"] = [2.5, 2.0, 2.5, 1.9, 2.5, 2.5, 2.5]
+    f["heat_excess_z"] = [2.5, 1.0, 2.5, 0.9, 2.5, 2.5, 2.5]
     f["mem_spread_z"] = [2.8, 2.0, 1.9, 2.5, 2.5, np.nan, 2.5]
     since = np.array([np.datetime64("2026-03-01T00:00", "ns")] * 7)  # risen this round
     thermal, ecc = [0.9] * 6 + [0.2], [0.1] * 6 + [0.9]
@@ -475,13 +475,14 @@ def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree
     assert out["decision"].tolist() == ["demote", "demote", "watch", "watch", "watch", "watch", "watch"]
     assert out["reasons"].iat[0][0] == (
         "thermal demote without its 3 h wait: two readings of its own cooling agree: the core runs +2.5 σ hot "
-        "against its own past and its node, and the memory-core spread is +2.8 σ wide against its own 30 days "
-        "(each at 2 σ or more)"
+        "against its own past and its node (at 1 σ or more), and the memory-core spread is +2.8 σ wide against "
+        "its own 30 days (at 2 σ or more)"
     )
     assert out["reasons"].iat[2][0].startswith("demote pending: risk at or above 0.70 since 2026-03-01 00:00 UTC")
     # Off (0), or a level the readings do not reach: the wait holds every one of them.
     assert set(decide(f, risk, Thresholds(thermal_agree_z=0), since=since)["decision"]) == {"watch"}
-    assert decide(f, risk, Thresholds(thermal_agree_z=2.6), since=since)["decision"].iat[0] == "watch"
+    assert decide(f, risk, Thresholds(thermal_agree_z=2.9), since=since)["decision"].iat[0] == "watch"
+    assert decide(f, risk, Thresholds(thermal_agree_heat_z=2.6), since=since)["decision"].tolist()[:2] == ["watch"] * 2
     # With no wait at all nothing is cut short, and no reason says so.
     now = decide(f, risk, Thresholds(demote_for_s=0, ecc_demote_for_s=0, light_load_share=0), since=since)
     assert now["decision"].iat[0] == "demote" and not any("without its" in r for r in now["reasons"].iat[0])

@@ -40,12 +40,14 @@ def test_the_habitual_link_wait_is_a_setting(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_agreement_and_spread_levels_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (Thresholds().thermal_agree_z, Thresholds().thermal_spread_z) == (2.0, 4.0)
+    d = Thresholds()
+    assert (d.thermal_agree_z, d.thermal_agree_heat_z, d.thermal_spread_z) == (2.0, 1.0, 4.0)
     monkeypatch.setenv("GPUHEALTH_THERMAL_AGREE_Z", "3")
+    monkeypatch.setenv("GPUHEALTH_THERMAL_AGREE_HEAT_Z", "1.5")
     monkeypatch.setenv("GPUHEALTH_THERMAL_SPREAD_Z", "0")
     th = Thresholds.from_settings(Settings())
-    assert (th.thermal_agree_z, th.thermal_spread_z) == (3.0, 0.0)
-    for name in ("thermal_agree_z", "thermal_spread_z"):
+    assert (th.thermal_agree_z, th.thermal_agree_heat_z, th.thermal_spread_z) == (3.0, 1.5, 0.0)
+    for name in ("thermal_agree_z", "thermal_agree_heat_z", "thermal_spread_z"):
         for bad in (-1.0, float("nan"), float("inf")):
             with pytest.raises(ValueError, match=f"{name} must be a number of σ >= 0"):
                 Thresholds(**{name: bad})
