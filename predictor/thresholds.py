@@ -81,7 +81,8 @@ class Thresholds:
     """The core's heat excess (`heat_excess_z`, σ) that agrees with a spread of `thermal_agree_z`: lower
     than the spread's, since a hot aisle's daily swing widens the core's own σ and its heat stands out
     late, while the spread, core and memory sharing one room, does not swing with it. docs/model.md
-    measures it (1 σ against 2: five more fleets with every floor on the development fleets)."""
+    measures it (1 σ against 2: five more fleets with every floor on the development fleets). 0: any
+    known heat agrees (the spread's level alone then decides; `thermal_agree_z` 0 turns the agreement off)."""
     thermal_spread_z: float = 4.0
     """A thermal demote also stands without its wait where the memory-core spread alone is at least
     this many σ wide against its own 30 days (`witnesses_agree`; not at light load). A memory that
@@ -251,11 +252,11 @@ def _cooling_witnesses(heat_z: Any, spread_z: Any, thresholds: Thresholds) -> tu
     """Whether the core's heat and the memory-core spread agree (the heat at `thermal_agree_heat_z`, the
     spread at `thermal_agree_z`), and whether the spread alone is wide (at `thermal_spread_z`); a level
     of 0 never holds (`thermal_agree_z`, `thermal_spread_z`), nor does NaN."""
-    agree_z, heat_level, wide_z = (thresholds.thermal_agree_z, thresholds.thermal_agree_heat_z,
-                                   thresholds.thermal_spread_z)  # fmt: skip
+    th = thresholds
     heat, spread = np.asarray(heat_z, dtype=float), np.asarray(spread_z, dtype=float)
     with np.errstate(invalid="ignore"):
-        return (agree_z > 0) & (heat >= heat_level) & (spread >= agree_z), (wide_z > 0) & (spread >= wide_z)
+        both = (th.thermal_agree_z > 0) & (heat >= th.thermal_agree_heat_z) & (spread >= th.thermal_agree_z)
+        return both, (th.thermal_spread_z > 0) & (spread >= th.thermal_spread_z)
 
 
 def demote_waits(
