@@ -98,10 +98,12 @@ def evaluate_cross_domain(
         f"light load {hours[3]}, under {th.light_load_share:.0%} of its baseline's power; PCIe on a link "
         f"replaying out of habit {th.pcie_habit_demote_for_s / 3600:g} h; thermal at once where "
         f"core heat at {th.thermal_agree_heat_z:g} σ and memory-core spread at {th.thermal_agree_z:g} σ agree, "
-        f"or the spread alone is {th.thermal_spread_z:g} σ wide); on probation after a "
+        f"or the spread alone is {th.thermal_spread_z:g} σ wide); thermal on the core's heat alone at "
+        f"{th.thermal_heat_z:g} σ held {th.thermal_heat_for_s / 3600:g} h; on probation after a "
         f"drain or RMA while the risk is at {th.probation_risk:.2f} or above, {th.probation_for_s / 86400:g} days "
         "at most; GPUHEALTH_DEMOTE_THRESHOLD, _DEMOTE_FOR, _FOR_ECC, _FOR_PCIE, _FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, "
-        "_THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, "
+        "_THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_HEAT_Z, _DEMOTE_FOR_HEAT, "
+        "_DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, "
         "_PROBATION_RISK, _PROBATION_FOR set them")  # fmt: skip
     rows = leave_one_family_out(plan, load_model(model), say, th, cache)
     paths = write_cross_domain(rows, plan, out, th)

@@ -29,6 +29,9 @@ from predictor.thresholds import (
     agree_reason,
     demote_waits,
     feature_column,
+    heat_alone,
+    heat_held,
+    heat_reason,
     hold_reason,
     on_probation,
     pending_reason,
@@ -88,6 +91,7 @@ def decide(
     since: np.ndarray | None = None,
     released: np.ndarray | None = None,
     demoted: np.ndarray | None = None,
+    heat_since: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
 
@@ -104,6 +108,11 @@ def decide(
     `demoted` (per row): since when the GPU's standing decision is a demote (NaT: it is not).
     Where the risk is at `Thresholds.release_level` or above, the demote is held (`replay.held_demotes`),
     with a reason saying since when and what ends it. None: no hold.
+
+    `heat_since` (per row, with `cutoff`): when the GPU's run of rounds whose core heat alone counts
+    (`thresholds.heat_alone`) began (NaT: in this round). Where its heat counts now and has held
+    `Thresholds.thermal_heat_for_s`, the GPU is demoted whatever its risk (`heat_held`), with a
+    reason saying how hot and since when. None: as all NaT.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -136,8 +145,8 @@ def decide(
         agreed = (model_sev == SEVERITY["demote"]) & cut_short
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
-    probation, hold = _standing_demotes(features, r, rule_sev >= SEVERITY["drain"], thresholds, released, demoted)
-    standing_sev = np.where(probation | hold, SEVERITY["demote"], 0)
+    standing = _standing_demotes(features, r, rule_sev >= SEVERITY["drain"], thresholds, released, demoted, heat_since)
+    standing_sev = np.where(standing.probation | standing.heat | standing.hold, SEVERITY["demote"], 0)
     final = np.maximum(np.maximum(rule_sev, model_sev), np.maximum(node_sev, standing_sev))
 
     reasons: list[list[str]] = [[] for _ in range(n)]
@@ -158,17 +167,10 @@ def decide(
         reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i]), float(surprise[i])))
     # ... or why it did not wait, where two readings agree.
     _add_agree_reasons(reasons, features, np.flatnonzero(agreed & (model_sev == final)), thresholds)
-    # ... or the probation's, where it set the decision (the model's reasons then say why the risk).
-    probation_set = probation & (final == SEVERITY["demote"]) & (model_sev < final)
-    for i in np.flatnonzero(probation_set):
-        began = pd.Timestamp(released[i]).tz_localize("UTC")  # type: ignore[index]
-        reasons[i].append(probation_reason(began, float(r[i]), thresholds))
-    # ... or the hold's, where neither the model's own demote nor a probation set it.
-    hold_set = hold & (final == SEVERITY["demote"]) & (model_sev < final) & ~probation_set
-    for i in np.flatnonzero(hold_set):
-        began = pd.Timestamp(demoted[i]).tz_localize("UTC")  # type: ignore[index]
-        reasons[i].append(hold_reason(began, float(r[i]), thresholds))
-    set_by_model = ((model_sev == final) & (model_sev > 0)) | probation_set | hold_set
+    # ... or a standing demote's (a probation, the heat alone, a hold), where one set the decision (the
+    # model's reasons then say why the risk).
+    standing_set = standing.explain(reasons, features, r, (final == SEVERITY["demote"]) & (model_sev < final))
+    set_by_model = ((model_sev == final) & (model_sev > 0)) | standing_set
     _add_model_reasons(reasons, risk, r, np.flatnonzero(set_by_model))
     # A node finding below a worse decision still says what the GPU's node is going through.
     for i in np.flatnonzero(on_hot_node & (node_sev < final)):
@@ -193,6 +195,42 @@ def _add_agree_reasons(
         reasons[i].append(agree_reason(float(heat_z[i]), float(spread_z[i]), thresholds))
 
 
+@dataclass(frozen=True)
+class _Standing:
+    """Per row, the demotes that stand apart from the round's own model demote, and since when."""
+
+    probation: np.ndarray
+    """On probation after a drain or RMA let the GPU go (at `released`)."""
+    heat: np.ndarray
+    """On its core's heat alone, held since `heat_since` (NaT: this round)."""
+    hold: np.ndarray
+    """A standing demote held (since `demoted`)."""
+    released: np.ndarray | None
+    heat_since: np.ndarray
+    demoted: np.ndarray | None
+    thresholds: Thresholds
+
+    def explain(self, reasons: list[list[str]], features: pd.DataFrame, r: np.ndarray, open_: np.ndarray) -> np.ndarray:
+        """Append to the rows `open_` (a demote the model's own did not set) the reason of the standing
+        demote that set it: the probation's first, then the heat's, then the hold's. Returns those rows."""
+        th, cutoff = self.thresholds, features["cutoff"]
+        probation = self.probation & open_
+        heat = self.heat & open_ & ~probation
+        hold = self.hold & open_ & ~probation & ~heat
+        for i in np.flatnonzero(probation):
+            began = pd.Timestamp(self.released[i]).tz_localize("UTC")  # type: ignore[index]
+            reasons[i].append(probation_reason(began, float(r[i]), th))
+        heat_z = feature_column(features, "heat_excess_z")
+        for i in np.flatnonzero(heat):
+            t = self.heat_since[i]
+            began = pd.Timestamp(cutoff.iat[i]) if np.isnat(t) else pd.Timestamp(t).tz_localize("UTC")
+            reasons[i].append(heat_reason(float(heat_z[i]), began, th))
+        for i in np.flatnonzero(hold):
+            began = pd.Timestamp(self.demoted[i]).tz_localize("UTC")  # type: ignore[index]
+            reasons[i].append(hold_reason(began, float(r[i]), th))
+        return np.asarray(probation | heat | hold)
+
+
 def _standing_demotes(
     features: pd.DataFrame,
     r: np.ndarray,
@@ -200,9 +238,11 @@ def _standing_demotes(
     thresholds: Thresholds,
     released: np.ndarray | None,
     demoted: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: whether the GPU is demoted on probation (`released`, `on_probation`), and whether
-    its standing demote is held (`demoted`: since when it stands; risk `r` at the release level)."""
+    heat_since: np.ndarray | None,
+) -> _Standing:
+    """Per row: whether the GPU is demoted on probation (`released`, `on_probation`), on its heat alone
+    (`heat_alone`, held since `heat_since` for `heat_held`), and whether its standing demote is held
+    (`demoted`: since when it stands; risk `r` at the release level)."""
     n = len(features)
     probation = hold = np.zeros(n, dtype=bool)
     if released is not None and thresholds.probation_for_s > 0:
@@ -210,7 +250,11 @@ def _standing_demotes(
     if demoted is not None:
         with np.errstate(invalid="ignore"):
             hold = ~np.isnat(np.asarray(demoted, dtype="datetime64[ns]")) & (r >= thresholds.release_level)
-    return probation, hold
+    warm = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]") if heat_since is None else heat_since
+    heat = heat_alone(features, thresholds)
+    if heat.any():
+        heat &= heat_held(features["cutoff"], warm, thresholds)
+    return _Standing(probation, heat, hold, released, warm, demoted, thresholds)
 
 
 def _hot_node_rows(features: pd.DataFrame, nodes: pd.DataFrame) -> tuple[np.ndarray, list[str]]:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.policy import top_heads
-from predictor.thresholds import Thresholds, demote_waits, naive_utc, on_probation
+from predictor.thresholds import Thresholds, demote_waits, heat_alone, heat_held, naive_utc, on_probation
 
 
 def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -110,7 +110,9 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     the service decides them round by round: a model demote stands once the risk has held its
     riskiest head's wait (a thermal one at light load its own) unless a node finding holds it
     (`held`), a GPU a drain or RMA let go is demoted while on probation, and a demote is held while
-    the risk stays at the release level (`held_demotes`); `alert` adds the drain/RMA rules (`rule_act`)."""
+    the risk stays at the release level (`held_demotes`), as is one on heat alone (`on_heat`: the core's
+    heat has held `Thresholds.thermal_heat_z` for `thermal_heat_for_s`); `alert` adds the drain/RMA
+    rules (`rule_act`)."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     gpu = rows["gpu_uuid"].to_numpy()
     since = high_since(gpu, rows["cutoff"], high)
@@ -123,7 +125,10 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     if thresholds.probation_for_s > 0:
         released = probation_began(gpu, rows["cutoff"], act, risk, thresholds)
         out["probation"] = on_probation(rows["cutoff"], released, act, risk, thresholds)
-    demoted = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy()
+    # A thermal demote on heat alone once the core's heat has held its level (`heat_held`).
+    hot = heat_alone(rows, thresholds)
+    out["on_heat"] = hot & heat_held(rows["cutoff"], high_since(gpu, rows["cutoff"], hot), thresholds)
+    demoted = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy() | out["on_heat"]
     out["demote"] = held_demotes(gpu, rows["cutoff"], demoted, act, risk, thresholds)
     out["alert"] = out["demote"] | act
     return out

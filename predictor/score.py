@@ -20,7 +20,7 @@ from predictor.node import node_findings
 from predictor.policy import decide, held_by_node
 from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
-from predictor.thresholds import WAIT_INPUTS, Thresholds
+from predictor.thresholds import WAIT_INPUTS, Thresholds, feature_column, heat_alone, light_load
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -55,6 +55,9 @@ RMA let each one go, where its rounds since continue that release (`replay.proba
 Demoted = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs no drain or RMA holds now, at the release level or above; the cutoff) -> since when each
 one's standing decision (the last round's) is a demote, for those it is (`replay.held_demotes`)."""
+HeatSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
+"""(GPUs whose heat alone counts now, `thresholds.heat_alone`; the cutoff) -> when each one's run of
+such rounds began, if before this round (`thresholds.heat_held`)."""
 
 
 def score(
@@ -66,6 +69,7 @@ def score(
     risk_since: RiskSince | None = None,
     released: Released | None = None,
     demoted: Demoted | None = None,
+    heat_since: HeatSince | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
 
@@ -81,8 +85,13 @@ def score(
     `demoted(uuids, cutoff)`: for the GPUs that could be held demoted now (no drain or RMA holds,
     risk at the release level or above), since when their standing decision is a demote (the
     service's stored decisions); those stay demoted (`policy.decide`'s `demoted`). None: no hold.
+    `heat_since(uuids, cutoff)`: for the GPUs whose heat alone counts now (`thresholds.heat_alone`),
+    when their run of such rounds began (the service's stored rounds); those whose heat has held
+    `thermal_heat_for_s` are demoted (`policy.decide`'s `heat_since`). None: the heat of this round
+    alone, which demotes only where `thermal_heat_for_s` is 0.
 
-    Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff`.
+    Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and `heat_z` (the
+    core's heat the round judged, `round_heat`: what a later round's `heat_since` reads).
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
     """
     if len(frame) == 0:
@@ -129,16 +138,21 @@ def score(
     since = ask(risk_since if th.longest_wait > pd.Timedelta(0) else None, th.demote, np.ones(len(x), dtype=bool))
     rel = ask(released if th.probation_for_s > 0 else None, th.probation_risk, ~out_now)
     held = ask(demoted, th.release_level, ~out_now)
-    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel, demoted=held)
+    hot = heat_alone(x, th)
+    warm = None if heat_since is None or not hot.any() else heat_since([str(u) for u in x.loc[hot, "gpu_uuid"]], cutoff)
+    decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel, demoted=held,
+                     heat_since=_per_row(x, warm or {}))  # fmt: skip
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     out["reasons"] = decided["reasons"]
+    out["heat_z"] = round_heat(x, th)
     extra = _data_notes(past, x, model.meta.get("inputs_seen"), model.meta.get("model_names"))
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
-    return out[[*OUTPUT_COLUMNS, "cutoff"]].sort_values("risk", ascending=False, na_position="last", kind="stable")
+    out = out[[*OUTPUT_COLUMNS, "cutoff", "heat_z"]]
+    return out.sort_values("risk", ascending=False, na_position="last", kind="stable")
 
 
 def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame:
@@ -159,6 +173,14 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
     for col in WAIT_INPUTS:
         keep[col] = x[col].to_numpy()
     return keep
+
+
+def round_heat(x: pd.DataFrame, th: Thresholds) -> np.ndarray:
+    """Per feature row, the core's heat as the round judges it for a demote on heat alone: its
+    `heat_excess_z`, NaN at light load (`thresholds.light_load`) or where not known. Stored with the
+    service's rounds, so the next round reads how long it has held (`thresholds.heat_held`)."""
+    light = light_load(feature_column(x, "heat_load_share"), th)
+    return np.where(light, np.nan, feature_column(x, "heat_excess_z"))
 
 
 def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
@@ -218,6 +240,13 @@ class HistoryRounds:
         risk = np.r_[rows["risk"].to_numpy(dtype=np.float64), np.ones(len(uuids))]
         began = probation_began(gpu, at, out, risk, self.th)[len(rows) :]
         return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}
+
+    def heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        """When each GPU's run of rounds whose heat alone counts began (`score`'s `heat_since`)."""
+        rows = self.hours(uuids, cutoff, pd.Timedelta(seconds=self.th.thermal_heat_for_s))
+        heat = round_heat(rows, self.th).tolist()
+        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], heat, strict=True))
+        return stored_run_began(stored, uuids, cutoff, self.th.thermal_heat_z)
 
     def demoted(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """Since when each GPU's last round was a demote, not a drain or RMA (`score`'s `demoted`):
@@ -330,12 +359,13 @@ def _data_notes(
     return notes
 
 
-def to_records(scored: pd.DataFrame) -> list[dict[str, Any]]:
-    """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null)."""
+def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]:
+    """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null); with `heat`, each
+    also with `heat_z` (`round_heat`, NaN as null), which the service stores with its rounds."""
     recs = []
-    for row in scored[OUTPUT_COLUMNS].itertuples(index=False):
+    for row in scored[[*OUTPUT_COLUMNS, *(["heat_z"] if heat else [])]].itertuples(index=False):
         d = row._asdict()
-        for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie"):
+        for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie", *(["heat_z"] if heat else [])):
             v = d[k]
             d[k] = None if v != v else float(v)
         d["reasons"] = [str(r) for r in d["reasons"]]

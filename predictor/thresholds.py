@@ -90,6 +90,16 @@ class Thresholds:
     contact): on the held-out fleets such spreads stood 3-4 σ out for 10-20 h before the core's heat
     reached 2 σ against its node, while a sensor's excursion or the room moves the spread 1-3 σ.
     0: never. A policy choice; docs/model.md measures it (3 σ added false episodes, 4 σ none)."""
+    thermal_heat_z: float = 4.0
+    """A thermal demote on heat alone: where the core's heat over both its own past and its node
+    (`heat_excess_z`, a 6 h mean) has been at least this many σ in every round for
+    `thermal_heat_for_s`, not at light load, the GPU is demoted whatever the thermal head's risk
+    (`heat_held`). A cooler whose failure widens no memory-core spread (the core's heat alone
+    climbing) can keep the thermal head under the demote level: the heads learned from fleets whose
+    failing coolers widen it. 0: never. A policy choice; docs/model.md measures it (at once, 3-5 σ
+    added false episodes; 4 σ held 6 h none, and two more development fleets hold every floor)."""
+    thermal_heat_for_s: float = 6 * 3600.0
+    """How long (seconds) the core's heat must have held `thermal_heat_z` for a demote on heat alone."""
     probation_risk: float = 0.1
     """After a drain or RMA lets a GPU go (its criterion holds no more: a pending row remap
     taken by a reset, a DBE a week old), the GPU stays demoted while its risk is at or above
@@ -121,6 +131,7 @@ class Thresholds:
             ("demote_for_pcie", self.pcie_demote_for_s),
             ("demote_for_light_load", self.light_load_demote_for_s),
             ("demote_for_pcie_habit", self.pcie_habit_demote_for_s),
+            ("thermal_heat_for", self.thermal_heat_for_s),
         ):
             if not (0.0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
@@ -131,6 +142,7 @@ class Thresholds:
             ("thermal_agree_z", self.thermal_agree_z),
             ("thermal_agree_heat_z", self.thermal_agree_heat_z),
             ("thermal_spread_z", self.thermal_spread_z),
+            ("thermal_heat_z", self.thermal_heat_z),
         ):
             if not (0.0 <= z < float("inf")):
                 raise ValueError(f"{name} must be a number of σ >= 0 (0: never); got {z}")
@@ -152,8 +164,8 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
-        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _PROBATION_RISK,
-        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_HEAT_Z,
+        _DEMOTE_FOR_HEAT, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -162,6 +174,7 @@ class Thresholds:
             ("light_load_demote_for_s", "GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
             ("pcie_habit_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE_HABIT", s.demote_for_pcie_habit),
             ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
+            ("thermal_heat_for_s", "GPUHEALTH_DEMOTE_FOR_HEAT", s.demote_for_heat),
         ):
             try:
                 waits[field_name] = parse_duration(text, allow_zero=True)
@@ -170,7 +183,7 @@ class Thresholds:
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
             thermal_agree_z=s.thermal_agree_z, thermal_agree_heat_z=s.thermal_agree_heat_z,
-            thermal_spread_z=s.thermal_spread_z, pcie_surprise_z=s.pcie_surprise_z,
+            thermal_spread_z=s.thermal_spread_z, thermal_heat_z=s.thermal_heat_z, pcie_surprise_z=s.pcie_surprise_z,
             probation_risk=s.probation_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
 
@@ -270,6 +283,38 @@ def demote_waits(
     pending = pending_demote(table["cutoff"], since, thresholds, mode, light, habit)
     agree = pending & witnesses_agree(table, mode, light, thresholds)
     return pending & ~agree, agree
+
+
+def heat_alone(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
+    """Per row of `table` (features, or `score.hour_rows`' rows): whether the core's heat alone counts
+    toward a thermal demote on heat (`Thresholds.thermal_heat_z`): `heat_excess_z` at that level or
+    above, not at light load (`light_load`). Never where the level is 0, nor where the heat is not
+    known. No node finding holds it: `heat_excess_z` is the lesser of the GPU's heat over its own past
+    and over its node, so a GPU at that level stands out of its node."""
+    if thresholds.thermal_heat_z <= 0:
+        return np.zeros(len(table), dtype=bool)
+    light = light_load(feature_column(table, "heat_load_share"), thresholds)
+    with np.errstate(invalid="ignore"):
+        return np.asarray((feature_column(table, "heat_excess_z") >= thresholds.thermal_heat_z) & ~light)
+
+
+def heat_held(cutoff: Any, since: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Per row whose heat counts (`heat_alone`): whether its run of such rounds, begun at `since` (NaT:
+    in this round), has held `thermal_heat_for_s` by the cutoff: a thermal demote on heat alone."""
+    c, s = naive_utc(cutoff), naive_utc(since)
+    limit = np.timedelta64(round(thresholds.thermal_heat_for_s * 1e9), "ns")
+    return np.asarray((c - np.where(np.isnat(s), c, s)) >= limit)
+
+
+def heat_reason(heat_z: float, since: pd.Timestamp, thresholds: Thresholds) -> str:
+    """Why a GPU is demoted on its heat alone (`heat_held`): how hot, since when, and what to check.
+    `since` is as far back as the rounds read go (the hold and an hour): every round since was hot."""
+    return (
+        f"thermal demote on heat alone: the core runs {heat_z:+.1f} σ hot against its own past and its "
+        f"node, at {thresholds.thermal_heat_z:g} σ or more in every round since {since:%Y-%m-%d %H:%M} UTC "
+        f"(the hold: {thresholds.thermal_heat_for_s / 3600:g} h), beyond what its power explains: check its "
+        "cooling (heat sink, fans, thermal paste)"
+    )
 
 
 def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:

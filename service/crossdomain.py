@@ -67,9 +67,10 @@ class Plan:
     on a link replaying out of habit (`thresholds.Thresholds.pcie_surprise_z`), 940-941's for the thermal
     demote that stands at once where the memory-core spread alone is 4 σ wide
     (`thresholds.Thresholds.thermal_spread_z`), 942-943's for the core's heat at 1 σ in the agreement
-    (`thresholds.Thresholds.thermal_agree_heat_z`). 907-912, 915, 916 and 932-935 were spent on versions
-    and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours at watch,
-    docs/model.md): the next clean seed is 944."""
+    (`thresholds.Thresholds.thermal_agree_heat_z`), 944-945's for the thermal demote on the core's heat
+    alone held 6 h (`thresholds.Thresholds.thermal_heat_z`). 907-912, 915, 916 and 932-935 were spent on
+    versions and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours
+    at watch, docs/model.md): the next clean seed is 946."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

@@ -175,12 +175,13 @@ class Scorer(Worker):
                 risk_since=self._risk_since,
                 released=self._released,
                 demoted=self._demoted,
+                heat_since=self._heat_since,
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
             if gpus is None:
                 gpus = all_gpus(self.store)
-            records = with_lost_gpus(to_records(scored), gpus)
+            records = with_lost_gpus(to_records(scored, heat=True), gpus)
             probes = self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at)
             if share is not None:
                 mine = {str(g["uuid"]) for g in gpus}
@@ -204,6 +205,13 @@ class Scorer(Worker):
         lookback = cutoff - th.longest_wait - pd.Timedelta(hours=1)
         stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime())
         return stored_run_began(stored, uuids, cutoff, th.demote)
+
+    def _heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
+        """When each GPU's run of rounds whose core heat alone counts began, from the stored rounds before this one."""
+        th = self.thresholds
+        lookback = cutoff - pd.Timedelta(seconds=th.thermal_heat_for_s) - pd.Timedelta(hours=1)
+        stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of="heat_z")
+        return stored_run_began(stored, uuids, cutoff, th.thermal_heat_z)
 
     def _released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go, where its standing decision continues that release."""

@@ -37,6 +37,8 @@ class ScoreRecord(TypedDict):
     risk_pcie: NotRequired[float | None]
     decision: str
     reasons: NotRequired[Sequence[str]]
+    heat_z: NotRequired[float | None]
+    """The core's heat the round judged (`predictor.score.round_heat`); kept with the round only."""
 
 
 class Decision(TypedDict):
@@ -98,7 +100,7 @@ class DecisionRule(Protocol):
     ) -> DecisionChanges: ...
 
 
-_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *RISKS, "decision", "reasons")
+_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *RISKS, "decision", "reasons", "heat_z")
 
 
 def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, Any]]:
@@ -121,6 +123,7 @@ def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, 
                 **{k: optional_float(r.get(k), f"score {i}: {k}") for k in RISKS},
                 "decision": choice(r.get("decision"), DECISIONS, f"score {i}: decision"),
                 "reasons": string_list(r.get("reasons"), f"score {i}: reasons"),
+                "heat_z": optional_float(r.get("heat_z"), f"score {i}: heat_z"),
             }
         )
     return rows
@@ -361,12 +364,16 @@ class Decisions:
         return out
 
     def recent_risks(
-        self, uuids: Sequence[str], since: datetime, until: datetime
+        self, uuids: Sequence[str], since: datetime, until: datetime, of: str = "risk"
     ) -> list[tuple[str, datetime, float | None]]:
-        """(gpu_uuid, scored_at, risk) of the GPUs' stored rounds in [since, until), oldest first.
+        """(gpu_uuid, scored_at, value) of the GPUs' stored rounds in [since, until), oldest first; the
+        value is the round's risk, or with `of="heat_z"` the core's heat it judged.
 
-        The scorer reads how long a GPU's risk has held (a model demote waits `demote_for`);
-        unknown GPUs have no rows. Only the raw rounds (the score retention is days)."""
+        The scorer reads how long a GPU's risk has held (a model demote waits `demote_for`), and its
+        heat (a thermal demote on heat alone, `thermal_heat_for`); unknown GPUs have no rows. Only
+        the raw rounds (the score retention is days)."""
+        if of not in ("risk", "heat_z"):
+            raise StoreError(f"recent_risks reads risk or heat_z, not {of!r}")
         if not uuids:
             return []
         s = T_SCORES.c
@@ -375,7 +382,7 @@ class Decisions:
         with self.db.tx() as conn:
             for i in range(0, len(uuids), 1000):  # bounded IN lists
                 q = (
-                    sa.select(s.gpu_uuid, s.scored_at, s.risk)
+                    sa.select(s.gpu_uuid, s.scored_at, s[of])
                     .where(s.gpu_uuid.in_(list(uuids[i : i + 1000])), s.scored_at >= lo, s.scored_at < hi)
                     .order_by(s.gpu_uuid, s.scored_at)
                 )

@@ -131,6 +131,9 @@ class RiskScore(Base):
     risk_pcie: Mapped[float | None] = mapped_column(sa.Double)
     decision: Mapped[str] = mapped_column(sa.String(16))
     reasons: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
+    heat_z: Mapped[float | None] = mapped_column(sa.Double)
+    """The core's heat the round judged (`heat_excess_z`, σ; null at light load or not known): how long
+    it has held decides a thermal demote on heat alone (`predictor.thresholds.heat_held`)."""
 
     __table_args__ = (
         sa.Index("ix_risk_scores_gpu_scored", "gpu_uuid", "scored_at"),

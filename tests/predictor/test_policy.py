@@ -592,3 +592,29 @@ def test_decide_holds_a_standing_demote_and_says_since_when() -> None:
     # No hold without the standing demotes; a release level of 0.5 lets the 0.4 go.
     assert decide(f, risk, th)["decision"].tolist() == ["watch", "drain", "ok", "demote", "watch"]
     assert decide(f, risk, Thresholds(release=0.5), demoted=demoted)["decision"].tolist()[0] == "watch"
+
+
+def test_decide_demotes_on_the_core_heat_alone_once_it_has_held_and_says_why() -> None:
+    th = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=6 * 3600)
+    hot = HEALTHY | {"heat_excess_z": 5.0, "heat_load_share": 1.0}
+    f = frame(hot, hot, hot | {"heat_load_share": 0.2}, hot | {"heat_excess_z": 3.5}, hot | {"row_remap_pending": 1.0},
+              hot, hot)  # fmt: skip
+    # held 8 h; 5 h (too short); at light load; under the level; drained by the rule; held (with a probation); NaT
+    heat_since = naive(*["2026-02-28 16:00", "2026-02-28 19:00", "2026-02-28 16:00", "2026-02-28 16:00",
+                         "2026-02-28 16:00", "2026-02-28 16:00", None])  # fmt: skip
+    released = naive(*[None] * 5, "2026-02-27 12:00", None)
+    risk = risk_frame(f.index, [0.05, 0.05, 0.05, 0.05, 0.05, 0.15, 0.05], reasons=[["warm"]] * 7)
+    out = decide(f, risk, th, heat_since=heat_since, released=released)
+    assert out["decision"].tolist() == ["demote", "ok", "ok", "ok", "drain", "demote", "ok"]
+    assert out["reasons"].iat[0] == [
+        "thermal demote on heat alone: the core runs +5.0 σ hot against its own past and its node, at 4 σ or more "
+        "in every round since 2026-02-28 16:00 UTC (the hold: 6 h), beyond what its power explains: check its "
+        "cooling (heat sink, fans, thermal paste)",
+        "risk 0.05 (ECC 0.05): warm",
+    ]
+    assert out["reasons"].iat[5][0].startswith("probation: ")  # one reason: the probation's comes first
+    # Off (level 0), or without the rounds before: nothing on heat alone; a 0 h hold needs none.
+    assert decide(f, risk, Thresholds(thermal_heat_z=0), heat_since=heat_since)["decision"].tolist()[0] == "ok"
+    assert decide(f, risk, th)["decision"].tolist()[0] == "ok"
+    at_once = decide(f, risk, Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=0))["decision"].tolist()
+    assert at_once == ["demote", "demote", "ok", "ok", "drain", "demote", "demote"]

@@ -104,3 +104,22 @@ def test_apply_waits_holds_the_model_demote_after_its_wait_as_the_service_does()
     # A node finding that holds the thermal demote at watch does not end a demote that stands.
     node = apply_waits(rows.assign(held=[False] * 4 + [True] * 5), Thresholds())
     assert node["demote"].tolist() == [False] * 3 + [True] * 4 + [False] * 2
+
+
+def test_apply_waits_demotes_on_heat_alone_once_it_has_held_as_the_service_does() -> None:
+    """Hourly rows at risk 0: the core's heat at 5 σ from hour 1 to 8 with a light-load hour at 4, then
+    at 5 σ from hour 5 on: a run of 3 h (1-3) is too short, one of 4 h (5-8) demotes from hour 8; the
+    hold then keeps nothing (the risk is under the release level)."""
+    heat = [0.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 0.0]
+    load = [1.0] * 4 + [0.2] + [1.0] * 5
+    rows = pd.DataFrame({"gpu_uuid": "g", "cutoff": _t(list(range(10))), "risk": 0.0, "risk_ecc": 0.0,
+                         "risk_thermal": 0.0, "risk_pcie": 0.0, "held": False, "rule_act": False,
+                         "heat_load_share": load, "heat_excess_z": heat})  # fmt: skip
+    th = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=3 * 3600)
+    out = apply_waits(rows, th)
+    assert out["on_heat"].tolist() == [False] * 8 + [True, False]
+    assert out["demote"].equals(out["on_heat"]) and out["alert"].equals(out["demote"])
+    assert not apply_waits(rows, Thresholds(thermal_heat_z=0.0))["demote"].any()
+    # At risk 0.5 (the release level or above) the demote on heat is held as any standing demote.
+    held = apply_waits(rows.assign(risk=0.5), th)
+    assert held["demote"].tolist() == [False] * 8 + [True, True]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from core.settings import Settings
-from predictor.thresholds import Thresholds, on_probation
+from predictor.thresholds import Thresholds, heat_alone, heat_held, heat_reason, on_probation
 
 
 def _t(hours: list[float]) -> pd.DatetimeIndex:
@@ -139,3 +139,38 @@ def test_the_release_level_is_the_watch_level_unless_set(monkeypatch: pytest.Mon
     assert Thresholds(watch=0.2).release_level == 0.2
     monkeypatch.setenv("GPUHEALTH_RELEASE_THRESHOLD", "0.5")
     assert Thresholds.from_settings(Settings()).release_level == 0.5
+
+
+def test_the_demote_on_heat_alone_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (Thresholds().thermal_heat_z, Thresholds().thermal_heat_for_s) == (4.0, 6 * 3600)
+    monkeypatch.setenv("GPUHEALTH_THERMAL_HEAT_Z", "4.5")
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_HEAT", "2h")
+    th = Thresholds.from_settings(Settings())
+    assert (th.thermal_heat_z, th.thermal_heat_for_s) == (4.5, 2 * 3600)
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_HEAT: invalid duration"):
+        Thresholds.from_settings(Settings(demote_for_heat="long"))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="thermal_heat_z must be a number of σ >= 0"):
+            Thresholds(thermal_heat_z=bad)
+    with pytest.raises(ValueError, match="thermal_heat_for must be a duration >= 0"):
+        Thresholds(thermal_heat_for_s=-1.0)
+
+
+def test_heat_alone_counts_the_core_heat_at_its_level_and_not_at_light_load() -> None:
+    table = pd.DataFrame(
+        {"heat_excess_z": [5.0, 3.9, 5.0, np.nan, 4.0], "heat_load_share": [1.0, 1.0, 0.3, 1.0, np.nan]}
+    )
+    assert heat_alone(table, Thresholds(thermal_heat_z=4.0)).tolist() == [True, False, False, False, True]
+    assert not heat_alone(table, Thresholds(thermal_heat_z=0.0)).any()  # 0: never
+    assert not heat_alone(table.drop(columns="heat_excess_z"), Thresholds(thermal_heat_z=4.0)).any()
+    # Held: the run began 6 h or more before the cutoff; NaT is a run that begins in this round.
+    th = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=6 * 3600)
+    since = np.asarray(_t([0, 1, 0]).tz_convert(None).to_numpy(), dtype="datetime64[ns]")
+    since[2] = np.datetime64("NaT")
+    assert heat_held(_t([6, 6, 6]), since, th).tolist() == [True, False, False]
+    assert heat_held(_t([6]), since[2:], Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=0)).tolist() == [True]
+    reason = heat_reason(5.04, pd.Timestamp("2026-03-01 02:00", tz="UTC"), th)
+    assert reason.startswith(
+        "thermal demote on heat alone: the core runs +5.0 σ hot against its own past and its "
+        "node, at 4 σ or more in every round since 2026-03-01 02:00 UTC (the hold: 6 h)"
+    )

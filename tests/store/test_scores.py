@@ -236,6 +236,21 @@ def test_recent_risks_are_the_rounds_in_the_window_oldest_first(store: Store) ->
     assert store.recent_risks([], T0, T0 + timedelta(hours=9)) == []
 
 
+def test_each_round_keeps_the_core_heat_it_judged(store: Store) -> None:
+    """What a demote on heat alone reads: the round's `heat_z`, null where not judged (light load)."""
+    for h, z in enumerate([4.5, None, 5.25]):
+        store.write_scores([score("GPU-a", heat_z=z), score("GPU-b")], T0 + timedelta(hours=h), rule=decision_changes)
+    got = store.recent_risks(["GPU-a", "GPU-b"], T0, T0 + timedelta(hours=3), of="heat_z")
+    assert [(u, t - T0, z) for u, t, z in got] == [
+        ("GPU-a", timedelta(0), 4.5), ("GPU-a", timedelta(hours=1), None), ("GPU-a", timedelta(hours=2), 5.25),
+        ("GPU-b", timedelta(0), None), ("GPU-b", timedelta(hours=1), None), ("GPU-b", timedelta(hours=2), None),
+    ]  # fmt: skip
+    with pytest.raises(StoreError, match="score 0: heat_z"):
+        store.write_scores([score("GPU-a", heat_z="hot")], T0 + timedelta(hours=4), rule=decision_changes)
+    with pytest.raises(StoreError, match="recent_risks reads risk or heat_z, not 'decision'"):
+        store.recent_risks(["GPU-a"], T0, T0 + timedelta(hours=3), of="decision")
+
+
 def test_demoted_since_is_when_the_standing_demote_was_opened(store: Store) -> None:
     """Only a demote standing now counts, acknowledged or not; a decision after it, or none, is left out."""
     t = [T0 + timedelta(hours=h) for h in range(4)]
