@@ -30,14 +30,16 @@ TH = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=3 * 3600)
 MODEL = silent_model()
 
 
-def samples(days: int = 8, hot_from_day: float = 7.0, rise_c: float = 12.0) -> pd.DataFrame:
+def samples(
+    days: int = 8, hot_from_day: float = 7.0, rise_c: float = 12.0, hot: tuple[int, ...] = (0,)
+) -> pd.DataFrame:
     rng = np.random.default_rng(3)
     n, t = days * 288, np.arange(days * 288)
     parts = []
     for g in range(4):
         power = 350 + 120 * np.sin(2 * np.pi * t / 288 + g) + rng.normal(0, 15, n)
         temp = 30 + 0.08 * power + rng.normal(0, 0.8, n)
-        if g == 0:
+        if g in hot:
             temp += np.clip((t / 288 - hot_from_day) * 4, 0, 1) * rise_c
         parts.append(pd.DataFrame({
             "timestamp": pd.date_range(T0, periods=n, freq="5min"), "hostname": "n1", "gpu_uuid": f"GPU-{g}",
@@ -95,3 +97,13 @@ def test_the_service_demotes_once_the_heat_has_held_and_gpuhealth_score_agrees(
 def test_off_by_default_level_zero_nothing_is_demoted_on_heat(tmp_path: Path, fleet: pd.DataFrame) -> None:
     _, rounds = served(tmp_path, fleet, Thresholds(thermal_heat_z=0.0))
     assert {r["decision"] for rs in rounds for r in rs.values()} == {"ok"}
+
+
+def test_a_node_wide_heat_episode_is_a_node_finding_not_four_demotes(tmp_path: Path) -> None:
+    """Every GPU of the node runs 12 °C hotter together (its air, its fans): no GPU stands out of its
+    node, so none is demoted on its heat; the node finding watches them all instead."""
+    _, rounds = served(tmp_path, samples(hot=(0, 1, 2, 3)), TH)
+    assert not any(r["decision"] == "demote" for rs in rounds for r in rs.values())
+    last = rounds[-1]
+    assert {r["decision"] for r in last.values()} == {"watch"}
+    assert all(any("node-wide heat" in x for x in r["reasons"]) for r in last.values())
