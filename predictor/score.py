@@ -20,7 +20,7 @@ from predictor.node import node_findings
 from predictor.policy import decide, held_by_node
 from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
-from predictor.thresholds import WAIT_INPUTS, Thresholds, feature_column, heat_alone, light_load
+from predictor.thresholds import WAIT_INPUTS, Thresholds, heat_alone, judged_heat
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -91,7 +91,7 @@ def score(
     alone, which demotes only where `thermal_heat_for_s` is 0.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and `heat_z` (the
-    core's heat the round judged, `round_heat`: what a later round's `heat_since` reads).
+    core's heat the round judged, `thresholds.judged_heat`: what a later round's `heat_since` reads).
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
     """
     if len(frame) == 0:
@@ -147,7 +147,7 @@ def score(
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     out["reasons"] = decided["reasons"]
-    out["heat_z"] = round_heat(x, th)
+    out["heat_z"] = judged_heat(x, th)
     extra = _data_notes(past, x, model.meta.get("inputs_seen"), model.meta.get("model_names"))
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
@@ -173,14 +173,6 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
     for col in WAIT_INPUTS:
         keep[col] = x[col].to_numpy()
     return keep
-
-
-def round_heat(x: pd.DataFrame, th: Thresholds) -> np.ndarray:
-    """Per feature row, the core's heat as the round judges it for a demote on heat alone: its
-    `heat_excess_z`, NaN at light load (`thresholds.light_load`) or where not known. Stored with the
-    service's rounds, so the next round reads how long it has held (`thresholds.heat_held`)."""
-    light = light_load(feature_column(x, "heat_load_share"), th)
-    return np.where(light, np.nan, feature_column(x, "heat_excess_z"))
 
 
 def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
@@ -224,9 +216,26 @@ class HistoryRounds:
 
     def risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When each GPU's run at the demote level began (`score`'s `risk_since`)."""
-        rows = self.hours(uuids, cutoff, self.th.longest_wait)
-        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], rows["risk"].tolist(), strict=True))
-        return stored_run_began(stored, uuids, cutoff, self.th.demote)
+        return self._run_began(uuids, cutoff, self.th.longest_wait, lambda rows: rows["risk"], self.th.demote)
+
+    def heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        """When each GPU's run of rounds whose heat alone counts began (`score`'s `heat_since`)."""
+        span = pd.Timedelta(seconds=self.th.thermal_heat_for_s)
+        return self._run_began(uuids, cutoff, span, lambda rows: judged_heat(rows, self.th), self.th.thermal_heat_z)
+
+    def _run_began(
+        self,
+        uuids: list[str],
+        cutoff: pd.Timestamp,
+        span: pd.Timedelta,
+        value: Callable[[pd.DataFrame], Any],
+        level: float,
+    ) -> Mapping[str, pd.Timestamp]:
+        """When each GPU's run of rounds with `value` (of its hour rows) at `level` or above began, from
+        its hours over `span` before the cutoff (`replay.stored_run_began`, as the service's stored rounds)."""
+        rows = self.hours(uuids, cutoff, span)
+        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], np.asarray(value(rows), dtype=float).tolist(), strict=True))
+        return stored_run_began(stored, uuids, cutoff, level)
 
     def released(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go (`score`'s `released`)."""
@@ -240,13 +249,6 @@ class HistoryRounds:
         risk = np.r_[rows["risk"].to_numpy(dtype=np.float64), np.ones(len(uuids))]
         began = probation_began(gpu, at, out, risk, self.th)[len(rows) :]
         return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}
-
-    def heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
-        """When each GPU's run of rounds whose heat alone counts began (`score`'s `heat_since`)."""
-        rows = self.hours(uuids, cutoff, pd.Timedelta(seconds=self.th.thermal_heat_for_s))
-        heat = round_heat(rows, self.th).tolist()
-        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], heat, strict=True))
-        return stored_run_began(stored, uuids, cutoff, self.th.thermal_heat_z)
 
     def demoted(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """Since when each GPU's last round was a demote, not a drain or RMA (`score`'s `demoted`):
@@ -361,7 +363,7 @@ def _data_notes(
 
 def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]:
     """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null); with `heat`, each
-    also with `heat_z` (`round_heat`, NaN as null), which the service stores with its rounds."""
+    also with `heat_z` (`thresholds.judged_heat`, NaN as null), which the service stores with its rounds."""
     recs = []
     for row in scored[[*OUTPUT_COLUMNS, *(["heat_z"] if heat else [])]].itertuples(index=False):
         d = row._asdict()

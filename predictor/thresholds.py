@@ -285,17 +285,24 @@ def demote_waits(
     return pending & ~agree, agree
 
 
+def judged_heat(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
+    """Per row of `table` (features, or `score.hour_rows`' rows): the core's heat as a demote on heat
+    alone judges it, its `heat_excess_z`; NaN at light load (`light_load`, where heat is judged by
+    extrapolation) or where not known. The service stores it with each round (`risk_scores.heat_z`),
+    so a later round reads how long it has held (`heat_held`)."""
+    light = light_load(feature_column(table, "heat_load_share"), thresholds)
+    return np.where(light, np.nan, feature_column(table, "heat_excess_z"))
+
+
 def heat_alone(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
-    """Per row of `table` (features, or `score.hour_rows`' rows): whether the core's heat alone counts
-    toward a thermal demote on heat (`Thresholds.thermal_heat_z`): `heat_excess_z` at that level or
-    above, not at light load (`light_load`). Never where the level is 0, nor where the heat is not
-    known. No node finding holds it: `heat_excess_z` is the lesser of the GPU's heat over its own past
-    and over its node, so a GPU at that level stands out of its node."""
+    """Per row of `table`: whether the core's heat alone counts toward a thermal demote on heat, its
+    `judged_heat` at `Thresholds.thermal_heat_z` or above. Never where the level is 0, nor at light
+    load or where the heat is not known. No node finding holds it: `heat_excess_z` is the lesser of
+    the GPU's heat over its own past and over its node, so a GPU at that level stands out of its node."""
     if thresholds.thermal_heat_z <= 0:
         return np.zeros(len(table), dtype=bool)
-    light = light_load(feature_column(table, "heat_load_share"), thresholds)
     with np.errstate(invalid="ignore"):
-        return np.asarray((feature_column(table, "heat_excess_z") >= thresholds.thermal_heat_z) & ~light)
+        return np.asarray(judged_heat(table, thresholds) >= thresholds.thermal_heat_z)
 
 
 def heat_held(cutoff: Any, since: np.ndarray, thresholds: Thresholds) -> np.ndarray:

@@ -202,16 +202,21 @@ class Scorer(Worker):
     def _risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When each GPU's risk rose to the demote threshold, from the stored rounds before this one."""
         th = self.thresholds
-        lookback = cutoff - th.longest_wait - pd.Timedelta(hours=1)
-        stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime())
-        return stored_run_began(stored, uuids, cutoff, th.demote)
+        return self._run_began(uuids, cutoff, th.longest_wait, "risk", th.demote)
 
     def _heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When each GPU's run of rounds whose core heat alone counts began, from the stored rounds before this one."""
         th = self.thresholds
-        lookback = cutoff - pd.Timedelta(seconds=th.thermal_heat_for_s) - pd.Timedelta(hours=1)
-        stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of="heat_z")
-        return stored_run_began(stored, uuids, cutoff, th.thermal_heat_z)
+        return self._run_began(uuids, cutoff, pd.Timedelta(seconds=th.thermal_heat_for_s), "heat_z", th.thermal_heat_z)
+
+    def _run_began(
+        self, uuids: list[str], cutoff: pd.Timestamp, span: pd.Timedelta, of: str, level: float
+    ) -> dict[str, pd.Timestamp]:
+        """When each GPU's run of stored rounds with `of` (`Store.recent_risks`) at `level` or above began,
+        read over `span` and an hour before the cutoff."""
+        lookback = cutoff - span - pd.Timedelta(hours=1)
+        stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
+        return stored_run_began(stored, uuids, cutoff, level)
 
     def _released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go, where its standing decision continues that release."""

@@ -38,7 +38,7 @@ class ScoreRecord(TypedDict):
     decision: str
     reasons: NotRequired[Sequence[str]]
     heat_z: NotRequired[float | None]
-    """The core's heat the round judged (`predictor.score.round_heat`); kept with the round only."""
+    """The core's heat the round judged (`predictor.thresholds.judged_heat`); kept with the round only."""
 
 
 class Decision(TypedDict):
