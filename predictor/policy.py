@@ -112,7 +112,8 @@ def decide(
     `heat_since` (per row, with `cutoff`): when the GPU's run of rounds whose core heat alone counts
     (`thresholds.heat_alone`) began (NaT: in this round). Where its heat counts now and has held
     `Thresholds.thermal_heat_for_s`, the GPU is demoted whatever its risk (`heat_held`), with a
-    reason saying how hot and since when. None: as all NaT.
+    reason saying how hot and since when. None: as all NaT (without a `cutoff` column, only a hold
+    of 0 is met). A time given without `cutoff` is a ValueError, as `released` is.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -213,7 +214,9 @@ class _Standing:
     def explain(self, reasons: list[list[str]], features: pd.DataFrame, r: np.ndarray, open_: np.ndarray) -> np.ndarray:
         """Append to the rows `open_` (a demote the model's own did not set) the reason of the standing
         demote that set it: the probation's first, then the heat's, then the hold's. Returns those rows."""
-        th, cutoff = self.thresholds, features["cutoff"]
+        th = self.thresholds
+        # The round's time: its cutoff, or without one (a caller's own frame) when the GPU was last seen.
+        now = features["cutoff"] if "cutoff" in features.columns else features.get("last_seen")
         probation = self.probation & open_
         heat = self.heat & open_ & ~probation
         hold = self.hold & open_ & ~probation & ~heat
@@ -223,7 +226,10 @@ class _Standing:
         heat_z = feature_column(features, "heat_excess_z")
         for i in np.flatnonzero(heat):
             t = self.heat_since[i]
-            began = pd.Timestamp(cutoff.iat[i]) if np.isnat(t) else pd.Timestamp(t).tz_localize("UTC")
+            if not np.isnat(t):
+                began = pd.Timestamp(t).tz_localize("UTC")
+            else:
+                began = pd.Timestamp(now.iat[i]) if now is not None else pd.Timestamp.now(tz="UTC").floor("min")
             reasons[i].append(heat_reason(float(heat_z[i]), began, th))
         for i in np.flatnonzero(hold):
             began = pd.Timestamp(self.demoted[i]).tz_localize("UTC")  # type: ignore[index]
@@ -246,15 +252,24 @@ def _standing_demotes(
     n = len(features)
     probation = hold = np.zeros(n, dtype=bool)
     if released is not None and thresholds.probation_for_s > 0:
-        probation = on_probation(features["cutoff"], released, out_now, r, thresholds)
+        probation = on_probation(_cutoffs(features, "released"), released, out_now, r, thresholds)
     if demoted is not None:
         with np.errstate(invalid="ignore"):
             hold = ~np.isnat(np.asarray(demoted, dtype="datetime64[ns]")) & (r >= thresholds.release_level)
     warm = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]") if heat_since is None else heat_since
     heat = heat_alone(features, thresholds)
-    if heat.any():
-        heat &= heat_held(features["cutoff"], warm, thresholds)
+    if heat.any() and (heat_since is not None or "cutoff" in features.columns):
+        heat &= heat_held(_cutoffs(features, "heat_since"), warm, thresholds)
+    elif heat.any():  # no rounds before and no cutoff to count from: only a hold of 0 has been met
+        heat &= thresholds.thermal_heat_for_s <= 0
     return _Standing(probation, heat, hold, released, warm, demoted, thresholds)
+
+
+def _cutoffs(features: pd.DataFrame, argument: str) -> pd.Series:
+    """The features' `cutoff` column, which `argument`'s times are counted to; a ValueError saying so without it."""
+    if "cutoff" not in features.columns:
+        raise ValueError(f"decide needs a 'cutoff' column in features to count {argument} to (one per row)")
+    return features["cutoff"]
 
 
 def _hot_node_rows(features: pd.DataFrame, nodes: pd.DataFrame) -> tuple[np.ndarray, list[str]]:

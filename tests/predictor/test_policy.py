@@ -618,3 +618,21 @@ def test_decide_demotes_on_the_core_heat_alone_once_it_has_held_and_says_why() -
     assert decide(f, risk, th)["decision"].tolist()[0] == "ok"
     at_once = decide(f, risk, Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=0))["decision"].tolist()
     assert at_once == ["demote", "demote", "ok", "ok", "drain", "demote", "demote"]
+
+
+def test_decide_without_a_cutoff_column_judges_the_heat_alone_as_this_round_only() -> None:
+    """A features frame without `cutoff` (a caller's own frame): a hot core has no rounds before this
+    one, so only a 0 h hold is met; times to count to it (`heat_since`, `released`) are a clear error."""
+    hot = HEALTHY | {"heat_excess_z": 5.0, "heat_load_share": 1.0}
+    f = frame(hot, HEALTHY).drop(columns="cutoff")
+    risk = risk_frame(f.index, [0.05, 0.05])
+    assert decide(f, risk, Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=6 * 3600))["decision"].tolist() == [
+        "ok", "ok"]  # fmt: skip
+    at_once = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=0)
+    out = decide(f, risk, at_once)
+    assert out["decision"].tolist() == ["demote", "ok"]
+    assert "in every round since 2026-03-01 00:00 UTC" in out["reasons"].iat[0][0]  # when it was last seen
+    with pytest.raises(ValueError, match="'cutoff' column in features to count heat_since to"):
+        decide(f, risk, at_once, heat_since=naive("2026-02-28 16:00", None))
+    with pytest.raises(ValueError, match="'cutoff' column in features to count released to"):
+        decide(f, risk, Thresholds(probation_for_s=3600.0), released=naive(None, None))
