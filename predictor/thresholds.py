@@ -239,9 +239,19 @@ def pending_demote(
     """Per row: whether a demote by the model still waits for its risk to hold the wait of its
     riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`, on a link replaying
     out of habit where `habit`; since NaT: the run begins now)."""
-    c, s = naive_utc(cutoff), naive_utc(since)
-    held_for = c - np.where(np.isnat(s), c, s)
-    return np.asarray(held_for < thresholds.wait_for(mode, light, habit))
+    return np.asarray(run_length(cutoff, since) < thresholds.wait_for(mode, light, habit))
+
+
+def run_length(at: Any, since: Any) -> np.ndarray:
+    """Per row: how long a run begun at `since` (NaT: at this round, so 0) has lasted by `at`, as
+    timedelta64[ns]: what a wait, a hold or a probation is measured with."""
+    c, s = naive_utc(at), naive_utc(since)
+    return c - np.where(np.isnat(s), c, s)
+
+
+def as_ns(seconds: float) -> np.timedelta64:
+    """A duration in seconds (a `Thresholds` field) as timedelta64[ns], to compare a `run_length` with."""
+    return np.timedelta64(round(seconds * 1e9), "ns")
 
 
 WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z", "replay_surprise_6h")
@@ -308,9 +318,7 @@ def heat_alone(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
 def heat_held(cutoff: Any, since: np.ndarray, thresholds: Thresholds) -> np.ndarray:
     """Per row whose heat counts (`heat_alone`): whether its run of such rounds, begun at `since` (NaT:
     in this round), has held `thermal_heat_for_s` by the cutoff: a thermal demote on heat alone."""
-    c, s = naive_utc(cutoff), naive_utc(since)
-    limit = np.timedelta64(round(thresholds.thermal_heat_for_s * 1e9), "ns")
-    return np.asarray((c - np.where(np.isnat(s), c, s)) >= limit)
+    return np.asarray(run_length(cutoff, since) >= as_ns(thresholds.thermal_heat_for_s))
 
 
 def heat_reason(heat_z: float, since: pd.Timestamp, thresholds: Thresholds) -> str:
@@ -346,12 +354,11 @@ def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, 
     """Per row: whether the GPU is on probation, demoted after a drain or RMA let it go at `began`
     (`replay.probation_began`, or the store's; NaT: none): no drain or RMA holds now (`out` false), its
     risk is at `probation_risk` or above and the release is under `probation_for_s` old."""
-    c, b = naive_utc(at), np.asarray(began, dtype="datetime64[ns]")
+    b = np.asarray(began, dtype="datetime64[ns]")
     with np.errstate(invalid="ignore"):
         high = np.asarray(risk, dtype=np.float64) >= thresholds.probation_risk
-    age = c - np.where(np.isnat(b), c, b)
-    limit = np.timedelta64(round(thresholds.probation_for_s * 1e9), "ns")
-    return np.asarray(~np.asarray(out, dtype=bool) & high & ~np.isnat(b) & (age < limit))
+    young = run_length(at, b) < as_ns(thresholds.probation_for_s)
+    return np.asarray(~np.asarray(out, dtype=bool) & high & ~np.isnat(b) & young)
 
 
 def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
