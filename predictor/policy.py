@@ -258,10 +258,10 @@ def _standing_demotes(
             hold = ~np.isnat(np.asarray(demoted, dtype="datetime64[ns]")) & (r >= thresholds.release_level)
     warm = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]") if heat_since is None else heat_since
     heat = heat_alone(features, thresholds)
-    if heat.any() and (heat_since is not None or "cutoff" in features.columns):
-        heat &= heat_held(_cutoffs(features, "heat_since"), warm, thresholds)
-    elif heat.any():  # no rounds before and no cutoff to count from: only a hold of 0 has been met
-        heat &= thresholds.thermal_heat_for_s <= 0
+    if heat.any():
+        # Without the rounds before, every run begins in this round (NaT), whatever its cutoff.
+        at = _cutoffs(features, "heat_since") if heat_since is not None else np.zeros(n, dtype="datetime64[ns]")
+        heat &= heat_held(at, warm, thresholds)
     return _Standing(probation, heat, hold, released, warm, demoted, thresholds)
 
 

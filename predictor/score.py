@@ -365,9 +365,10 @@ def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]
     """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null); with `heat`, each
     also with `heat_z` (`thresholds.judged_heat`, NaN as null), which the service stores with its rounds."""
     recs = []
-    for row in scored[[*OUTPUT_COLUMNS, *(["heat_z"] if heat else [])]].itertuples(index=False):
+    extra = ["heat_z"] if heat else []
+    for row in scored[[*OUTPUT_COLUMNS, *extra]].itertuples(index=False):
         d = row._asdict()
-        for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie", *(["heat_z"] if heat else [])):
+        for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie", *extra):
             v = d[k]
             d[k] = None if v != v else float(v)
         d["reasons"] = [str(r) for r in d["reasons"]]
