@@ -35,8 +35,10 @@ class Settings(BaseSettings):
     thermal_agree_z: float = 2.0  # thermal demote at once where the memory spread is this many σ wide; 0 = never
     thermal_agree_heat_z: float = 1.0  # ... and the core's heat this many σ against its own past and its node
     thermal_spread_z: float = 4.0  # ... or where the memory-core spread alone is this many σ wide; 0 = never
-    thermal_heat_z: float = 4.0  # thermal demote on heat alone: core heat this many σ over its past and node ...
-    demote_for_heat: str = "6h"  # ... held this long (not at light load), whatever the risk; thermal_heat_z 0 = never
+    thermal_heat_z: float = 4.0  # thermal demote on heat alone: core heat this many σ over its past and node (0: never)
+    thermal_heat_vs_node_z: float = 5.0  # ... or its heat over its node's this many σ of its own spread (0: never)
+    thermal_heat_vs_node_excess_z: float = 2.0  # ... with its heat over its past and node at this many σ
+    demote_for_heat: str = "6h"  # ... counted in every round this long (not at light load), whatever the risk
     probation_risk: float = 0.1  # after a drain/RMA lets a GPU go: demoted while its risk is at or above this ...
     probation_for: str = "30d"  # ... for at most this long after it (0 = no probation)
     release_threshold: float | None = None  # a standing demote holds while risk >= this (unset: watch; demote: no hold)

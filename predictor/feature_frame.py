@@ -126,6 +126,13 @@ class OrderedFrame:
         ordered = np.take(x, self.order)
         return ordered if native else ordered.astype(np.float64, copy=False)
 
+    def codes(self, name: str) -> np.ndarray:
+        """A label column's category codes in (GPU, time) order (-1 where missing): the hostname or
+        model of each row, to group rows by without comparing strings."""
+        s = self.frame[name]
+        c = (s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")).cat.codes.to_numpy()
+        return c if self.identity else np.take(c, self.order)
+
     def at_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Values of a column at rows given in (GPU, time) order, as float64."""
         return self.at_frame_rows(name, self.frame_rows(rows))

@@ -20,7 +20,7 @@ import pandas as pd
 from scipy import special
 
 from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean, tail_as_z
-from predictor.feature_frame import OrderedFrame
+from predictor.feature_frame import T_MASK, OrderedFrame
 from predictor.feature_windows import DAY, HOUR, MONTH, Queries, Sums
 
 SD_FLOOR_C = 0.5
@@ -183,7 +183,7 @@ def heat(ctx: FeatureContext) -> Columns:
     """Excess temperature and memory-core spread in units of the GPU's own σ, and against its node."""
     temp = ctx.f.col("gpu_temp_c", native=True)
     res = None if temp is None else _residuals(ctx, temp)
-    if res is None:
+    if res is None or temp is None:
         return {}
     young = (ctx.q.c - ctx.f.first_t[ctx.q.gpu_pos]) < MIN_AGE_S
     e6, sd6 = res.excess(6 * HOUR)
@@ -204,6 +204,7 @@ def heat(ctx: FeatureContext) -> Columns:
     # usual heat standing out (the node only). The heads learn from the lesser of the two, and
     # only from heat: a GPU running cooler than both is no less healthy for it (0).
     out["heat_excess_z"] = _excess_over_both(own6, out["temp_excess_vs_node_z"])
+    out["heat_vs_node_own_z"] = np.where(young, np.nan, _node_relative_z(ctx, temp))
     out["heat_excess_z_1d"] = _excess_over_both(own1, out["temp_excess_vs_node_z_1d"])
     # A memory sensor that reads nothing leaves the spread unknown (NaN), not "no change" (0): the
     # trees route a missing value on their own, and training fleets lack the sensor on up to
@@ -274,3 +275,68 @@ def _memory_spread(ctx: FeatureContext) -> np.ndarray:
     if res is None:
         return ctx.nan
     return res.own_z(*res.excess(MEM_SPREAD_WINDOW_S))
+
+
+FIRST_WEEK_S = 7 * DAY
+"""The span at the start of a GPU's history its own slope of heat on power is fitted over, for
+`_node_relative_z` (a slope fixed per GPU, so every sample's residual can be set against its node's)."""
+
+
+def _node_relative_z(ctx: FeatureContext, temp: np.ndarray) -> np.ndarray:
+    """The core's heat beyond its power, over its node's median of the same at each sample's hour,
+    as a 6 h mean against the 30 days before the last day, in its own spread of that difference
+    (floored at 0). Each GPU's slope of heat on power is its first week's (its model's where its
+    load barely varied); the node's air cancels before the spread is taken. NaN in its first
+    week and a day, and where its node had fewer than NODE_MIN_GPUS GPUs reporting in the hour."""
+    f, q = ctx.f, ctx.q
+    power = f.col("power_w", native=True)
+    if power is None:
+        return np.full(len(q.c), np.nan)
+    t_s = f.key & T_MASK
+    gpu = np.repeat(np.arange(len(f.gpu_start)), f.gpu_end - f.gpu_start)
+    r = temp - _first_week_slope(f, gpu, t_s, temp, power)[gpu] * power
+    del gpu, power
+    d = r - _node_median_by_hour(f, t_s, r)
+    del r, t_s
+    known = ~np.isnan(d)
+    dd = np.where(known, d, 0.0)
+    gaps = np.flatnonzero(~known)
+    sums, sqs = Sums(dd), Sums(dd * dd)
+    moments = {w: (_present(q, gaps, w), q.window_sum(sums, w), q.window_sum(sqs, w)) for w in (MONTH, DAY, 6 * HOUR)}
+    base = _minus(moments[MONTH], moments[DAY])
+    n6, s6, _ = moments[6 * HOUR]
+    ex, sd = _excess(mean(s6, n6), *base)
+    young = (q.c - f.first_t[q.gpu_pos]) < FIRST_WEEK_S + DAY
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(young, np.nan, np.maximum(ex / sd, 0.0))
+
+
+def _first_week_slope(
+    f: OrderedFrame, gpu: np.ndarray, t_s: np.ndarray, temp: np.ndarray, power: np.ndarray
+) -> np.ndarray:
+    """Per GPU (`f`'s order), the least-squares slope of its heat on its power over its first
+    FIRST_WEEK_S; its model's slope pooled over the GPUs' sums where its power varied less than
+    MIN_LOAD_SD_W (σ). NaN where neither can be fitted."""
+    early = (t_s - f.first_t[gpu] < FIRST_WEEK_S) & ~np.isnan(temp) & ~np.isnan(power)
+    g, t, p = gpu[early], temp[early].astype(np.float64), power[early].astype(np.float64)
+    size = len(f.gpu_start)
+    n = np.bincount(g, minlength=size).astype(np.float64)
+    st, sp = np.bincount(g, t, minlength=size), np.bincount(g, p, minlength=size)
+    stp, spp = np.bincount(g, t * p, minlength=size), np.bincount(g, p * p, minlength=size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sxy = np.where(n > 0, stp - sp * st / n, 0.0)
+        sxx = np.where(n > 0, spp - sp * sp / n, 0.0)
+        own = np.where(sxx > np.maximum(n - 1, 1) * MIN_LOAD_SD_W**2, sxy / sxx, np.nan)
+        model = f.codes("model_name")[f.gpu_start]
+        model = np.where(model < 0, model.max() + 1, model)  # no model name: a kind of its own
+        pooled = np.bincount(model, sxy) / np.bincount(model, sxx)
+    return np.where(np.isnan(own), pooled[model], own)
+
+
+def _node_median_by_hour(f: OrderedFrame, t_s: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per row, the median of `r` over its node's rows in the same hour; NaN where fewer than
+    NODE_MIN_GPUS of them have a value, or the row names no node."""
+    node = f.codes("hostname").astype(np.int64)
+    same = pd.Series(r).groupby((t_s // HOUR) * (int(node.max()) + 1) + node, sort=False)
+    n, median = same.transform("count").to_numpy(), same.transform("median").to_numpy()
+    return np.where((n >= NODE_MIN_GPUS) & (node >= 0), median, np.nan)

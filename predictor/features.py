@@ -155,6 +155,15 @@ SPECS: tuple[FeatureSpec, ...] = (
         "node_heat_z", "its node's median heat vs their own 30 days", "σ", "thermal", "6h/30d", heat, head=False
     ),
     FeatureSpec(
+        "heat_vs_node_own_z",
+        "heat over its node's (6 h) beyond its power's, vs its own 30 days of that, in its own σ",
+        "σ",
+        "thermal",
+        "6h/30d",
+        heat,
+        head=False,
+    ),
+    FeatureSpec(
         "heat_load_share",
         "power (6 h) as a share of its baseline's, the load its heat is judged against",
         "",

@@ -33,6 +33,7 @@ from predictor.thresholds import (
     heat_held,
     heat_reason,
     hold_reason,
+    judged_heats,
     on_probation,
     pending_reason,
     probation_reason,
@@ -223,14 +224,14 @@ class _Standing:
         for i in np.flatnonzero(probation):
             began = pd.Timestamp(self.released[i]).tz_localize("UTC")  # type: ignore[index]
             reasons[i].append(probation_reason(began, float(r[i]), th))
-        heat_z = feature_column(features, "heat_excess_z")
+        heat_z, vs_node_z = judged_heats(features, th)
         for i in np.flatnonzero(heat):
             t = self.heat_since[i]
             if not np.isnat(t):
                 began = pd.Timestamp(t).tz_localize("UTC")
             else:
                 began = pd.Timestamp(now.iat[i]) if now is not None else pd.Timestamp.now(tz="UTC").floor("min")
-            reasons[i].append(heat_reason(float(heat_z[i]), began, th))
+            reasons[i].append(heat_reason(float(heat_z[i]), float(vs_node_z[i]), began, th))
         for i in np.flatnonzero(hold):
             began = pd.Timestamp(self.demoted[i]).tz_localize("UTC")  # type: ignore[index]
             reasons[i].append(hold_reason(began, float(r[i]), th))

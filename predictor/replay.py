@@ -38,19 +38,18 @@ def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
 
 
 def stored_run_began(
-    stored: Sequence[tuple[str, Any, float | None]], uuids: Sequence[str], now: pd.Timestamp, threshold: float
+    stored: Sequence[tuple[str, Any]], high: Any, uuids: Sequence[str], now: pd.Timestamp
 ) -> dict[str, pd.Timestamp]:
-    """For GPUs whose risk is at `threshold` or above now: when that run began, from their stored
-    rounds (gpu_uuid, scored_at, risk); a GPU whose last stored round was below (or has none) is
+    """For GPUs whose value counts now (their risk at the demote threshold, their heat alone): when
+    that run began, from their stored rounds (gpu_uuid, scored_at) and whether each counted (`high`,
+    False where its value is unknown); a GPU whose last stored round did not count (or has none) is
     left out: its run begins now."""
     if not stored or not uuids:
         return {}
     gpu = np.asarray([r[0] for r in stored] + list(uuids), dtype=object)
     at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored] + [pd.Timestamp(now)] * len(uuids))
-    with np.errstate(invalid="ignore"):
-        high = np.r_[np.asarray([np.nan if r[2] is None else r[2] for r in stored], dtype=float) >= threshold,
-                     np.ones(len(uuids), dtype=bool)]  # fmt: skip
-    since = high_since(gpu, at, high)[len(stored) :]
+    counted = np.r_[np.asarray(high, dtype=bool), np.ones(len(uuids), dtype=bool)]
+    since = high_since(gpu, at, counted)[len(stored) :]
     now_naive = naive_utc([now])[0]
     return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
 

@@ -20,7 +20,7 @@ from predictor.node import node_findings
 from predictor.policy import decide, held_by_node
 from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
 from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
-from predictor.thresholds import WAIT_INPUTS, Thresholds, heat_alone, judged_heat
+from predictor.thresholds import HEAT_COLUMNS, WAIT_INPUTS, Thresholds, heat_alone, judged_heats
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -90,8 +90,8 @@ def score(
     `thermal_heat_for_s` are demoted (`policy.decide`'s `heat_since`). None: the heat of this round
     alone, which demotes only where `thermal_heat_for_s` is 0.
 
-    Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and `heat_z` (the
-    core's heat the round judged, `thresholds.judged_heat`: what a later round's `heat_since` reads).
+    Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and HEAT_COLUMNS (the
+    core's heat the round judged, `thresholds.judged_heats`: what a later round's `heat_since` reads).
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
     """
     if len(frame) == 0:
@@ -147,11 +147,12 @@ def score(
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     out["reasons"] = decided["reasons"]
-    out["heat_z"] = judged_heat(x, th)
+    for col, judged in zip(HEAT_COLUMNS, judged_heats(x, th), strict=True):
+        out[col] = judged
     extra = _data_notes(past, x, model.meta.get("inputs_seen"), model.meta.get("model_names"))
     if extra:
         out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
-    out = out[[*OUTPUT_COLUMNS, "cutoff", "heat_z"]]
+    out = out[[*OUTPUT_COLUMNS, "cutoff", *HEAT_COLUMNS]]
     return out.sort_values("risk", ascending=False, na_position="last", kind="stable")
 
 
@@ -216,26 +217,24 @@ class HistoryRounds:
 
     def risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When each GPU's run at the demote level began (`score`'s `risk_since`)."""
-        return self._run_began(uuids, cutoff, self.th.longest_wait, lambda rows: rows["risk"], self.th.demote)
+        with np.errstate(invalid="ignore"):
+            return self._run_began(uuids, cutoff, self.th.longest_wait, lambda rows: rows["risk"] >= self.th.demote)
 
     def heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When each GPU's run of rounds whose heat alone counts began (`score`'s `heat_since`)."""
-        span = pd.Timedelta(seconds=self.th.thermal_heat_for_s)
-        return self._run_began(uuids, cutoff, span, lambda rows: judged_heat(rows, self.th), self.th.thermal_heat_z)
+        return self._run_began(uuids, cutoff, self.th.heat_hold, lambda rows: heat_alone(rows, self.th))
 
     def _run_began(
         self,
         uuids: list[str],
         cutoff: pd.Timestamp,
         span: pd.Timedelta,
-        value: Callable[[pd.DataFrame], Any],
-        level: float,
+        counts: Callable[[pd.DataFrame], Any],
     ) -> Mapping[str, pd.Timestamp]:
-        """When each GPU's run of rounds with `value` (of its hour rows) at `level` or above began, from
-        its hours over `span` before the cutoff (`replay.stored_run_began`, as the service's stored rounds)."""
+        """When each GPU's run of rounds that `counts` (per hour row) began, from its hours over `span`
+        before the cutoff (`replay.stored_run_began`, as the service's stored rounds)."""
         rows = self.hours(uuids, cutoff, span)
-        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], np.asarray(value(rows), dtype=float).tolist(), strict=True))
-        return stored_run_began(stored, uuids, cutoff, level)
+        return stored_run_began(list(zip(rows["gpu_uuid"], rows["cutoff"], strict=True)), counts(rows), uuids, cutoff)
 
     def released(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go (`score`'s `released`)."""
@@ -363,9 +362,9 @@ def _data_notes(
 
 def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]:
     """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null); with `heat`, each
-    also with `heat_z` (`thresholds.judged_heat`, NaN as null), which the service stores with its rounds."""
+    also with HEAT_COLUMNS (`thresholds.judged_heats`, NaN as null), which the service stores with its rounds."""
     recs = []
-    extra = ["heat_z"] if heat else []
+    extra = list(HEAT_COLUMNS) if heat else []
     for row in scored[[*OUTPUT_COLUMNS, *extra]].itertuples(index=False):
         d = row._asdict()
         for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie", *extra):

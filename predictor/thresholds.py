@@ -98,8 +98,23 @@ class Thresholds:
     climbing) can keep the thermal head under the demote level: the heads learned from fleets whose
     failing coolers widen it. 0: never. A policy choice; docs/model.md measures it (at once, 3-5 σ
     added false episodes; 4 σ held 6 h none, and two more development fleets hold every floor)."""
+    thermal_heat_vs_node_z: float = 5.0
+    """The demote on heat alone also counts a round where the core's heat over its node's, beyond
+    what its power explains, stands at least this many σ out of its own 30 days of that difference
+    (`heat_vs_node_own_z`), with its heat over both its own past and its node (`heat_excess_z`) at
+    least `thermal_heat_vs_node_excess_z`; not at light load. The node's air cancels before that
+    spread is taken, so a cooler failing in a room that swings stands out there first, while its
+    own σ of heat, widened by the room, keeps `heat_excess_z` under `thermal_heat_z`. Its rounds and
+    `thermal_heat_z`'s make one run (`heat_held`). 0: never. A policy choice; docs/model.md measures
+    it (on the development fleets the same as without it; on the independent generator's failing
+    coolers 3 of 8 demoted a day ahead, against 1)."""
+    thermal_heat_vs_node_excess_z: float = 2.0
+    """The core's heat over both its own past and its node (`heat_excess_z`, σ) a round counted by
+    `thermal_heat_vs_node_z` needs as well: without it, at 5 σ, 10 false episodes on the development
+    fleets against 5, and every floor on 86 of them against 91 (docs/model.md)."""
     thermal_heat_for_s: float = 6 * 3600.0
-    """How long (seconds) the core's heat must have held `thermal_heat_z` for a demote on heat alone."""
+    """How long (seconds) the core's heat must have counted (`heat_alone`: at `thermal_heat_z`, or at
+    `thermal_heat_vs_node_z`) in every round for a demote on heat alone."""
     probation_risk: float = 0.1
     """After a drain or RMA lets a GPU go (its criterion holds no more: a pending row remap
     taken by a reset, a DBE a week old), the GPU stays demoted while its risk is at or above
@@ -143,6 +158,8 @@ class Thresholds:
             ("thermal_agree_heat_z", self.thermal_agree_heat_z),
             ("thermal_spread_z", self.thermal_spread_z),
             ("thermal_heat_z", self.thermal_heat_z),
+            ("thermal_heat_vs_node_z", self.thermal_heat_vs_node_z),
+            ("thermal_heat_vs_node_excess_z", self.thermal_heat_vs_node_excess_z),
         ):
             if not (0.0 <= z < float("inf")):
                 raise ValueError(f"{name} must be a number of σ >= 0 (0: never); got {z}")
@@ -165,7 +182,8 @@ class Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
         _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_HEAT_Z,
-        _DEMOTE_FOR_HEAT, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT, _PROBATION_RISK,
+        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -183,9 +201,16 @@ class Thresholds:
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
             thermal_agree_z=s.thermal_agree_z, thermal_agree_heat_z=s.thermal_agree_heat_z,
-            thermal_spread_z=s.thermal_spread_z, thermal_heat_z=s.thermal_heat_z, pcie_surprise_z=s.pcie_surprise_z,
+            thermal_spread_z=s.thermal_spread_z, thermal_heat_z=s.thermal_heat_z,
+            thermal_heat_vs_node_z=s.thermal_heat_vs_node_z,
+            thermal_heat_vs_node_excess_z=s.thermal_heat_vs_node_excess_z, pcie_surprise_z=s.pcie_surprise_z,
             probation_risk=s.probation_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
+
+    @property
+    def heat_hold(self) -> pd.Timedelta:
+        """How long the core's heat alone must have counted for a demote on it (`thermal_heat_for_s`)."""
+        return pd.Timedelta(seconds=self.thermal_heat_for_s)
 
     @property
     def longest_wait(self) -> pd.Timedelta:
@@ -254,9 +279,10 @@ def as_ns(seconds: float) -> np.timedelta64:
     return np.timedelta64(round(seconds * 1e9), "ns")
 
 
-WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z", "replay_surprise_6h")
-"""The feature columns a model demote's wait reads beside the risk (`demote_waits`): kept with the
-hourly rows that are decided again under other waits (`score.hour_rows`)."""
+WAIT_INPUTS = ("heat_load_share", "heat_excess_z", "mem_spread_z", "replay_surprise_6h", "heat_vs_node_own_z")
+"""The feature columns a model demote's wait (`demote_waits`) and the demote on heat alone
+(`heat_alone`) read beside the risk: kept with the hourly rows that are decided again under other
+waits (`score.hour_rows`)."""
 
 
 def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
@@ -295,24 +321,41 @@ def demote_waits(
     return pending & ~agree, agree
 
 
-def judged_heat(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
+HEAT_COLUMNS = ("heat_z", "heat_vs_node_z")
+"""The heat a round judged (`judged_heats`), as `score` names it and the service stores it with each
+round (`risk_scores`), so a later round reads how long it has counted (`heat_counts`, `heat_held`)."""
+
+
+def judged_heats(table: pd.DataFrame, thresholds: Thresholds) -> tuple[np.ndarray, np.ndarray]:
     """Per row of `table` (features, or `score.hour_rows`' rows): the core's heat as a demote on heat
-    alone judges it, its `heat_excess_z`; NaN at light load (`light_load`, where heat is judged by
-    extrapolation) or where not known. The service stores it with each round (`risk_scores.heat_z`),
-    so a later round reads how long it has held (`heat_held`)."""
+    alone judges it (HEAT_COLUMNS): its heat over both its own past and its node (`heat_excess_z`), and
+    its heat over its node's in its own spread of that (`heat_vs_node_own_z`); NaN at light load
+    (`light_load`, where heat is judged by extrapolation) or where not known."""
     light = light_load(feature_column(table, "heat_load_share"), thresholds)
-    return np.where(light, np.nan, feature_column(table, "heat_excess_z"))
+    return (
+        np.where(light, np.nan, feature_column(table, "heat_excess_z")),
+        np.where(light, np.nan, feature_column(table, "heat_vs_node_own_z")),
+    )
+
+
+def heat_counts(heat_z: Any, vs_node_z: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per round judged (`judged_heats`' two values, NaN where not known): whether the core's heat alone
+    counts toward a thermal demote on heat: `heat_z` at `Thresholds.thermal_heat_z`, or `vs_node_z` at
+    `thermal_heat_vs_node_z` with `heat_z` at `thermal_heat_vs_node_excess_z`. A level of 0 never
+    counts. No node finding holds it: `heat_excess_z` is the lesser of the GPU's heat over its own
+    past and over its node, and the other stands against its node's, so such a GPU stands out of its node."""
+    th = thresholds
+    heat, vs_node = np.asarray(heat_z, dtype=float), np.asarray(vs_node_z, dtype=float)
+    with np.errstate(invalid="ignore"):
+        hot = (th.thermal_heat_z > 0) & (heat >= th.thermal_heat_z)
+        over_node = (th.thermal_heat_vs_node_z > 0) & (vs_node >= th.thermal_heat_vs_node_z)
+        return np.asarray(hot | (over_node & (heat >= th.thermal_heat_vs_node_excess_z)))
 
 
 def heat_alone(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
-    """Per row of `table`: whether the core's heat alone counts toward a thermal demote on heat, its
-    `judged_heat` at `Thresholds.thermal_heat_z` or above. Never where the level is 0, nor at light
-    load or where the heat is not known. No node finding holds it: `heat_excess_z` is the lesser of
-    the GPU's heat over its own past and over its node, so a GPU at that level stands out of its node."""
-    if thresholds.thermal_heat_z <= 0:
-        return np.zeros(len(table), dtype=bool)
-    with np.errstate(invalid="ignore"):
-        return np.asarray(judged_heat(table, thresholds) >= thresholds.thermal_heat_z)
+    """Per row of `table`: whether the core's heat alone counts toward a thermal demote on heat
+    (`heat_counts` of its `judged_heats`). Never at light load or where the heat is not known."""
+    return heat_counts(*judged_heats(table, thresholds), thresholds)
 
 
 def heat_held(cutoff: Any, since: np.ndarray, thresholds: Thresholds) -> np.ndarray:
@@ -321,13 +364,23 @@ def heat_held(cutoff: Any, since: np.ndarray, thresholds: Thresholds) -> np.ndar
     return np.asarray(run_length(cutoff, since) >= as_ns(thresholds.thermal_heat_for_s))
 
 
-def heat_reason(heat_z: float, since: pd.Timestamp, thresholds: Thresholds) -> str:
-    """Why a GPU is demoted on its heat alone (`heat_held`): how hot, since when, and what to check.
-    `since` is as far back as the rounds read go (the hold and an hour): every round since was hot."""
+def heat_reason(heat_z: float, vs_node_z: float, since: pd.Timestamp, thresholds: Thresholds) -> str:
+    """Why a GPU is demoted on its heat alone (`heat_held`): how hot, by which yardstick, since when,
+    and what to check. `since` is as far back as the rounds read go (the hold and an hour): every
+    round since counted."""
+    th = thresholds
+    if heat_counts(heat_z, np.nan, th):
+        how = f"the core runs {heat_z:+.1f} σ hot against its own past and its node, at {th.thermal_heat_z:g} σ or more"
+    else:
+        over = "not known" if np.isnan(vs_node_z) else f"{vs_node_z:+.1f} σ"
+        how = (
+            f"the core runs hotter than its node's GPUs by {over} of its own spread of that difference "
+            f"(at {th.thermal_heat_vs_node_z:g} σ or more; the room's swings cancel against its node), and "
+            f"{heat_z:+.1f} σ hot against its own past and its node (at {th.thermal_heat_vs_node_excess_z:g} σ or more)"
+        )
     return (
-        f"thermal demote on heat alone: the core runs {heat_z:+.1f} σ hot against its own past and its "
-        f"node, at {thresholds.thermal_heat_z:g} σ or more in every round since {since:%Y-%m-%d %H:%M} UTC "
-        f"(the hold: {thresholds.thermal_heat_for_s / 3600:g} h), beyond what its power explains: check its "
+        f"thermal demote on heat alone: {how} in every round since {since:%Y-%m-%d %H:%M} UTC "
+        f"(the hold: {th.thermal_heat_for_s / 3600:g} h), beyond what its power explains: check its "
         "cooling (heat sink, fans, thermal paste)"
     )
 

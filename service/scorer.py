@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import numpy as np
 import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -30,7 +31,7 @@ from predictor.policy import DECISIONS, SEVERITY, decision_changes
 from predictor.probes import slow_gpus
 from predictor.replay import stored_run_began
 from predictor.score import score, to_records
-from predictor.thresholds import Thresholds
+from predictor.thresholds import HEAT_COLUMNS, Thresholds, heat_counts
 from service.replicas import Replica, Share, round_of, until_next_round
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
 
@@ -202,21 +203,28 @@ class Scorer(Worker):
     def _risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When each GPU's risk rose to the demote threshold, from the stored rounds before this one."""
         th = self.thresholds
-        return self._run_began(uuids, cutoff, th.longest_wait, "risk", th.demote)
+        with np.errstate(invalid="ignore"):
+            return self._run_began(uuids, cutoff, th.longest_wait, ("risk",), lambda v: v[:, 0] >= th.demote)
 
     def _heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When each GPU's run of rounds whose core heat alone counts began, from the stored rounds before this one."""
         th = self.thresholds
-        return self._run_began(uuids, cutoff, pd.Timedelta(seconds=th.thermal_heat_for_s), "heat_z", th.thermal_heat_z)
+        return self._run_began(uuids, cutoff, th.heat_hold, HEAT_COLUMNS, lambda v: heat_counts(v[:, 0], v[:, 1], th))
 
     def _run_began(
-        self, uuids: list[str], cutoff: pd.Timestamp, span: pd.Timedelta, of: str, level: float
+        self,
+        uuids: list[str],
+        cutoff: pd.Timestamp,
+        span: pd.Timedelta,
+        of: tuple[str, ...],
+        counts: Callable[[np.ndarray], np.ndarray],
     ) -> dict[str, pd.Timestamp]:
-        """When each GPU's run of stored rounds with `of` (`Store.recent_risks`) at `level` or above began,
-        read over `span` and an hour before the cutoff."""
+        """When each GPU's run of stored rounds that `counts` (by their `of`, `Store.recent_rounds`, one
+        column each, NaN where null) began, read over `span` and an hour before the cutoff."""
         lookback = cutoff - span - pd.Timedelta(hours=1)
-        stored = self.store.recent_risks(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
-        return stored_run_began(stored, uuids, cutoff, level)
+        stored = self.store.recent_rounds(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
+        values = np.array([[np.nan if v is None else v for v in r[2]] for r in stored], dtype=float)
+        return stored_run_began([r[:2] for r in stored], counts(values.reshape(len(stored), len(of))), uuids, cutoff)
 
     def _released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go, where its standing decision continues that release."""

@@ -38,7 +38,9 @@ class ScoreRecord(TypedDict):
     decision: str
     reasons: NotRequired[Sequence[str]]
     heat_z: NotRequired[float | None]
-    """The core's heat the round judged (`predictor.thresholds.judged_heat`); kept with the round only."""
+    """The core's heat the round judged (`predictor.thresholds.judged_heats`); kept with the round only."""
+    heat_vs_node_z: NotRequired[float | None]
+    """Its heat over its node's, in its own spread of that (`predictor.thresholds.judged_heats`); the same."""
 
 
 class Decision(TypedDict):
@@ -100,7 +102,9 @@ class DecisionRule(Protocol):
     ) -> DecisionChanges: ...
 
 
-_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *RISKS, "decision", "reasons", "heat_z")
+ROUND_VALUES = (*RISKS, "heat_z", "heat_vs_node_z")
+"""The numbers a stored round keeps per GPU (null where not known), which `recent_rounds` reads back."""
+_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *ROUND_VALUES, "decision", "reasons")
 
 
 def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, Any]]:
@@ -120,10 +124,9 @@ def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, 
                 "hostname": text(r.get("hostname"), f"score {i}: hostname"),
                 "model_name": text(r.get("model_name"), f"score {i}: model_name", required=False),
                 "scored_at": at,
-                **{k: optional_float(r.get(k), f"score {i}: {k}") for k in RISKS},
+                **{k: optional_float(r.get(k), f"score {i}: {k}") for k in ROUND_VALUES},
                 "decision": choice(r.get("decision"), DECISIONS, f"score {i}: decision"),
                 "reasons": string_list(r.get("reasons"), f"score {i}: reasons"),
-                "heat_z": optional_float(r.get("heat_z"), f"score {i}: heat_z"),
             }
         )
     return rows
@@ -363,30 +366,31 @@ class Decisions:
                 out.update({str(u): utc(t, "created_at") for u, t in conn.execute(q)})
         return out
 
-    def recent_risks(
-        self, uuids: Sequence[str], since: datetime, until: datetime, of: str = "risk"
-    ) -> list[tuple[str, datetime, float | None]]:
-        """(gpu_uuid, scored_at, value) of the GPUs' stored rounds in [since, until), oldest first; the
-        value is the round's risk, or with `of="heat_z"` the core's heat it judged.
+    def recent_rounds(
+        self, uuids: Sequence[str], since: datetime, until: datetime, of: Sequence[str] = ("risk",)
+    ) -> list[tuple[str, datetime, tuple[float | None, ...]]]:
+        """(gpu_uuid, scored_at, values) of the GPUs' stored rounds in [since, until), oldest first; the
+        values are the round's `of` (ROUND_VALUES: its risks, the heat it judged), in that order.
 
         The scorer reads how long a GPU's risk has held (a model demote waits `demote_for`), and its
         heat (a thermal demote on heat alone, `thermal_heat_for`); unknown GPUs have no rows. Only
         the raw rounds (the score retention is days)."""
-        if of not in ("risk", "heat_z"):
-            raise StoreError(f"recent_risks reads risk or heat_z, not {of!r}")
+        wrong = ", ".join(repr(c) for c in of if c not in ROUND_VALUES) or (None if of else "none")
+        if wrong:
+            raise StoreError(f"recent_rounds reads {', '.join(ROUND_VALUES)}; not {wrong}")
         if not uuids:
             return []
         s = T_SCORES.c
         lo, hi = utc(since, "since"), utc(until, "until")
-        out: list[tuple[str, datetime, float | None]] = []
+        out: list[tuple[str, datetime, tuple[float | None, ...]]] = []
         with self.db.tx() as conn:
             for i in range(0, len(uuids), 1000):  # bounded IN lists
                 q = (
-                    sa.select(s.gpu_uuid, s.scored_at, s[of])
+                    sa.select(s.gpu_uuid, s.scored_at, *(s[c] for c in of))
                     .where(s.gpu_uuid.in_(list(uuids[i : i + 1000])), s.scored_at >= lo, s.scored_at < hi)
                     .order_by(s.gpu_uuid, s.scored_at)
                 )
-                out += [(str(u), utc(t, "scored_at"), r) for u, t, r in conn.execute(q)]
+                out += [(str(r[0]), utc(r[1], "scored_at"), tuple(r[2:])) for r in conn.execute(q)]
         return out
 
     def risk_history(

@@ -224,12 +224,12 @@ class Store:
         With a `fence` (a replica's round), only the shards it still holds and nobody wrote in the round."""
         return self._decisions.write_scores(records, scored_at, rule=rule, fence=fence)
 
-    def recent_risks(
-        self, uuids: Sequence[str], since: datetime, until: datetime, of: str = "risk"
-    ) -> list[tuple[str, datetime, float | None]]:
-        """(gpu_uuid, scored_at, risk) of the GPUs' stored rounds in [since, until), oldest first; with
-        `of="heat_z"`, the core's heat each round judged instead of its risk."""
-        return self._decisions.recent_risks(uuids, since, until, of)
+    def recent_rounds(
+        self, uuids: Sequence[str], since: datetime, until: datetime, of: Sequence[str] = ("risk",)
+    ) -> list[tuple[str, datetime, tuple[float | None, ...]]]:
+        """(gpu_uuid, scored_at, values) of the GPUs' stored rounds in [since, until), oldest first: the
+        round's `of` (its risk; `heat_z`, `heat_vs_node_z`: the core's heat it judged)."""
+        return self._decisions.recent_rounds(uuids, since, until, of)
 
     def released_at(self, uuids: Sequence[str], now: datetime) -> dict[str, datetime]:
         """For the GPUs whose standing decision continues a drain or RMA: when it let them go."""

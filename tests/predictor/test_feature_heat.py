@@ -393,3 +393,45 @@ def test_throttling_counts_beyond_its_own_month_and_its_node() -> None:
     assert f.loc["GPU-node-a-1", "throttle_new_1d"] > 0.2  # a third of the day, less its node's median
     assert (f.loc[uuids("node-b"), "throttle_new_1d"] == 0).all()
     assert (f.loc[uuids("node-b"), "throttle_share_1d"] > 0.4).all()
+
+
+# -- the heat over its node's, in its own spread of that difference ------------------------------
+
+
+def test_heat_over_the_node_in_its_own_spread_stands_out_for_one_gpu_not_for_a_node() -> None:
+    gpus = [*node("node-a"), *node("node-b", hot_c=8.0)]
+    gpus[1] = Gpu("node-a", 1, hot_c=8.0)
+    f = features(gpus)
+    assert f.loc["GPU-node-a-1", "heat_vs_node_own_z"] > 5
+    assert (f.loc[["GPU-node-a-0", "GPU-node-a-2", "GPU-node-a-3"], "heat_vs_node_own_z"] < 2).all()
+    assert (f.loc[uuids("node-b"), "heat_vs_node_own_z"] < 2).all(), "a node heating together is not one GPU's"
+
+
+def test_heat_over_the_node_is_not_lifted_by_its_own_heat_sink_under_a_new_load() -> None:
+    gpus = [*node("node-a"), *node("node-b")]
+    gpus[1] = Gpu("node-a", 1, r=0.08, full_load_hours=6)
+    assert features(gpus).loc["GPU-node-a-1", "heat_vs_node_own_z"] < 2
+    gpus[1] = Gpu("node-a", 1, r=0.08, full_load_hours=6, hot_c=8.0)
+    assert features(gpus).loc["GPU-node-a-1", "heat_vs_node_own_z"] > 5
+
+
+def test_heat_over_the_node_sees_through_a_room_that_swings() -> None:
+    """The room's air swings ±6 °C by the day and drifts: it widens a GPU's own spread (its own
+    past) but cancels against its node, so 4 °C more on one GPU stands out only there."""
+    gpus = node("node-a")
+    gpus[1] = Gpu("node-a", 1, hot_c=4.0, noise=0.5)
+    gpus = [g if g.index == 1 else Gpu("node-a", g.index, noise=0.5) for g in gpus]
+    frame = pd.concat([rows(g, k) for k, g in enumerate(gpus)], ignore_index=True)
+    hours = (frame["timestamp"] - T0) / pd.Timedelta(hours=1)
+    frame["gpu_temp_c"] += 6.0 * np.sin(2 * np.pi * hours / 24) + 4.0 * np.sin(2 * np.pi * hours / (24 * 9))
+    f = build_features(validate(frame, source="test"), CUTOFF).set_index("gpu_uuid").loc["GPU-node-a-1"]
+    assert f["heat_vs_node_own_z"] > 4
+    assert f["temp_excess_own_z"] < 2
+
+
+@pytest.mark.parametrize(("age_h", "known"), [(6 * 24, False), (8 * 24 + 1, True)])
+def test_heat_over_the_node_needs_a_week_and_a_day(age_h: int, known: bool) -> None:
+    frame = pd.concat([rows(g, k) for k, g in enumerate(node("node-a"))], ignore_index=True)
+    young = frame[frame["timestamp"] > CUTOFF - pd.Timedelta(hours=age_h)]
+    f = build_features(validate(young, source="test"), CUTOFF)
+    assert f["heat_vs_node_own_z"].notna().all() == known

@@ -140,6 +140,21 @@ def test_ordered_frame_resets_of_a_short_or_empty_column() -> None:
     assert len(f.resets(x)) == 0
 
 
+def test_ordered_frame_codes_follow_the_rows_in_gpu_time_order() -> None:
+    """A label's codes in (GPU, time) order, shuffled frame or not; a missing label is -1."""
+    frame = validate(pd.concat([gpu("GPU-a"), gpu("GPU-b", index=1)]), source="t")
+    frame["hostname"] = np.where(frame["gpu_uuid"] == "GPU-a", "node-a", "node-b")
+    frame = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    frame.loc[0, "hostname"] = None
+    for labels in (frame["hostname"], frame["hostname"].astype("category")):
+        f = OrderedFrame(frame.assign(hostname=labels))
+        codes = f.codes("hostname")
+        cats = np.asarray(labels.astype("category").cat.categories)
+        names = np.where(codes >= 0, cats[np.maximum(codes, 0)], "?")
+        want = np.asarray(frame["hostname"].fillna("?"), dtype=object)[f.order]
+        assert names.tolist() == want.tolist() and (codes == -1).sum() == 1
+
+
 # -- replays: active hours and the node's other GPUs --------------------------------------------
 
 

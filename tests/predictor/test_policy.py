@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -618,6 +619,36 @@ def test_decide_demotes_on_the_core_heat_alone_once_it_has_held_and_says_why() -
     assert decide(f, risk, th)["decision"].tolist()[0] == "ok"
     at_once = decide(f, risk, Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=0))["decision"].tolist()
     assert at_once == ["demote", "demote", "ok", "ok", "drain", "demote", "demote"]
+
+
+def test_decide_counts_the_heat_over_its_node_in_its_own_spread_with_some_heat_of_its_own() -> None:
+    """The second yardstick of the demote on heat alone: its heat over its node's at 5 σ of its own
+    spread of that, with its heat over its own past and its node at 2 σ; either alone is not enough."""
+    th = Thresholds(thermal_heat_z=4.0, thermal_heat_vs_node_z=5.0, thermal_heat_vs_node_excess_z=2.0,
+                    thermal_heat_for_s=6 * 3600)  # fmt: skip
+    hot = HEALTHY | {"heat_excess_z": 2.5, "heat_vs_node_own_z": 6.0, "heat_load_share": 1.0}
+    f = frame(hot, hot | {"heat_excess_z": 1.5}, hot | {"heat_vs_node_own_z": 4.5}, hot | {"heat_load_share": 0.2},
+              hot | {"heat_vs_node_own_z": float("nan")})  # fmt: skip
+    heat_since = naive(*["2026-02-28 16:00"] * 5)
+    risk = risk_frame(f.index, [0.05] * 5)
+    out = decide(f, risk, th, heat_since=heat_since)
+    # both; its own heat too low; the node's yardstick under 5 σ; at light load; not known (young)
+    assert out["decision"].tolist() == ["demote", "ok", "ok", "ok", "ok"]
+    assert out["reasons"].iat[0][0] == (
+        "thermal demote on heat alone: the core runs hotter than its node's GPUs by +6.0 σ of its own spread of "
+        "that difference (at 5 σ or more; the room's swings cancel against its node), and +2.5 σ hot against its "
+        "own past and its node (at 2 σ or more) in every round since 2026-02-28 16:00 UTC (the hold: 6 h), "
+        "beyond what its power explains: check its cooling (heat sink, fans, thermal paste)"
+    )
+    # Its level at 0 turns this yardstick off, and the other's at 0 leaves it on.
+    off = decide(f, risk, replace(th, thermal_heat_vs_node_z=0.0), heat_since=heat_since)
+    assert off["decision"].tolist()[0] == "ok"
+    alone = decide(f, risk, replace(th, thermal_heat_z=0.0), heat_since=heat_since)
+    assert alone["decision"].tolist() == ["demote", "ok", "ok", "ok", "ok"]
+    # A GPU at 4 σ on its own yardstick says that one, whatever the other reads.
+    one = frame(hot | {"heat_excess_z": 4.5})
+    both = decide(one, risk_frame(one.index, [0.05]), th, heat_since=naive("2026-02-28 16:00"))
+    assert both["reasons"].iat[0][0].startswith("thermal demote on heat alone: the core runs +4.5 σ hot against")
 
 
 def test_decide_without_a_cutoff_column_judges_the_heat_alone_as_this_round_only() -> None:

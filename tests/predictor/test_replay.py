@@ -30,9 +30,12 @@ def test_stored_run_began_reads_the_run_before_this_round() -> None:
     ]  # fmt: skip
     # a: high since 3 h ago (a missing round does not break a run); b: its last round is
     # unknown, so its run begins now; c: high at its last round; d: never stored.
-    got = stored_run_began(stored, ["a", "b", "c", "d"], CUT, 0.7)
+    rounds = [(u, t) for u, t, _ in stored]
+    with np.errstate(invalid="ignore"):
+        high = np.array([np.nan if r is None else r for _, _, r in stored]) >= 0.7
+    got = stored_run_began(rounds, high, ["a", "b", "c", "d"], CUT)
     assert got == {"a": CUT - pd.Timedelta(hours=3), "c": CUT - pd.Timedelta(hours=9)}
-    assert stored_run_began([], ["a"], CUT, 0.7) == {}
+    assert stored_run_began([], [], ["a"], CUT) == {}
 
 
 def test_probation_began_is_the_first_row_after_the_last_drain_of_an_unbroken_run() -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from core.settings import Settings
-from predictor.thresholds import Thresholds, heat_alone, heat_held, heat_reason, on_probation
+from predictor.thresholds import Thresholds, heat_alone, heat_counts, heat_held, heat_reason, on_probation
 
 
 def _t(hours: list[float]) -> pd.DatetimeIndex:
@@ -147,11 +149,19 @@ def test_the_demote_on_heat_alone_is_a_setting(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_HEAT", "2h")
     th = Thresholds.from_settings(Settings())
     assert (th.thermal_heat_z, th.thermal_heat_for_s) == (4.5, 2 * 3600)
+    assert (th.thermal_heat_vs_node_z, th.thermal_heat_vs_node_excess_z, th.heat_hold) == (5.0, 2.0, pd.Timedelta("2h"))
+    monkeypatch.setenv("GPUHEALTH_THERMAL_HEAT_VS_NODE_Z", "6")
+    monkeypatch.setenv("GPUHEALTH_THERMAL_HEAT_VS_NODE_EXCESS_Z", "1.5")
+    th = Thresholds.from_settings(Settings())
+    assert (th.thermal_heat_vs_node_z, th.thermal_heat_vs_node_excess_z) == (6.0, 1.5)
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_HEAT: invalid duration"):
         Thresholds.from_settings(Settings(demote_for_heat="long"))
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="thermal_heat_z must be a number of σ >= 0"):
             Thresholds(thermal_heat_z=bad)
+        for name in ("thermal_heat_vs_node_z", "thermal_heat_vs_node_excess_z"):
+            with pytest.raises(ValueError, match=f"{name} must be a number of σ >= 0"):
+                Thresholds(**{name: bad})
     with pytest.raises(ValueError, match="thermal_heat_for must be a duration >= 0"):
         Thresholds(thermal_heat_for_s=-1.0)
 
@@ -163,13 +173,22 @@ def test_heat_alone_counts_the_core_heat_at_its_level_and_not_at_light_load() ->
     assert heat_alone(table, Thresholds(thermal_heat_z=4.0)).tolist() == [True, False, False, False, True]
     assert not heat_alone(table, Thresholds(thermal_heat_z=0.0)).any()  # 0: never
     assert not heat_alone(table.drop(columns="heat_excess_z"), Thresholds(thermal_heat_z=4.0)).any()
+    # The heat over its node's in its own spread counts at its level with some heat of its own; the
+    # yardsticks are ORed, each off at 0; NaN (a young GPU, no node) never counts.
+    table["heat_vs_node_own_z"] = [0.0, 5.0, 9.0, 9.0, np.nan]
+    table["heat_excess_z"] = [5.0, 2.0, 2.0, np.nan, 1.9]
+    th = Thresholds(thermal_heat_z=4.0, thermal_heat_vs_node_z=5.0, thermal_heat_vs_node_excess_z=2.0)
+    assert heat_alone(table, th).tolist() == [True, True, False, False, False]
+    assert heat_alone(table, replace(th, thermal_heat_vs_node_z=0.0)).tolist() == [True, False, False, False, False]
+    assert heat_alone(table, replace(th, thermal_heat_z=0.0)).tolist() == [False, True, False, False, False]
+    assert heat_counts([1.9, 2.0, np.nan], [5.0, 4.9, 9.0], th).tolist() == [False, False, False]
     # Held: the run began 6 h or more before the cutoff; NaT is a run that begins in this round.
     th = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=6 * 3600)
     since = np.asarray(_t([0, 1, 0]).tz_convert(None).to_numpy(), dtype="datetime64[ns]")
     since[2] = np.datetime64("NaT")
     assert heat_held(_t([6, 6, 6]), since, th).tolist() == [True, False, False]
     assert heat_held(_t([6]), since[2:], Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=0)).tolist() == [True]
-    reason = heat_reason(5.04, pd.Timestamp("2026-03-01 02:00", tz="UTC"), th)
+    reason = heat_reason(5.04, np.nan, pd.Timestamp("2026-03-01 02:00", tz="UTC"), th)
     assert reason.startswith(
         "thermal demote on heat alone: the core runs +5.0 σ hot against its own past and its "
         "node, at 4 σ or more in every round since 2026-03-01 02:00 UTC (the hold: 6 h)"

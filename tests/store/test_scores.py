@@ -222,33 +222,39 @@ def test_counts(fleet: Store) -> None:
     assert (c["decisions_rma"], c["decisions_demote"], c["decisions_watch"], c["decisions_active"]) == (1, 1, 1, 3)
 
 
-def test_recent_risks_are_the_rounds_in_the_window_oldest_first(store: Store) -> None:
+def test_recent_rounds_are_the_rounds_in_the_window_oldest_first(store: Store) -> None:
     for h, (a, b) in enumerate([(0.8, 0.1), (0.9, None), (0.2, 0.95)]):
         store.write_scores([score("GPU-a", risk=a), score("GPU-b", risk=b)], T0 + timedelta(hours=h),
                            rule=decision_changes)  # fmt: skip
-    got = store.recent_risks(["GPU-a", "GPU-b", "GPU-x"], T0 + timedelta(hours=1), T0 + timedelta(hours=3))
+    got = store.recent_rounds(["GPU-a", "GPU-b", "GPU-x"], T0 + timedelta(hours=1), T0 + timedelta(hours=3))
     assert got == [
-        ("GPU-a", T0 + timedelta(hours=1), 0.9), ("GPU-a", T0 + timedelta(hours=2), 0.2),
-        ("GPU-b", T0 + timedelta(hours=1), None), ("GPU-b", T0 + timedelta(hours=2), 0.95),
+        ("GPU-a", T0 + timedelta(hours=1), (0.9,)), ("GPU-a", T0 + timedelta(hours=2), (0.2,)),
+        ("GPU-b", T0 + timedelta(hours=1), (None,)), ("GPU-b", T0 + timedelta(hours=2), (0.95,)),
     ]  # fmt: skip
     # The end is open: a round at `until` is the one being scored, not yet stored.
-    assert store.recent_risks(["GPU-a"], T0, T0) == []
-    assert store.recent_risks([], T0, T0 + timedelta(hours=9)) == []
+    assert store.recent_rounds(["GPU-a"], T0, T0) == []
+    assert store.recent_rounds([], T0, T0 + timedelta(hours=9)) == []
 
 
 def test_each_round_keeps_the_core_heat_it_judged(store: Store) -> None:
-    """What a demote on heat alone reads: the round's `heat_z`, null where not judged (light load)."""
-    for h, z in enumerate([4.5, None, 5.25]):
-        store.write_scores([score("GPU-a", heat_z=z), score("GPU-b")], T0 + timedelta(hours=h), rule=decision_changes)
-    got = store.recent_risks(["GPU-a", "GPU-b"], T0, T0 + timedelta(hours=3), of="heat_z")
+    """What a demote on heat alone reads: the round's `heat_z` and `heat_vs_node_z`, in the order
+    asked, each null where not judged (light load, a young GPU)."""
+    for h, (z, v) in enumerate([(4.5, 1.0), (None, None), (2.25, 6.5)]):
+        store.write_scores([score("GPU-a", heat_z=z, heat_vs_node_z=v), score("GPU-b")], T0 + timedelta(hours=h),
+                           rule=decision_changes)  # fmt: skip
+    got = store.recent_rounds(["GPU-a", "GPU-b"], T0, T0 + timedelta(hours=3), of=("heat_vs_node_z", "heat_z"))
     assert [(u, t - T0, z) for u, t, z in got] == [
-        ("GPU-a", timedelta(0), 4.5), ("GPU-a", timedelta(hours=1), None), ("GPU-a", timedelta(hours=2), 5.25),
-        ("GPU-b", timedelta(0), None), ("GPU-b", timedelta(hours=1), None), ("GPU-b", timedelta(hours=2), None),
+        ("GPU-a", timedelta(0), (1.0, 4.5)), ("GPU-a", timedelta(hours=1), (None, None)),
+        ("GPU-a", timedelta(hours=2), (6.5, 2.25)), ("GPU-b", timedelta(0), (None, None)),
+        ("GPU-b", timedelta(hours=1), (None, None)), ("GPU-b", timedelta(hours=2), (None, None)),
     ]  # fmt: skip
-    with pytest.raises(StoreError, match="score 0: heat_z"):
-        store.write_scores([score("GPU-a", heat_z="hot")], T0 + timedelta(hours=4), rule=decision_changes)
-    with pytest.raises(StoreError, match="recent_risks reads risk or heat_z, not 'decision'"):
-        store.recent_risks(["GPU-a"], T0, T0 + timedelta(hours=3), of="decision")
+    for bad in ("heat_z", "heat_vs_node_z"):
+        with pytest.raises(StoreError, match=f"score 0: {bad}"):
+            store.write_scores([score("GPU-a", **{bad: "hot"})], T0 + timedelta(hours=4), rule=decision_changes)
+    with pytest.raises(StoreError, match=r"recent_rounds reads risk, .*heat_vs_node_z; not 'decision'"):
+        store.recent_rounds(["GPU-a"], T0, T0 + timedelta(hours=3), of=("heat_z", "decision"))
+    with pytest.raises(StoreError, match="not none"):
+        store.recent_rounds(["GPU-a"], T0, T0 + timedelta(hours=3), of=())
 
 
 def test_demoted_since_is_when_the_standing_demote_was_opened(store: Store) -> None:
