@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     thermal_agree_z: float = 2.0  # thermal demote at once where the memory spread is this many σ wide; 0 = never
     thermal_agree_heat_z: float = 1.0  # ... and the core's heat this many σ against its own past and its node
     thermal_spread_z: float = 4.0  # ... or where the memory-core spread alone is this many σ wide; 0 = never
+    thermal_agree_vs_node_z: float = 3.0  # ... or its heat over its node's this many σ of its own spread; 0 = never
     thermal_heat_z: float = 4.0  # thermal demote on heat alone: core heat this many σ over its past and node (0: never)
     thermal_heat_vs_node_z: float = 5.0  # ... or its heat over its node's this many σ of its own spread (0: never)
     thermal_heat_vs_node_excess_z: float = 2.0  # ... with its heat over its past and node at this many σ

@@ -191,10 +191,11 @@ def decide(
 def _add_agree_reasons(
     reasons: list[list[str]], features: pd.DataFrame, rows: np.ndarray, thresholds: Thresholds
 ) -> None:
-    """Append to `rows`' reasons why their thermal demote did not wait: the two readings (`agree_reason`)."""
+    """Append to `rows`' reasons why their thermal demote did not wait: the readings (`agree_reason`)."""
     heat_z, spread_z = feature_column(features, "heat_excess_z"), feature_column(features, "mem_spread_z")
+    vs_node_z = feature_column(features, "heat_vs_node_own_z")
     for i in rows:
-        reasons[i].append(agree_reason(float(heat_z[i]), float(spread_z[i]), thresholds))
+        reasons[i].append(agree_reason(float(heat_z[i]), float(spread_z[i]), float(vs_node_z[i]), thresholds))
 
 
 @dataclass(frozen=True)

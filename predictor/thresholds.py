@@ -90,6 +90,13 @@ class Thresholds:
     contact): on the held-out fleets such spreads stood 3-4 σ out for 10-20 h before the core's heat
     reached 2 σ against its node, while a sensor's excursion or the room moves the spread 1-3 σ.
     0: never. A policy choice; docs/model.md measures it (3 σ added false episodes, 4 σ none)."""
+    thermal_agree_vs_node_z: float = 3.0
+    """A thermal demote also stands without its wait where the core's heat over its node's, beyond
+    what its power explains, stands at least this many σ out of its own 30 days of that difference
+    (`heat_vs_node_own_z`; `witnesses_agree`; not at light load): the room's swings cancel against its
+    node before that spread is taken, so a hot aisle's fast cooler stands out there hours before its
+    heat over its own past does. 0: never. A policy choice; docs/model.md measures it (on the
+    development fleets 93 with every floor against 91, no false episode added)."""
     thermal_heat_z: float = 4.0
     """A thermal demote on heat alone: where the core's heat over both its own past and its node
     (`heat_excess_z`, a 6 h mean) has been at least this many σ in every round for
@@ -157,6 +164,7 @@ class Thresholds:
             ("thermal_agree_z", self.thermal_agree_z),
             ("thermal_agree_heat_z", self.thermal_agree_heat_z),
             ("thermal_spread_z", self.thermal_spread_z),
+            ("thermal_agree_vs_node_z", self.thermal_agree_vs_node_z),
             ("thermal_heat_z", self.thermal_heat_z),
             ("thermal_heat_vs_node_z", self.thermal_heat_vs_node_z),
             ("thermal_heat_vs_node_excess_z", self.thermal_heat_vs_node_excess_z),
@@ -181,7 +189,8 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
-        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_HEAT_Z,
+        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_AGREE_VS_NODE_Z,
+        _THERMAL_HEAT_Z,
         _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT, _PROBATION_RISK,
         _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
@@ -201,7 +210,8 @@ class Thresholds:
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
             thermal_agree_z=s.thermal_agree_z, thermal_agree_heat_z=s.thermal_agree_heat_z,
-            thermal_spread_z=s.thermal_spread_z, thermal_heat_z=s.thermal_heat_z,
+            thermal_spread_z=s.thermal_spread_z, thermal_agree_vs_node_z=s.thermal_agree_vs_node_z,
+            thermal_heat_z=s.thermal_heat_z,
             thermal_heat_vs_node_z=s.thermal_heat_vs_node_z,
             thermal_heat_vs_node_excess_z=s.thermal_heat_vs_node_excess_z, pcie_surprise_z=s.pcie_surprise_z,
             probation_risk=s.probation_risk, release=s.release_threshold, **waits,
@@ -288,24 +298,33 @@ waits (`score.hour_rows`)."""
 def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
     """Per row of `table` (features, or `score.hour_rows`' rows): whether its demote, thermal by its
     riskiest head `mode`, stands without its wait because two readings of the GPU's own cooling agree
-    (`Thresholds.thermal_agree_z`, `thermal_agree_heat_z`) or the memory-core spread alone is wide
-    (`Thresholds.thermal_spread_z`); never at light load (`light`)."""
-    both, wide = _cooling_witnesses(
-        feature_column(table, "heat_excess_z"), feature_column(table, "mem_spread_z"), thresholds
+    (`Thresholds.thermal_agree_z`, `thermal_agree_heat_z`), the memory-core spread alone is wide
+    (`Thresholds.thermal_spread_z`) or its heat over its node's stands out of its own spread of that
+    (`Thresholds.thermal_agree_vs_node_z`); never at light load (`light`)."""
+    both, wide, over_node = _cooling_witnesses(
+        feature_column(table, "heat_excess_z"),
+        feature_column(table, "mem_spread_z"),
+        feature_column(table, "heat_vs_node_own_z"),
+        thresholds,
     )
     thermal = np.asarray(mode, dtype=object) == HEADS["risk_thermal"]
-    return np.asarray((both | wide) & thermal & ~np.asarray(light, dtype=bool))
+    return np.asarray((both | wide | over_node) & thermal & ~np.asarray(light, dtype=bool))
 
 
-def _cooling_witnesses(heat_z: Any, spread_z: Any, thresholds: Thresholds) -> tuple[np.ndarray, np.ndarray]:
+def _cooling_witnesses(
+    heat_z: Any, spread_z: Any, vs_node_z: Any, thresholds: Thresholds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Whether the core's heat and the memory-core spread agree (the heat at `thermal_agree_heat_z`, the
-    spread at `thermal_agree_z`), and whether the spread alone is wide (at `thermal_spread_z`); a level
-    of 0 never holds (`thermal_agree_z`, `thermal_spread_z`), nor does NaN."""
+    spread at `thermal_agree_z`), whether the spread alone is wide (at `thermal_spread_z`), and whether
+    the heat over its node's stands out (at `thermal_agree_vs_node_z`); a level of 0 never holds
+    (`thermal_agree_z`, `thermal_spread_z`, `thermal_agree_vs_node_z`), nor does NaN."""
     th = thresholds
     heat, spread = np.asarray(heat_z, dtype=float), np.asarray(spread_z, dtype=float)
+    vs_node = np.asarray(vs_node_z, dtype=float)
     with np.errstate(invalid="ignore"):
         both = (th.thermal_agree_z > 0) & (heat >= th.thermal_agree_heat_z) & (spread >= th.thermal_agree_z)
-        return both, (th.thermal_spread_z > 0) & (spread >= th.thermal_spread_z)
+        wide = (th.thermal_spread_z > 0) & (spread >= th.thermal_spread_z)
+        return both, wide, (th.thermal_agree_vs_node_z > 0) & (vs_node >= th.thermal_agree_vs_node_z)
 
 
 def demote_waits(
@@ -385,21 +404,28 @@ def heat_reason(heat_z: float, vs_node_z: float, since: pd.Timestamp, thresholds
     )
 
 
-def agree_reason(heat_z: float, spread_z: float, thresholds: Thresholds) -> str:
-    """Why a thermal demote stands before its wait is over: the two readings that agree, or the
-    memory-core spread alone (`witnesses_agree`)."""
+def agree_reason(heat_z: float, spread_z: float, vs_node_z: float, thresholds: Thresholds) -> str:
+    """Why a thermal demote stands before its wait is over: the two readings that agree, the
+    memory-core spread alone, or the heat over its node's (`witnesses_agree`), the first that holds."""
     wait = f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait"
-    if _cooling_witnesses(heat_z, spread_z, thresholds)[0]:
+    both, wide, _ = _cooling_witnesses(heat_z, spread_z, vs_node_z, thresholds)
+    if both:
         return (
             f"{wait}: two readings of its own cooling agree: the core runs {heat_z:+.1f} σ hot against its own past "
             f"and its node (at {thresholds.thermal_agree_heat_z:g} σ or more), and the memory-core spread is "
             f"{spread_z:+.1f} σ wide against its own 30 days (at {thresholds.thermal_agree_z:g} σ or more)"
         )
     heat = "not known" if np.isnan(heat_z) else f"{heat_z:+.1f} σ"
+    if wide:
+        return (
+            f"{wait}: the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (at "
+            f"{thresholds.thermal_spread_z:g} σ or more; the core's heat against its own past and its node: {heat}): "
+            "its own cooling, not the room's"
+        )
     return (
-        f"{wait}: the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (at "
-        f"{thresholds.thermal_spread_z:g} σ or more; the core's heat against its own past and its node: {heat}): "
-        "its own cooling, not the room's"
+        f"{wait}: the core runs hotter than its node's GPUs by {vs_node_z:+.1f} σ of its own spread of that "
+        f"difference (at {thresholds.thermal_agree_vs_node_z:g} σ or more; against its own past and its node: "
+        f"{heat}): its own cooling, not the room's"
     )
 
 

@@ -520,6 +520,38 @@ def test_a_thermal_demote_stands_at_once_where_the_memory_spread_alone_is_four_s
     assert witnesses_agree(f, mode, light, Thresholds()).tolist() == [True, True, False, False, False, False]
 
 
+def test_a_thermal_demote_stands_at_once_where_its_heat_over_its_node_stands_out_of_its_own_spread() -> None:
+    """The third witness: the core's heat over its node's GPUs at 3 σ of its own spread of that
+    difference (the room's swings cancel against the node) cuts the thermal wait short. Under 3 σ,
+    unknown, at light load, or another riskiest head: it waits."""
+    f = frame(*[HEALTHY] * 6)
+    f["heat_load_share"] = [1.0, 1.0, 1.0, 0.2, 1.0, 1.0]
+    f["heat_excess_z"] = [0.6, np.nan, 0.6, 0.6, 0.6, 0.6]
+    f["mem_spread_z"] = [1.5] * 6
+    f["heat_vs_node_own_z"] = [3.4, 3.0, 2.9, 6.0, np.nan, 6.0]
+    since = np.array([np.datetime64("2026-03-01T00:00", "ns")] * 6)  # risen this round
+    risk = risk_frame(f.index, [0.9] * 6, risk_ecc=[0.1] * 5 + [0.9], risk_thermal=[0.9] * 5 + [0.2])
+    out = decide(f, risk, Thresholds(), since=since)
+    assert out["decision"].tolist() == ["demote", "demote", "watch", "watch", "watch", "watch"]
+    assert out["reasons"].iat[0][0] == (
+        "thermal demote without its 3 h wait: the core runs hotter than its node's GPUs by +3.4 σ of its own "
+        "spread of that difference (at 3 σ or more; against its own past and its node: +0.6 σ): its own "
+        "cooling, not the room's"
+    )
+    assert "against its own past and its node: not known" in out["reasons"].iat[1][0]
+    # Off (0) or a level not reached: it waits; the other witnesses are settings of their own.
+    assert set(decide(f, risk, Thresholds(thermal_agree_vs_node_z=0), since=since)["decision"]) == {"watch"}
+    assert decide(f, risk, Thresholds(thermal_agree_vs_node_z=3.5), since=since)["decision"].iat[0] == "watch"
+    others_off = Thresholds(thermal_agree_z=0, thermal_spread_z=0)
+    assert decide(f, risk, others_off, since=since)["decision"].iat[0] == "demote"
+    mode = np.array(["thermal"] * 5 + ["ECC"], dtype=object)
+    light = light_load(f["heat_load_share"], Thresholds())
+    assert witnesses_agree(f, mode, light, Thresholds()).tolist() == [True, True, False, False, False, False]
+    # Where the spread also holds, its reason comes first.
+    wide = decide(f.assign(mem_spread_z=4.5), risk, Thresholds(), since=since)
+    assert wide["reasons"].iat[0][0].startswith("thermal demote without its 3 h wait: the memory-core spread is +4.5")
+
+
 def test_a_pcie_demote_on_a_link_replaying_out_of_habit_waits_six_hours() -> None:
     """A healthy link that bursts now and then lifts the PCIe risk for the hours its burst spends in
     the 6 h window; a degrading link's replaying hours are new to it. A PCIe demote whose link's

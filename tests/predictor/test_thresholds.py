@@ -154,12 +154,15 @@ def test_the_demote_on_heat_alone_is_a_setting(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("GPUHEALTH_THERMAL_HEAT_VS_NODE_EXCESS_Z", "1.5")
     th = Thresholds.from_settings(Settings())
     assert (th.thermal_heat_vs_node_z, th.thermal_heat_vs_node_excess_z) == (6.0, 1.5)
+    assert th.thermal_agree_vs_node_z == 3.0
+    monkeypatch.setenv("GPUHEALTH_THERMAL_AGREE_VS_NODE_Z", "0")
+    assert Thresholds.from_settings(Settings()).thermal_agree_vs_node_z == 0.0
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_HEAT: invalid duration"):
         Thresholds.from_settings(Settings(demote_for_heat="long"))
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="thermal_heat_z must be a number of σ >= 0"):
             Thresholds(thermal_heat_z=bad)
-        for name in ("thermal_heat_vs_node_z", "thermal_heat_vs_node_excess_z"):
+        for name in ("thermal_heat_vs_node_z", "thermal_heat_vs_node_excess_z", "thermal_agree_vs_node_z"):
             with pytest.raises(ValueError, match=f"{name} must be a number of σ >= 0"):
                 Thresholds(**{name: bad})
     with pytest.raises(ValueError, match="thermal_heat_for must be a duration >= 0"):
