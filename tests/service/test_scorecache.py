@@ -27,6 +27,7 @@ LONG = Thresholds(
     pcie_demote_for_s=48 * 3600,
     thermal_agree_z=0,
     thermal_spread_z=0,
+    thermal_agree_vs_node_z=0,
 )
 """Waits of two days, none cut short: the demotes of this fleet come later or not at all."""
 
