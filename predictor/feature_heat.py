@@ -204,7 +204,7 @@ def heat(ctx: FeatureContext) -> Columns:
     # usual heat standing out (the node only). The heads learn from the lesser of the two, and
     # only from heat: a GPU running cooler than both is no less healthy for it (0).
     out["heat_excess_z"] = _excess_over_both(own6, out["temp_excess_vs_node_z"])
-    out["heat_vs_node_own_z"] = np.where(young, np.nan, _node_relative_z(ctx, temp))
+    out["heat_vs_node_own_z"] = _node_relative_z(ctx, temp)  # NaN for a GPU under 8 days, past `young`'s 4
     out["heat_excess_z_1d"] = _excess_over_both(own1, out["temp_excess_vs_node_z_1d"])
     # A memory sensor that reads nothing leaves the spread unknown (NaN), not "no change" (0): the
     # trees route a missing value on their own, and training fleets lack the sensor on up to

@@ -190,9 +190,8 @@ class Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
         _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_AGREE_VS_NODE_Z,
-        _THERMAL_HEAT_Z,
-        _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT, _PROBATION_RISK,
-        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _THERMAL_HEAT_Z, _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT,
+        _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -319,12 +318,17 @@ def _cooling_witnesses(
     the heat over its node's stands out (at `thermal_agree_vs_node_z`); a level of 0 never holds
     (`thermal_agree_z`, `thermal_spread_z`, `thermal_agree_vs_node_z`), nor does NaN."""
     th = thresholds
-    heat, spread = np.asarray(heat_z, dtype=float), np.asarray(spread_z, dtype=float)
-    vs_node = np.asarray(vs_node_z, dtype=float)
+    heat = np.asarray(heat_z, dtype=float)
     with np.errstate(invalid="ignore"):
-        both = (th.thermal_agree_z > 0) & (heat >= th.thermal_agree_heat_z) & (spread >= th.thermal_agree_z)
-        wide = (th.thermal_spread_z > 0) & (spread >= th.thermal_spread_z)
-        return both, wide, (th.thermal_agree_vs_node_z > 0) & (vs_node >= th.thermal_agree_vs_node_z)
+        both = _reaches(spread_z, th.thermal_agree_z) & (heat >= th.thermal_agree_heat_z)
+    return both, _reaches(spread_z, th.thermal_spread_z), _reaches(vs_node_z, th.thermal_agree_vs_node_z)
+
+
+def _reaches(z: Any, level: float) -> np.ndarray:
+    """Per value: whether it is at `level` σ or above, where a level of 0 means never (the policy's
+    switch for each of its σ levels) and an unknown value (NaN) never reaches any."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray((level > 0) & (np.asarray(z, dtype=float) >= level))
 
 
 def demote_waits(
@@ -364,11 +368,9 @@ def heat_counts(heat_z: Any, vs_node_z: Any, thresholds: Thresholds) -> np.ndarr
     counts. No node finding holds it: `heat_excess_z` is the lesser of the GPU's heat over its own
     past and over its node, and the other stands against its node's, so such a GPU stands out of its node."""
     th = thresholds
-    heat, vs_node = np.asarray(heat_z, dtype=float), np.asarray(vs_node_z, dtype=float)
     with np.errstate(invalid="ignore"):
-        hot = (th.thermal_heat_z > 0) & (heat >= th.thermal_heat_z)
-        over_node = (th.thermal_heat_vs_node_z > 0) & (vs_node >= th.thermal_heat_vs_node_z)
-        return np.asarray(hot | (over_node & (heat >= th.thermal_heat_vs_node_excess_z)))
+        own = np.asarray(heat_z, dtype=float) >= th.thermal_heat_vs_node_excess_z
+    return _reaches(heat_z, th.thermal_heat_z) | (_reaches(vs_node_z, th.thermal_heat_vs_node_z) & own)
 
 
 def heat_alone(table: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
