@@ -166,7 +166,9 @@ def decide(
     for i in np.flatnonzero(pending & (model_sev == final)):
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
-        reasons[i].append(pending_reason(at, thresholds, str(mode[i]), float(load_share[i]), float(surprise[i])))
+        reasons[i].append(
+            pending_reason(at, thresholds, str(mode[i]), float(load_share[i]), float(surprise[i]), float(mem_spread[i]))
+        )
     # ... or why it did not wait, where two readings agree.
     _add_agree_reasons(reasons, features, np.flatnonzero(agreed & (model_sev == final)), thresholds)
     # ... or a standing demote's (a probation, the heat alone, a hold), where one set the decision (the

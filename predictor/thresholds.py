@@ -69,6 +69,15 @@ class Thresholds:
     light_load_share: float = 0.5
     """At light load: the GPU's power over the last 6 h is under this share of its baseline's
     (`heat_load_share`). 0: never."""
+    light_load_spread_z: float = 2.0
+    """A thermal demote at light load waits only the thermal wait (`demote_for_s`), not
+    `light_load_demote_for_s`, where the memory-core spread over 6 h (`mem_spread_z`) stands at least
+    this many σ out of its own 30 days (`light_wait`). The spread is memory against core in one GPU,
+    against its own past: the fitted line an idle GPU's heat is extrapolated on is not in it, and a
+    cooler failing while its GPU idles widens it (on the development fleets 2-3.7 σ a day ahead).
+    The witnesses that cut the wait to nothing stay off at light load. 0: never. A policy choice;
+    docs/model.md measures it (at 2 σ: 95 development fleets with every floor against 93, no false
+    episode added; 2.5 and 3 σ 94, 4 σ none)."""
     thermal_agree_z: float = 2.0
     """A thermal demote stands without its wait when two readings of the GPU's own cooling agree
     (`witnesses_agree`): the memory-core spread over 6 h against its own 30 days (`mem_spread_z`) at
@@ -165,6 +174,7 @@ class Thresholds:
             ("thermal_agree_heat_z", self.thermal_agree_heat_z),
             ("thermal_spread_z", self.thermal_spread_z),
             ("thermal_agree_vs_node_z", self.thermal_agree_vs_node_z),
+            ("light_load_spread_z", self.light_load_spread_z),
             ("thermal_heat_z", self.thermal_heat_z),
             ("thermal_heat_vs_node_z", self.thermal_heat_vs_node_z),
             ("thermal_heat_vs_node_excess_z", self.thermal_heat_vs_node_excess_z),
@@ -189,9 +199,9 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
-        _LIGHT_LOAD_SHARE, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_AGREE_VS_NODE_Z,
-        _THERMAL_HEAT_Z, _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT,
-        _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _LIGHT_LOAD_SHARE, _LIGHT_LOAD_SPREAD_Z, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z,
+        _THERMAL_AGREE_VS_NODE_Z, _THERMAL_HEAT_Z, _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z,
+        _DEMOTE_FOR_HEAT, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -208,6 +218,7 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
+            light_load_spread_z=s.light_load_spread_z,
             thermal_agree_z=s.thermal_agree_z, thermal_agree_heat_z=s.thermal_agree_heat_z,
             thermal_spread_z=s.thermal_spread_z, thermal_agree_vs_node_z=s.thermal_agree_vs_node_z,
             thermal_heat_z=s.thermal_heat_z,
@@ -255,6 +266,13 @@ def light_load(share: Any, thresholds: Thresholds) -> np.ndarray:
     x = np.asarray(share, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         return np.asarray(x < thresholds.light_load_share)
+
+
+def light_wait(share: Any, spread_z: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether a thermal demote waits the light-load wait (`light_load_demote_for_s`): the GPU
+    is at light load (`light_load`) and its memory-core spread is under `light_load_spread_z` σ (a
+    level of 0: the spread never shortens it; NaN: not known, so it does not)."""
+    return light_load(share, thresholds) & ~_reaches(spread_z, thresholds.light_load_spread_z)
 
 
 def habitual_link(surprise: Any, thresholds: Thresholds) -> np.ndarray:
@@ -335,11 +353,13 @@ def demote_waits(
     table: pd.DataFrame, since: np.ndarray, thresholds: Thresholds, mode: Any
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row of `table` (with `cutoff` and `WAIT_INPUTS`): whether a demote by the model still waits
-    (`pending_demote`, its light-load and habitual-link waits included), and whether it would, but two
-    readings agree (`witnesses_agree`) and it stands now."""
-    light = light_load(feature_column(table, "heat_load_share"), thresholds)
+    (`pending_demote`, its light-load (`light_wait`) and habitual-link waits included), and whether it
+    would, but two readings agree (`witnesses_agree`, never at light load) and it stands now."""
+    share = feature_column(table, "heat_load_share")
+    light = light_load(share, thresholds)
+    long = light_wait(share, feature_column(table, "mem_spread_z"), thresholds)
     habit = habitual_link(feature_column(table, "replay_surprise_6h"), thresholds)
-    pending = pending_demote(table["cutoff"], since, thresholds, mode, light, habit)
+    pending = pending_demote(table["cutoff"], since, thresholds, mode, long, habit)
     agree = pending & witnesses_agree(table, mode, light, thresholds)
     return pending & ~agree, agree
 
@@ -472,23 +492,32 @@ def pending_reason(
     mode: str,
     load_share: float | None = None,
     surprise: float | None = None,
+    spread_z: float | None = None,
 ) -> str:
     """Why a demote by the model is a watch for now: since when its risk is high, and until when it
     must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
-    light load, which also stands once the load returns; None or NaN: the load is not known; with
+    light load, which also stands once the load returns, or waits only the thermal wait where its
+    memory-core spread `spread_z` stands out (`light_wait`); None or NaN: not known; with
     `surprise`, a PCIe one on a link replaying out of habit)."""
     light = load_share is not None and bool(light_load([load_share], thresholds)[0])
+    long = light and bool(light_wait([load_share], [np.nan if spread_z is None else spread_z], thresholds)[0])
     habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
-    wait = thresholds.wait_for([mode], [light], [habit])[0]
+    wait = thresholds.wait_for([mode], [long], [habit])[0]
     due = since + pd.Timedelta(wait)
     text = (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
         f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
     )
-    if wait > thresholds.wait_for([mode])[0] and light:  # the light-load wait is the one that holds it
+    if wait > thresholds.wait_for([mode])[0] and long:  # the light-load wait is the one that holds it
         text += (
             f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
             "where heat is judged by extrapolation"
+        )
+    elif light and not long and wait < thresholds.wait_for([mode], [True])[0]:  # the spread shortened it
+        text += (
+            f": at light load (6 h power {load_share:.0%} of its baseline's) but its memory-core spread stands "
+            f"{spread_z:+.1f} σ out of its own 30 days (at {thresholds.light_load_spread_z:g} σ or more), so "
+            f"not the {thresholds.light_load_demote_for_s / 3600:g} h light-load wait"
         )
     elif wait > thresholds.wait_for([mode])[0]:  # the habitual link's
         seen = "not known" if surprise is None or np.isnan(surprise) else f"{surprise:+.1f} σ"

@@ -127,6 +127,27 @@ def test_the_evaluation_decides_a_thermal_demote_at_light_load_as_the_service_do
     assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 3 * HOUR).all()
 
 
+def test_the_evaluation_shortens_the_light_load_wait_where_the_memory_spread_stands_out_as_the_service_does() -> None:
+    """Kept scored rows keep the memory-core spread (`thresholds.WAIT_INPUTS`): at light load a thermal
+    demote whose spread stands at `light_load_spread_z` σ waits the thermal 3 h, not 12 h; one whose
+    spread rises there later waits 3 h from the risk's rise if that is over by then."""
+    hours = pd.date_range(T, periods=16, freq="1h")
+    spreads = {"wide": [2.6] * 16, "narrow": [2.4] * 16, "later": [1.0] * 5 + [2.6] * 11, "unknown": [np.nan] * 16}
+    rows = pd.concat(
+        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
+                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": 0.2,
+                       "heat_excess_z": 0.3, "mem_spread_z": z})
+         for g, z in spreads.items()],
+        ignore_index=True,
+    )  # fmt: skip
+    out = apply_waits(rows, Thresholds(light_load_spread_z=2.5))
+    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    assert first.to_dict() == {"wide": T + 3 * HOUR, "narrow": T + 12 * HOUR, "later": T + 5 * HOUR,
+                               "unknown": T + 12 * HOUR}  # fmt: skip
+    off = apply_waits(rows, Thresholds(light_load_spread_z=0))
+    assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 12 * HOUR).all()
+
+
 def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_the_service_does() -> None:
     """Kept scored rows keep the two readings (`thresholds.WAIT_INPUTS`): where the core's heat and the
     memory-core spread both reach 2 σ, a thermal demote stands at once (at light load it still waits)."""
@@ -142,14 +163,19 @@ def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_th
     )  # fmt: skip
     out = apply_waits(rows, Thresholds())
     first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
-    # "idle": 8 hours at light load, its 12 h wait is not over; "later": the spread agrees an hour in.
-    assert first.to_dict() == {"agree": T, "one": T + 3 * HOUR, "later": T + HOUR}
+    # "idle": at light load no witness holds, its spread (2.5 σ) only shortens the 12 h wait to the
+    # thermal 3 h (`light_wait`); "later": the spread agrees an hour in.
+    assert first.to_dict() == {"agree": T, "one": T + 3 * HOUR, "idle": T + 3 * HOUR, "later": T + HOUR}
     off = apply_waits(rows, Thresholds(thermal_agree_z=0))
     assert off[off["demote"]].groupby("gpu_uuid")["cutoff"].min().to_dict() == {
         "agree": T + 3 * HOUR,
         "one": T + 3 * HOUR,
+        "idle": T + 3 * HOUR,
         "later": T + 3 * HOUR,
     }
+    # Without the spread's shortening, the idle GPU's 12 h wait is not over in these 8 hours.
+    long = apply_waits(rows, Thresholds(light_load_spread_z=0))
+    assert "idle" not in set(long.loc[long["demote"], "gpu_uuid"])
 
 
 def test_the_evaluation_lets_a_habitual_links_pcie_demote_wait_six_hours_as_the_service_does() -> None:

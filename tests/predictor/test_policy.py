@@ -12,7 +12,7 @@ import pytest
 from predictor.node import NODE_COLUMNS, NodeHeat, node_findings, node_reason
 from predictor.policy import DECISIONS, DecisionChanges, decide, decision_changes
 from predictor.rules import evaluate_rules
-from predictor.thresholds import Thresholds, habitual_link, light_load, witnesses_agree
+from predictor.thresholds import Thresholds, habitual_link, light_load, light_wait, witnesses_agree
 from tests.predictor.test_rules import HEALTHY, frame
 
 
@@ -459,6 +459,42 @@ def test_a_thermal_demote_at_light_load_waits_half_a_day_or_for_the_load_to_retu
     assert decide(f, risk, Thresholds(light_load_demote_for_s=3 * 3600), since=since)["decision"].iat[0] == "demote"
     assert decide(f, risk, Thresholds(light_load_share=0.1), since=since)["decision"].iat[0] == "demote"
     assert light_load([0.49, 0.5, np.nan, 0.0], Thresholds()).tolist() == [True, False, False, True]
+
+
+def test_a_thermal_demote_at_light_load_waits_only_the_thermal_wait_where_the_memory_spread_stands_out() -> None:
+    """At light load the core's heat is its fitted line extrapolated, but the memory-core spread is
+    memory against core in one GPU: where it stands at `light_load_spread_z` σ, an idle GPU's failing
+    cooler is demoted after the thermal wait (3 h), not the light-load one (12 h). Under the level, not
+    known, another riskiest head, or the level at 0: the light-load wait as before. It never cuts the
+    wait to nothing (the witnesses stay off at light load)."""
+    f = frame(*[HEALTHY] * 6)
+    f["heat_load_share"] = [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
+    f["mem_spread_z"] = [2.6, 2.6, 2.4, np.nan, 2.6, 4.5]
+    f["heat_excess_z"] = [0.3, 0.3, 0.3, 0.3, 0.3, 2.5]
+    since = naive(*["2026-02-28 20:00", "2026-02-28 22:00", "2026-02-28 20:00", "2026-02-28 20:00",
+                    "2026-02-28 20:00", "2026-02-28 23:00"])  # fmt: skip
+    ecc = [0.1, 0.1, 0.1, 0.1, 0.9, 0.1]
+    risk = risk_frame(f.index, [0.9] * 6, risk_ecc=ecc, risk_thermal=[0.9, 0.9, 0.9, 0.9, 0.2, 0.9])
+    th = Thresholds(light_load_spread_z=2.5)
+    out = decide(f, risk, th, since=since)
+    # 4 h with the spread at 2.6 σ: it stands; 2 h: pending until the 3 h are over; at 2.4 σ, unknown, or
+    # an ECC demote (its own 12 h wait): pending; a 4.5 σ spread an hour in: still pending (no witness).
+    assert out["decision"].tolist() == ["demote", "watch", "watch", "watch", "watch", "watch"]
+    assert out["reasons"].iat[1][0] == (
+        "demote pending: risk at or above 0.70 since 2026-02-28 22:00 UTC; it is demoted if that holds until "
+        "2026-03-01 01:00 UTC: at light load (6 h power 20% of its baseline's) but its memory-core spread "
+        "stands +2.6 σ out of its own 30 days (at 2.5 σ or more), so not the 12 h light-load wait"
+    )
+    narrow = out["reasons"].iat[2][0]
+    assert narrow.endswith("2026-03-01 08:00 UTC, or sooner once its load returns: light load (6 h power 20% of its "
+                           "baseline's), where heat is judged by extrapolation")  # fmt: skip
+    assert out["reasons"].iat[4][0].endswith("it is demoted if that holds until 2026-03-01 08:00 UTC")
+    # Off (0), or a level the spread does not reach: the light-load wait holds them all.
+    assert set(decide(f, risk, Thresholds(light_load_spread_z=0), since=since)["decision"]) == {"watch"}
+    assert set(decide(f, risk, Thresholds(light_load_spread_z=2.7), since=since)["decision"]) == {"watch"}
+    share, spread = f["heat_load_share"], f["mem_spread_z"]
+    assert light_wait(share, spread, th).tolist() == [False, False, True, True, False, False]
+    assert light_wait([0.9, np.nan], [0.0, 0.0], th).tolist() == [False, False]
 
 
 def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree() -> None:

@@ -58,10 +58,15 @@ def test_the_agreement_and_spread_levels_are_settings(monkeypatch: pytest.Monkey
 def test_the_light_load_wait_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", "1d")
     monkeypatch.setenv("GPUHEALTH_LIGHT_LOAD_SHARE", "0.3")
+    monkeypatch.setenv("GPUHEALTH_LIGHT_LOAD_SPREAD_Z", "3.5")
     th = Thresholds.from_settings(Settings())
     assert (th.light_load_demote_for_s, th.light_load_share, th.demote_for_s) == (86400, 0.3, 3 * 3600)
+    assert th.light_load_spread_z == 3.5
     d = Thresholds()
-    assert (d.light_load_demote_for_s, d.light_load_share) == (12 * 3600, 0.5)
+    assert (d.light_load_demote_for_s, d.light_load_share, d.light_load_spread_z) == (12 * 3600, 0.5, 2.0)
+    for bad_z in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="light_load_spread_z must be a number of σ >= 0"):
+            Thresholds(light_load_spread_z=bad_z)
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD: invalid duration 'idle'"):
         Thresholds.from_settings(Settings(demote_for_light_load="idle"))
     for bad in (-0.1, 1.5, float("nan")):
