@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     demote_for_light_load: str = "12h"  # ... where it is thermal on a GPU at light load (heat judged by extrapolation)
     light_load_share: float = 0.5  # light load: 6 h power under this share of the heat baseline's; 0 = never
     light_load_spread_z: float = 2.0  # ... only the thermal wait where the memory spread is this many σ; 0 = never
+    thermal_corroborate_z: float = 1.0  # thermal demote waits longer where its node and spread z are both under this
+    demote_for_uncorroborated: str = "6h"  # ... that long; 0 = never
     thermal_agree_z: float = 2.0  # thermal demote at once where the memory spread is this many σ wide; 0 = never
     thermal_agree_heat_z: float = 1.0  # ... and the core's heat this many σ against its own past and its node
     thermal_spread_z: float = 4.0  # ... or where the memory-core spread alone is this many σ wide; 0 = never

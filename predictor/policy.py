@@ -158,6 +158,7 @@ def decide(
         reasons[pos[i]].append(str(hit_reasons[i]))
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
+    own_vs_node = feature_column(features, "heat_vs_node_own_z")
     for i in np.flatnonzero(on_hot_node & (node_sev == final)):
         reasons[i].append(node_text[i])
         if held[i]:
@@ -167,7 +168,15 @@ def decide(
         began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
         at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
         reasons[i].append(
-            pending_reason(at, thresholds, str(mode[i]), float(load_share[i]), float(surprise[i]), float(mem_spread[i]))
+            pending_reason(
+                at,
+                thresholds,
+                str(mode[i]),
+                float(load_share[i]),
+                float(surprise[i]),
+                float(mem_spread[i]),
+                float(own_vs_node[i]),
+            )
         )
     # ... or why it did not wait, where two readings agree.
     _add_agree_reasons(reasons, features, np.flatnonzero(agreed & (model_sev == final)), thresholds)

@@ -78,6 +78,18 @@ class Thresholds:
     The witnesses that cut the wait to nothing stay off at light load. 0: never. A policy choice;
     docs/model.md measures it (at 2 σ: 95 development fleets with every floor against 93, no false
     episode added; 2.5 and 3 σ 94, 4 σ none)."""
+    thermal_corroborate_z: float = 1.0
+    """A thermal demote that no reading of the GPU's own cooling corroborates waits
+    `uncorroborated_demote_for_s` instead of the thermal wait: where its heat over its node's in its own
+    spread of that (`heat_vs_node_own_z`) and its memory-core spread (`mem_spread_z`) are both known and
+    both under this many σ (`uncorroborated`; not at light load, whose own wait holds there). The
+    thermal head's risk alone then rests on what its node or its power explain: on the development
+    fleets two of the five false episodes were such demotes, one a GPU whose heat its node shared. 0:
+    never. A policy choice; docs/model.md measures it (1, 1.5 and 2 σ, 6 or 12 h: the same two false
+    episodes fewer, no catch lost)."""
+    uncorroborated_demote_for_s: float = 6 * 3600.0
+    """The wait of a thermal demote no reading corroborates (`thermal_corroborate_z`; seconds, at least
+    the thermal wait)."""
     thermal_agree_z: float = 2.0
     """A thermal demote stands without its wait when two readings of the GPU's own cooling agree
     (`witnesses_agree`): the memory-core spread over 6 h against its own 30 days (`mem_spread_z`) at
@@ -162,6 +174,7 @@ class Thresholds:
             ("demote_for_pcie", self.pcie_demote_for_s),
             ("demote_for_light_load", self.light_load_demote_for_s),
             ("demote_for_pcie_habit", self.pcie_habit_demote_for_s),
+            ("demote_for_uncorroborated", self.uncorroborated_demote_for_s),
             ("thermal_heat_for", self.thermal_heat_for_s),
         ):
             if not (0.0 <= v < float("inf")):
@@ -175,6 +188,7 @@ class Thresholds:
             ("thermal_spread_z", self.thermal_spread_z),
             ("thermal_agree_vs_node_z", self.thermal_agree_vs_node_z),
             ("light_load_spread_z", self.light_load_spread_z),
+            ("thermal_corroborate_z", self.thermal_corroborate_z),
             ("thermal_heat_z", self.thermal_heat_z),
             ("thermal_heat_vs_node_z", self.thermal_heat_vs_node_z),
             ("thermal_heat_vs_node_excess_z", self.thermal_heat_vs_node_excess_z),
@@ -199,9 +213,10 @@ class Thresholds:
     def from_settings(cls, s: Settings) -> Thresholds:
         """The thresholds an operator set (GPUHEALTH_WATCH_THRESHOLD, _DEMOTE_THRESHOLD, _DEMOTE_FOR,
         _DEMOTE_FOR_ECC, _DEMOTE_FOR_PCIE, _DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, _DEMOTE_FOR_LIGHT_LOAD,
-        _LIGHT_LOAD_SHARE, _LIGHT_LOAD_SPREAD_Z, _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z,
-        _THERMAL_AGREE_VS_NODE_Z, _THERMAL_HEAT_Z, _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z,
-        _DEMOTE_FOR_HEAT, _PROBATION_RISK, _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _LIGHT_LOAD_SHARE, _LIGHT_LOAD_SPREAD_Z, _THERMAL_CORROBORATE_Z, _DEMOTE_FOR_UNCORROBORATED,
+        _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_AGREE_VS_NODE_Z, _THERMAL_HEAT_Z,
+        _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT, _PROBATION_RISK,
+        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -209,6 +224,7 @@ class Thresholds:
             ("pcie_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE", s.demote_for_pcie),
             ("light_load_demote_for_s", "GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD", s.demote_for_light_load),
             ("pcie_habit_demote_for_s", "GPUHEALTH_DEMOTE_FOR_PCIE_HABIT", s.demote_for_pcie_habit),
+            ("uncorroborated_demote_for_s", "GPUHEALTH_DEMOTE_FOR_UNCORROBORATED", s.demote_for_uncorroborated),
             ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
             ("thermal_heat_for_s", "GPUHEALTH_DEMOTE_FOR_HEAT", s.demote_for_heat),
         ):
@@ -218,7 +234,7 @@ class Thresholds:
                 raise ValueError(f"{name}: {e}") from None
         return cls(
             s.watch_threshold, s.demote_threshold, light_load_share=s.light_load_share,
-            light_load_spread_z=s.light_load_spread_z,
+            light_load_spread_z=s.light_load_spread_z, thermal_corroborate_z=s.thermal_corroborate_z,
             thermal_agree_z=s.thermal_agree_z, thermal_agree_heat_z=s.thermal_agree_heat_z,
             thermal_spread_z=s.thermal_spread_z, thermal_agree_vs_node_z=s.thermal_agree_vs_node_z,
             thermal_heat_z=s.thermal_heat_z,
@@ -237,14 +253,17 @@ class Thresholds:
         """The longest a model demote waits (how far back its clock must be read; 0: none waits)."""
         light = self.light_load_demote_for_s if self.light_load_share > 0 else 0.0
         habit = self.pcie_habit_demote_for_s if self.pcie_surprise_z > 0 else 0.0
-        return pd.Timedelta(seconds=max(self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s, light, habit))
+        alone = self.uncorroborated_demote_for_s if self.thermal_corroborate_z > 0 else 0.0
+        waits = (self.demote_for_s, self.ecc_demote_for_s, self.pcie_demote_for_s, light, habit, alone)
+        return pd.Timedelta(seconds=max(waits))
 
-    def wait_for(self, mode: Any, light: Any = None, habit: Any = None) -> np.ndarray:
+    def wait_for(self, mode: Any, light: Any = None, habit: Any = None, alone: Any = None) -> np.ndarray:
         """Per row, the wait of a demote whose riskiest head is `mode` ("ECC", "thermal", "PCIe", "";
         `top_heads`' names), as timedelta64[ns]; with `light` (per row, `light_load`), a thermal
         one at light load waits the longer of its wait and `light_load_demote_for_s`; with `habit`
         (per row, `habitual_link`), a PCIe one on such a link the longer of its wait and
-        `pcie_habit_demote_for_s`."""
+        `pcie_habit_demote_for_s`; with `alone` (per row, `uncorroborated`), a thermal one no reading
+        corroborates the longer of its wait and `uncorroborated_demote_for_s`."""
         m = np.asarray(mode, dtype=object)
         seconds = np.select(
             [m == HEADS["risk_ecc"], m == HEADS["risk_pcie"]],
@@ -257,6 +276,9 @@ class Thresholds:
         if habit is not None:
             calm = (m == HEADS["risk_pcie"]) & np.asarray(habit, dtype=bool)
             seconds = np.where(calm, np.maximum(seconds, self.pcie_habit_demote_for_s), seconds)
+        if alone is not None:
+            bare = (m == HEADS["risk_thermal"]) & np.asarray(alone, dtype=bool)
+            seconds = np.where(bare, np.maximum(seconds, self.uncorroborated_demote_for_s), seconds)
         return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
 
 
@@ -275,6 +297,16 @@ def light_wait(share: Any, spread_z: Any, thresholds: Thresholds) -> np.ndarray:
     return light_load(share, thresholds) & ~_reaches(spread_z, thresholds.light_load_spread_z)
 
 
+def uncorroborated(vs_node_z: Any, spread_z: Any, light: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: whether no reading of the GPU's own cooling corroborates a thermal demote: its heat over
+    its node's in its own spread of that and its memory-core spread both known and both under
+    `thermal_corroborate_z` σ (0: never), and the GPU not at light load (`light`)."""
+    level = thresholds.thermal_corroborate_z
+    with np.errstate(invalid="ignore"):
+        low = (np.asarray(vs_node_z, dtype=float) < level) & (np.asarray(spread_z, dtype=float) < level)
+    return np.asarray((level > 0) & low & ~np.asarray(light, dtype=bool))
+
+
 def habitual_link(surprise: Any, thresholds: Thresholds) -> np.ndarray:
     """Per row: whether its link replays out of habit, its hours with new replays over 6 h less
     than `pcie_surprise_z` σ out of its own month (`replay_surprise_6h`, NaN: not known, so habit)."""
@@ -286,12 +318,19 @@ def habitual_link(surprise: Any, thresholds: Thresholds) -> np.ndarray:
 
 
 def pending_demote(
-    cutoff: np.ndarray, since: np.ndarray, thresholds: Thresholds, mode: Any, light: Any = None, habit: Any = None
+    cutoff: np.ndarray,
+    since: np.ndarray,
+    thresholds: Thresholds,
+    mode: Any,
+    light: Any = None,
+    habit: Any = None,
+    alone: Any = None,
 ) -> np.ndarray:
     """Per row: whether a demote by the model still waits for its risk to hold the wait of its
     riskiest head `mode` (`Thresholds.wait_for`, at light load where `light`, on a link replaying
-    out of habit where `habit`; since NaT: the run begins now)."""
-    return np.asarray(run_length(cutoff, since) < thresholds.wait_for(mode, light, habit))
+    out of habit where `habit`, with no reading to corroborate it where `alone`; since NaT: the run
+    begins now)."""
+    return np.asarray(run_length(cutoff, since) < thresholds.wait_for(mode, light, habit, alone))
 
 
 def run_length(at: Any, since: Any) -> np.ndarray:
@@ -357,9 +396,11 @@ def demote_waits(
     would, but two readings agree (`witnesses_agree`, never at light load) and it stands now."""
     share = feature_column(table, "heat_load_share")
     light = light_load(share, thresholds)
-    long = light_wait(share, feature_column(table, "mem_spread_z"), thresholds)
+    spread = feature_column(table, "mem_spread_z")
+    long = light_wait(share, spread, thresholds)
+    alone = uncorroborated(feature_column(table, "heat_vs_node_own_z"), spread, light, thresholds)
     habit = habitual_link(feature_column(table, "replay_surprise_6h"), thresholds)
-    pending = pending_demote(table["cutoff"], since, thresholds, mode, long, habit)
+    pending = pending_demote(table["cutoff"], since, thresholds, mode, long, habit, alone)
     agree = pending & witnesses_agree(table, mode, light, thresholds)
     return pending & ~agree, agree
 
@@ -493,16 +534,20 @@ def pending_reason(
     load_share: float | None = None,
     surprise: float | None = None,
     spread_z: float | None = None,
+    vs_node_z: float | None = None,
 ) -> str:
     """Why a demote by the model is a watch for now: since when its risk is high, and until when it
     must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
     light load, which also stands once the load returns, or waits only the thermal wait where its
-    memory-core spread `spread_z` stands out (`light_wait`); None or NaN: not known; with
-    `surprise`, a PCIe one on a link replaying out of habit)."""
+    memory-core spread `spread_z` stands out (`light_wait`); with `vs_node_z` and `spread_z`, a
+    thermal one neither corroborates (`uncorroborated`); None or NaN: not known; with `surprise`, a
+    PCIe one on a link replaying out of habit)."""
+    spread = np.nan if spread_z is None else spread_z
     light = load_share is not None and bool(light_load([load_share], thresholds)[0])
-    long = light and bool(light_wait([load_share], [np.nan if spread_z is None else spread_z], thresholds)[0])
+    long = light and bool(light_wait([load_share], [spread], thresholds)[0])
+    alone = bool(uncorroborated([np.nan if vs_node_z is None else vs_node_z], [spread], [light], thresholds)[0])
     habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
-    wait = thresholds.wait_for([mode], [long], [habit])[0]
+    wait = thresholds.wait_for([mode], [long], [habit], [alone])[0]
     due = since + pd.Timedelta(wait)
     text = (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
@@ -518,6 +563,12 @@ def pending_reason(
             f": at light load (6 h power {load_share:.0%} of its baseline's) but its memory-core spread stands "
             f"{spread_z:+.1f} σ out of its own 30 days (at {thresholds.light_load_spread_z:g} σ or more), so "
             f"not the {thresholds.light_load_demote_for_s / 3600:g} h light-load wait"
+        )
+    elif wait > thresholds.wait_for([mode])[0] and alone:  # no reading corroborates it
+        text += (
+            f": no reading of its own cooling corroborates it (its heat over its node's {vs_node_z:+.1f} σ of its "
+            f"own spread of that, its memory-core spread {spread_z:+.1f} σ, both under "
+            f"{thresholds.thermal_corroborate_z:g} σ): its heat is what its node or its power explain"
         )
     elif wait > thresholds.wait_for([mode])[0]:  # the habitual link's
         seen = "not known" if surprise is None or np.isnan(surprise) else f"{surprise:+.1f} σ"

@@ -148,6 +148,26 @@ def test_the_evaluation_shortens_the_light_load_wait_where_the_memory_spread_sta
     assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 12 * HOUR).all()
 
 
+def test_the_evaluation_lets_a_thermal_demote_no_reading_corroborates_wait_longer_as_the_service_does() -> None:
+    """Kept scored rows keep the heat over the node's and the memory-core spread (`thresholds.WAIT_INPUTS`):
+    a thermal demote neither corroborates waits 6 h; one whose node yardstick rises to the level after 4 h
+    stands then; one with a reading not known keeps the 3 h wait."""
+    hours = pd.date_range(T, periods=10, freq="1h")
+    node = {"alone": [0.3] * 10, "rises": [0.3] * 4 + [1.6] * 6, "unknown": [np.nan] * 10}
+    rows = pd.concat(
+        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
+                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": 1.0,
+                       "heat_excess_z": 1.0, "mem_spread_z": 0.5, "heat_vs_node_own_z": z})
+         for g, z in node.items()],
+        ignore_index=True,
+    )  # fmt: skip
+    out = apply_waits(rows, Thresholds(thermal_corroborate_z=1.5))
+    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    assert first.to_dict() == {"alone": T + 6 * HOUR, "rises": T + 4 * HOUR, "unknown": T + 3 * HOUR}
+    off = apply_waits(rows, Thresholds(thermal_corroborate_z=0))
+    assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 3 * HOUR).all()
+
+
 def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_the_service_does() -> None:
     """Kept scored rows keep the two readings (`thresholds.WAIT_INPUTS`): where the core's heat and the
     memory-core spread both reach 2 σ, a thermal demote stands at once (at light load it still waits)."""

@@ -12,7 +12,14 @@ import pytest
 from predictor.node import NODE_COLUMNS, NodeHeat, node_findings, node_reason
 from predictor.policy import DECISIONS, DecisionChanges, decide, decision_changes
 from predictor.rules import evaluate_rules
-from predictor.thresholds import Thresholds, habitual_link, light_load, light_wait, witnesses_agree
+from predictor.thresholds import (
+    Thresholds,
+    habitual_link,
+    light_load,
+    light_wait,
+    uncorroborated,
+    witnesses_agree,
+)
 from tests.predictor.test_rules import HEALTHY, frame
 
 
@@ -429,10 +436,22 @@ def test_an_ecc_demote_waits_half_a_day() -> None:
     assert Thresholds().longest_wait == pd.Timedelta(hours=12)
     assert Thresholds(ecc_demote_for_s=0, pcie_demote_for_s=16 * 3600).longest_wait == pd.Timedelta(hours=16)
     none = Thresholds(
-        demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_demote_for_s=0, pcie_habit_demote_for_s=0
+        demote_for_s=0,
+        ecc_demote_for_s=0,
+        pcie_demote_for_s=0,
+        light_load_demote_for_s=0,
+        pcie_habit_demote_for_s=0,
+        uncorroborated_demote_for_s=0,
     )
     assert none.longest_wait == pd.Timedelta(0)
-    off = Thresholds(demote_for_s=0, ecc_demote_for_s=0, pcie_demote_for_s=0, light_load_share=0, pcie_surprise_z=0)
+    off = Thresholds(
+        demote_for_s=0,
+        ecc_demote_for_s=0,
+        pcie_demote_for_s=0,
+        light_load_share=0,
+        pcie_surprise_z=0,
+        thermal_corroborate_z=0,
+    )
     assert off.longest_wait == pd.Timedelta(0)
 
 
@@ -461,20 +480,30 @@ def test_a_thermal_demote_at_light_load_waits_half_a_day_or_for_the_load_to_retu
     assert light_load([0.49, 0.5, np.nan, 0.0], Thresholds()).tolist() == [True, False, False, True]
 
 
+def thermal_gpus(ecc: list[bool], **columns: list[float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Healthy GPUs with these feature columns, each at risk 0.9: its riskiest head ECC where `ecc`,
+    thermal elsewhere (what a thermal demote's waits are tested on)."""
+    f = frame(*[HEALTHY] * len(ecc))
+    for name, values in columns.items():
+        f[name] = values
+    heads = {"risk_ecc": [0.9 if e else 0.1 for e in ecc], "risk_thermal": [0.2 if e else 0.9 for e in ecc]}
+    return f, risk_frame(f.index, [0.9] * len(ecc), **heads)
+
+
 def test_a_thermal_demote_at_light_load_waits_only_the_thermal_wait_where_the_memory_spread_stands_out() -> None:
     """At light load the core's heat is its fitted line extrapolated, but the memory-core spread is
     memory against core in one GPU: where it stands at `light_load_spread_z` σ, an idle GPU's failing
     cooler is demoted after the thermal wait (3 h), not the light-load one (12 h). Under the level, not
     known, another riskiest head, or the level at 0: the light-load wait as before. It never cuts the
     wait to nothing (the witnesses stay off at light load)."""
-    f = frame(*[HEALTHY] * 6)
-    f["heat_load_share"] = [0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
-    f["mem_spread_z"] = [2.6, 2.6, 2.4, np.nan, 2.6, 4.5]
-    f["heat_excess_z"] = [0.3, 0.3, 0.3, 0.3, 0.3, 2.5]
+    f, risk = thermal_gpus(
+        [False, False, False, False, True, False],
+        heat_load_share=[0.2] * 6,
+        mem_spread_z=[2.6, 2.6, 2.4, np.nan, 2.6, 4.5],
+        heat_excess_z=[0.3, 0.3, 0.3, 0.3, 0.3, 2.5],
+    )
     since = naive(*["2026-02-28 20:00", "2026-02-28 22:00", "2026-02-28 20:00", "2026-02-28 20:00",
                     "2026-02-28 20:00", "2026-02-28 23:00"])  # fmt: skip
-    ecc = [0.1, 0.1, 0.1, 0.1, 0.9, 0.1]
-    risk = risk_frame(f.index, [0.9] * 6, risk_ecc=ecc, risk_thermal=[0.9, 0.9, 0.9, 0.9, 0.2, 0.9])
     th = Thresholds(light_load_spread_z=2.5)
     out = decide(f, risk, th, since=since)
     # 4 h with the spread at 2.6 σ: it stands; 2 h: pending until the 3 h are over; at 2.4 σ, unknown, or
@@ -495,6 +524,42 @@ def test_a_thermal_demote_at_light_load_waits_only_the_thermal_wait_where_the_me
     share, spread = f["heat_load_share"], f["mem_spread_z"]
     assert light_wait(share, spread, th).tolist() == [False, False, True, True, False, False]
     assert light_wait([0.9, np.nan], [0.0, 0.0], th).tolist() == [False, False]
+
+
+def test_a_thermal_demote_no_reading_corroborates_waits_longer() -> None:
+    """Where neither the core's heat over its node's (in its own spread of that) nor the memory-core
+    spread stands out (both known, both under `thermal_corroborate_z`), the thermal head's risk rests on
+    what the node or the power explain: its demote waits `uncorroborated_demote_for_s` (6 h), not 3 h.
+    Either reading at the level, one not known, light load (its own wait), another head, or the level
+    at 0: as before."""
+    f, risk = thermal_gpus(
+        [False] * 5 + [True],
+        heat_load_share=[1.0, 1.0, 1.0, 1.0, 0.2, 1.0],
+        heat_vs_node_own_z=[0.3, 1.6, 0.3, np.nan, 0.3, 0.3],
+        mem_spread_z=[0.5, 0.5, 1.6, 0.5, 0.5, 0.5],
+    )
+    since = naive(*["2026-02-28 20:00"] * 6)  # 4 h at 0.9
+    th = Thresholds(thermal_corroborate_z=1.5)
+    out = decide(f, risk, th, since=since)
+    assert out["decision"].tolist() == ["watch", "demote", "demote", "demote", "watch", "watch"]
+    assert out["reasons"].iat[0][0] == (
+        "demote pending: risk at or above 0.70 since 2026-02-28 20:00 UTC; it is demoted if that holds until "
+        "2026-03-01 02:00 UTC: no reading of its own cooling corroborates it (its heat over its node's +0.3 σ of "
+        "its own spread of that, its memory-core spread +0.5 σ, both under 1.5 σ): its heat is what its node "
+        "or its power explain"
+    )
+    assert "light load (6 h power 20% of its baseline's)" in out["reasons"].iat[4][0]
+    assert out["reasons"].iat[5][0].endswith("it is demoted if that holds until 2026-03-01 08:00 UTC")
+    # Off (0), or a level both readings reach: the 3 h wait is over for every thermal one at load.
+    assert decide(f, risk, Thresholds(thermal_corroborate_z=0), since=since)["decision"].iat[0] == "demote"
+    assert decide(f, risk, Thresholds(thermal_corroborate_z=0.3), since=since)["decision"].iat[0] == "demote"
+    six = decide(f, risk, th, since=naive(*["2026-02-28 18:00"] * 6))
+    assert six["decision"].tolist()[:4] == ["demote"] * 4
+    light = light_load(f["heat_load_share"], th)
+    alone = uncorroborated(f["heat_vs_node_own_z"], f["mem_spread_z"], light, th)
+    assert alone.tolist() == [True, False, False, False, False, True]
+    assert th.longest_wait == pd.Timedelta(hours=12)
+    assert Thresholds(thermal_corroborate_z=1.5, uncorroborated_demote_for_s=86400).longest_wait == pd.Timedelta(days=1)
 
 
 def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree() -> None:

@@ -67,6 +67,14 @@ def test_the_light_load_wait_is_read_from_the_environment(monkeypatch: pytest.Mo
     for bad_z in (-1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="light_load_spread_z must be a number of σ >= 0"):
             Thresholds(light_load_spread_z=bad_z)
+    monkeypatch.setenv("GPUHEALTH_THERMAL_CORROBORATE_Z", "1.5")
+    monkeypatch.setenv("GPUHEALTH_DEMOTE_FOR_UNCORROBORATED", "8h")
+    th = Thresholds.from_settings(Settings())
+    assert (th.thermal_corroborate_z, th.uncorroborated_demote_for_s) == (1.5, 8 * 3600)
+    with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_UNCORROBORATED: invalid duration 'soon'"):
+        Thresholds.from_settings(Settings(demote_for_uncorroborated="soon"))
+    with pytest.raises(ValueError, match="thermal_corroborate_z must be a number of σ >= 0"):
+        Thresholds(thermal_corroborate_z=-0.5)
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_LIGHT_LOAD: invalid duration 'idle'"):
         Thresholds.from_settings(Settings(demote_for_light_load="idle"))
     for bad in (-0.1, 1.5, float("nan")):
