@@ -1,8 +1,9 @@
 """The policy's levels and waits: `Thresholds`, and per row whether a demote by the model still waits.
 
 A model demote stands once its risk has held its riskiest head's wait (`Thresholds.wait_for`),
-longer at light load (`light_load`) and on a link that replays out of habit (`habitual_link`),
-at once where two readings of the GPU's own cooling agree (`witnesses_agree`); `demote_waits`
+longer at light load (`light_wait`: unless the memory-core spread stands out), on a link that
+replays out of habit (`habitual_link`) and where no reading of the GPU's own cooling corroborates a
+thermal one (`uncorroborated`), at once where two readings agree (`witnesses_agree`); `demote_waits`
 is the one path `policy.decide` and `replay.apply_waits` share. A GPU a drain or RMA let go is
 on probation while its risk stays high (`on_probation`). The reasons say why, in sentences.
 """
