@@ -308,6 +308,16 @@ def uncorroborated(vs_node_z: Any, spread_z: Any, light: Any, thresholds: Thresh
     return np.asarray((level > 0) & low & ~np.asarray(light, dtype=bool))
 
 
+def thermal_conditions(
+    share: Any, spread_z: Any, vs_node_z: Any, thresholds: Thresholds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, what sets a thermal demote's wait: at light load (`light_load`, where no witness cuts
+    it), waiting the light-load wait (`light_wait`), and no reading corroborating it (`uncorroborated`).
+    The one reading of them `demote_waits` and `pending_reason` share."""
+    light = light_load(share, thresholds)
+    return light, light_wait(share, spread_z, thresholds), uncorroborated(vs_node_z, spread_z, light, thresholds)
+
+
 def habitual_link(surprise: Any, thresholds: Thresholds) -> np.ndarray:
     """Per row: whether its link replays out of habit, its hours with new replays over 6 h less
     than `pcie_surprise_z` σ out of its own month (`replay_surprise_6h`, NaN: not known, so habit)."""
@@ -393,13 +403,15 @@ def demote_waits(
     table: pd.DataFrame, since: np.ndarray, thresholds: Thresholds, mode: Any
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row of `table` (with `cutoff` and `WAIT_INPUTS`): whether a demote by the model still waits
-    (`pending_demote`, its light-load (`light_wait`) and habitual-link waits included), and whether it
-    would, but two readings agree (`witnesses_agree`, never at light load) and it stands now."""
-    share = feature_column(table, "heat_load_share")
-    light = light_load(share, thresholds)
-    spread = feature_column(table, "mem_spread_z")
-    long = light_wait(share, spread, thresholds)
-    alone = uncorroborated(feature_column(table, "heat_vs_node_own_z"), spread, light, thresholds)
+    (`pending_demote`, with the light-load and uncorroborated waits of `thermal_conditions` and the
+    habitual link's), and whether it would, but two readings agree (`witnesses_agree`, never at light
+    load) and it stands now."""
+    light, long, alone = thermal_conditions(
+        feature_column(table, "heat_load_share"),
+        feature_column(table, "mem_spread_z"),
+        feature_column(table, "heat_vs_node_own_z"),
+        thresholds,
+    )
     habit = habitual_link(feature_column(table, "replay_surprise_6h"), thresholds)
     pending = pending_demote(table["cutoff"], since, thresholds, mode, long, habit, alone)
     agree = pending & witnesses_agree(table, mode, light, thresholds)
@@ -543,10 +555,8 @@ def pending_reason(
     memory-core spread `spread_z` stands out (`light_wait`); with `vs_node_z` and `spread_z`, a
     thermal one neither corroborates (`uncorroborated`); None or NaN: not known; with `surprise`, a
     PCIe one on a link replaying out of habit)."""
-    spread = np.nan if spread_z is None else spread_z
-    light = load_share is not None and bool(light_load([load_share], thresholds)[0])
-    long = light and bool(light_wait([load_share], [spread], thresholds)[0])
-    alone = bool(uncorroborated([np.nan if vs_node_z is None else vs_node_z], [spread], [light], thresholds)[0])
+    share, spread, vs_node = ([np.nan if x is None else x] for x in (load_share, spread_z, vs_node_z))
+    light, long, alone = (bool(flag[0]) for flag in thermal_conditions(share, spread, vs_node, thresholds))
     habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
     wait = thresholds.wait_for([mode], [long], [habit], [alone])[0]
     due = since + pd.Timedelta(wait)
