@@ -108,86 +108,71 @@ def test_evaluate_a_fleet_without_failures(shipped_model: RiskModel) -> None:
 # --- episodes and precision -----------------------------------------------------------------
 
 
+def kept_rows(hours: int, gpus: dict[str, dict[str, Any]], head: str = "risk_thermal") -> pd.DataFrame:
+    """Hourly kept rows (`score.hour_rows`' columns) from T: each GPU at risk 0.9 on `head`, at its
+    baseline's load unless its columns say otherwise (a value, or one per hour), nothing held."""
+    cutoffs = pd.date_range(T, periods=hours, freq="1h")
+    common = {"risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.0, "risk_pcie": 0.0, head: 0.9, "held": False,
+              "rule_act": False, "heat_load_share": 1.0}  # fmt: skip
+    frames = [pd.DataFrame({"gpu_uuid": g, "cutoff": cutoffs, **common, **cols}) for g, cols in gpus.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def first_demotes(out: pd.DataFrame) -> pd.Series:
+    """Per GPU of `apply_waits`' rows, the first cutoff it is demoted at."""
+    return out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+
+
 def test_the_evaluation_decides_a_thermal_demote_at_light_load_as_the_service_does() -> None:
     """Kept scored rows are decided under the waits (`apply_waits`): a thermal demote of a GPU at
     light load (`heat_load_share` under half) waits 12 h, or until its load returns."""
-    hours = pd.date_range(T, periods=16, freq="1h")
     share = {"idle": [0.2] * 16, "busy": [1.0] * 16, "returns": [0.2] * 6 + [1.0] * 10}
-    rows = pd.concat(
-        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
-                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": s})
-         for g, s in share.items()],
-        ignore_index=True,
-    )  # fmt: skip
+    rows = kept_rows(16, {g: {"heat_load_share": s} for g, s in share.items()})
     out = apply_waits(rows, Thresholds())
-    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    first = first_demotes(out)
     assert first.to_dict() == {"idle": T + 12 * HOUR, "busy": T + 3 * HOUR, "returns": T + 6 * HOUR}
     assert out["alert"].equals(out["demote"])
     off = apply_waits(rows, Thresholds(light_load_share=0.0))
-    assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 3 * HOUR).all()
+    assert (first_demotes(off) == T + 3 * HOUR).all()
 
 
 def test_the_evaluation_shortens_the_light_load_wait_where_the_memory_spread_stands_out_as_the_service_does() -> None:
     """Kept scored rows keep the memory-core spread (`thresholds.WAIT_INPUTS`): at light load a thermal
     demote whose spread stands at `light_load_spread_z` σ waits the thermal 3 h, not 12 h; one whose
     spread rises there later waits 3 h from the risk's rise if that is over by then."""
-    hours = pd.date_range(T, periods=16, freq="1h")
     spreads = {"wide": [2.6] * 16, "narrow": [2.4] * 16, "later": [1.0] * 5 + [2.6] * 11, "unknown": [np.nan] * 16}
-    rows = pd.concat(
-        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
-                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": 0.2,
-                       "heat_excess_z": 0.3, "mem_spread_z": z})
-         for g, z in spreads.items()],
-        ignore_index=True,
-    )  # fmt: skip
-    out = apply_waits(rows, Thresholds(light_load_spread_z=2.5))
-    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    idle = {"heat_load_share": 0.2, "heat_excess_z": 0.3}
+    rows = kept_rows(16, {g: {**idle, "mem_spread_z": z} for g, z in spreads.items()})
+    first = first_demotes(apply_waits(rows, Thresholds(light_load_spread_z=2.5)))
     assert first.to_dict() == {"wide": T + 3 * HOUR, "narrow": T + 12 * HOUR, "later": T + 5 * HOUR,
                                "unknown": T + 12 * HOUR}  # fmt: skip
-    off = apply_waits(rows, Thresholds(light_load_spread_z=0))
-    assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 12 * HOUR).all()
+    assert (first_demotes(apply_waits(rows, Thresholds(light_load_spread_z=0))) == T + 12 * HOUR).all()
 
 
 def test_the_evaluation_lets_a_thermal_demote_no_reading_corroborates_wait_longer_as_the_service_does() -> None:
     """Kept scored rows keep the heat over the node's and the memory-core spread (`thresholds.WAIT_INPUTS`):
     a thermal demote neither corroborates waits 6 h; one whose node yardstick rises to the level after 4 h
     stands then; one with a reading not known keeps the 3 h wait."""
-    hours = pd.date_range(T, periods=10, freq="1h")
     node = {"alone": [0.3] * 10, "rises": [0.3] * 4 + [1.6] * 6, "unknown": [np.nan] * 10}
-    rows = pd.concat(
-        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
-                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": 1.0,
-                       "heat_excess_z": 1.0, "mem_spread_z": 0.5, "heat_vs_node_own_z": z})
-         for g, z in node.items()],
-        ignore_index=True,
-    )  # fmt: skip
-    out = apply_waits(rows, Thresholds(thermal_corroborate_z=1.5))
-    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    quiet = {"heat_excess_z": 1.0, "mem_spread_z": 0.5}
+    rows = kept_rows(10, {g: {**quiet, "heat_vs_node_own_z": z} for g, z in node.items()})
+    first = first_demotes(apply_waits(rows, Thresholds(thermal_corroborate_z=1.5)))
     assert first.to_dict() == {"alone": T + 6 * HOUR, "rises": T + 4 * HOUR, "unknown": T + 3 * HOUR}
-    off = apply_waits(rows, Thresholds(thermal_corroborate_z=0))
-    assert (off[off["demote"]].groupby("gpu_uuid")["cutoff"].min() == T + 3 * HOUR).all()
+    assert (first_demotes(apply_waits(rows, Thresholds(thermal_corroborate_z=0))) == T + 3 * HOUR).all()
 
 
 def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_the_service_does() -> None:
     """Kept scored rows keep the two readings (`thresholds.WAIT_INPUTS`): where the core's heat and the
     memory-core spread both reach 2 σ, a thermal demote stands at once (at light load it still waits)."""
-    hours = pd.date_range(T, periods=8, freq="1h")
     gpus = {"agree": (2.5, 2.5, 1.0), "one": (2.5, 0.5, 1.0), "idle": (2.5, 2.5, 0.2), "later": (2.5, 2.5, 1.0)}
-    rows = pd.concat(
-        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.9,
-                       "risk_pcie": 0.0, "held": False, "rule_act": False, "heat_load_share": share,
-                       "heat_excess_z": heat, "mem_spread_z": [spread if g != "later" or k >= 1 else 0.0
-                                                               for k in range(8)]})
-         for g, (heat, spread, share) in gpus.items()],
-        ignore_index=True,
-    )  # fmt: skip
-    out = apply_waits(rows, Thresholds())
-    first = out[out["demote"]].groupby("gpu_uuid")["cutoff"].min()
+    rows = kept_rows(8, {g: {"heat_load_share": share, "heat_excess_z": heat,
+                             "mem_spread_z": [spread if g != "later" or k >= 1 else 0.0 for k in range(8)]}
+                         for g, (heat, spread, share) in gpus.items()})  # fmt: skip
+    first = first_demotes(apply_waits(rows, Thresholds()))
     # "idle": at light load no witness holds, its spread (2.5 σ) only shortens the 12 h wait to the
     # thermal 3 h (`light_wait`); "later": the spread agrees an hour in.
     assert first.to_dict() == {"agree": T, "one": T + 3 * HOUR, "idle": T + 3 * HOUR, "later": T + HOUR}
-    off = apply_waits(rows, Thresholds(thermal_agree_z=0))
-    assert off[off["demote"]].groupby("gpu_uuid")["cutoff"].min().to_dict() == {
+    assert first_demotes(apply_waits(rows, Thresholds(thermal_agree_z=0))).to_dict() == {
         "agree": T + 3 * HOUR,
         "one": T + 3 * HOUR,
         "idle": T + 3 * HOUR,
@@ -201,16 +186,8 @@ def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_th
 def test_the_evaluation_lets_a_habitual_links_pcie_demote_wait_six_hours_as_the_service_does() -> None:
     """Kept scored rows keep the link's surprise (`thresholds.WAIT_INPUTS`): a PCIe demote on a link whose
     replaying hours stand under 3 σ out of its own month waits 6 h, a surprising one 3 h."""
-    hours = pd.date_range(T, periods=8, freq="1h")
-    rows = pd.concat(
-        [pd.DataFrame({"gpu_uuid": g, "cutoff": hours, "risk": 0.9, "risk_ecc": 0.0, "risk_thermal": 0.0,
-                       "risk_pcie": 0.9, "held": False, "rule_act": False, "heat_load_share": 1.0,
-                       "replay_surprise_6h": z})
-         for g, z in {"habit": 2.0, "new": 5.0}.items()],
-        ignore_index=True,
-    )  # fmt: skip
-    out = apply_waits(rows, Thresholds())
-    assert out[out["demote"]].groupby("gpu_uuid")["cutoff"].min().to_dict() == {
+    rows = kept_rows(8, {g: {"replay_surprise_6h": z} for g, z in {"habit": 2.0, "new": 5.0}.items()}, "risk_pcie")
+    assert first_demotes(apply_waits(rows, Thresholds())).to_dict() == {
         "habit": T + 6 * HOUR,
         "new": T + 3 * HOUR,
     }

@@ -566,13 +566,13 @@ def test_a_thermal_demote_stands_at_once_where_core_heat_and_memory_spread_agree
     """Two readings of a GPU's own cooling agree (its core's excess over its own past and its node at
     1 σ, its memory-core spread over its own at 2 σ): a thermal demote does not wait its 3 h. One
     reading alone, an unknown one (no memory sensor), light load or another riskiest head: it waits."""
-    f = frame(*[HEALTHY] * 7)
-    f["heat_load_share"] = [1.0, 1.0, 1.0, 1.0, 0.2, 1.0, 1.0]
-    f["heat_excess_z"] = [2.5, 1.0, 2.5, 0.9, 2.5, 2.5, 2.5]
-    f["mem_spread_z"] = [2.8, 2.0, 1.9, 2.5, 2.5, np.nan, 2.5]
+    f, risk = thermal_gpus(
+        [False] * 6 + [True],
+        heat_load_share=[1.0, 1.0, 1.0, 1.0, 0.2, 1.0, 1.0],
+        heat_excess_z=[2.5, 1.0, 2.5, 0.9, 2.5, 2.5, 2.5],
+        mem_spread_z=[2.8, 2.0, 1.9, 2.5, 2.5, np.nan, 2.5],
+    )
     since = np.array([np.datetime64("2026-03-01T00:00", "ns")] * 7)  # risen this round
-    thermal, ecc = [0.9] * 6 + [0.2], [0.1] * 6 + [0.9]
-    risk = risk_frame(f.index, [0.9] * 7, risk_ecc=ecc, risk_thermal=thermal)
     out = decide(f, risk, Thresholds(), since=since)
     assert out["decision"].tolist() == ["demote", "demote", "watch", "watch", "watch", "watch", "watch"]
     assert out["reasons"].iat[0][0] == (
@@ -598,12 +598,13 @@ def test_a_thermal_demote_stands_at_once_where_the_memory_spread_alone_is_four_s
     """A memory that runs 4 σ or more from its own core's heat (against its own 30 days) is the GPU's
     own cooling, whatever the core reads against its node: a thermal demote does not wait its 3 h.
     Under 4 σ, unknown, at light load, or another riskiest head: it waits."""
-    f = frame(*[HEALTHY] * 6)
-    f["heat_load_share"] = [1.0, 1.0, 1.0, 0.2, 1.0, 1.0]
-    f["heat_excess_z"] = [0.7, np.nan, 0.7, 0.7, 0.7, 0.7]
-    f["mem_spread_z"] = [4.2, 4.0, 3.9, 4.5, np.nan, 4.5]
+    f, risk = thermal_gpus(
+        [False] * 5 + [True],
+        heat_load_share=[1.0, 1.0, 1.0, 0.2, 1.0, 1.0],
+        heat_excess_z=[0.7, np.nan, 0.7, 0.7, 0.7, 0.7],
+        mem_spread_z=[4.2, 4.0, 3.9, 4.5, np.nan, 4.5],
+    )
     since = np.array([np.datetime64("2026-03-01T00:00", "ns")] * 6)  # risen this round
-    risk = risk_frame(f.index, [0.9] * 6, risk_ecc=[0.1] * 5 + [0.9], risk_thermal=[0.9] * 5 + [0.2])
     out = decide(f, risk, Thresholds(), since=since)
     assert out["decision"].tolist() == ["demote", "demote", "watch", "watch", "watch", "watch"]
     assert out["reasons"].iat[0][0] == (
@@ -625,13 +626,14 @@ def test_a_thermal_demote_stands_at_once_where_its_heat_over_its_node_stands_out
     """The third witness: the core's heat over its node's GPUs at 3 σ of its own spread of that
     difference (the room's swings cancel against the node) cuts the thermal wait short. Under 3 σ,
     unknown, at light load, or another riskiest head: it waits."""
-    f = frame(*[HEALTHY] * 6)
-    f["heat_load_share"] = [1.0, 1.0, 1.0, 0.2, 1.0, 1.0]
-    f["heat_excess_z"] = [0.6, np.nan, 0.6, 0.6, 0.6, 0.6]
-    f["mem_spread_z"] = [1.5] * 6
-    f["heat_vs_node_own_z"] = [3.4, 3.0, 2.9, 6.0, np.nan, 6.0]
+    f, risk = thermal_gpus(
+        [False] * 5 + [True],
+        heat_load_share=[1.0, 1.0, 1.0, 0.2, 1.0, 1.0],
+        heat_excess_z=[0.6, np.nan, 0.6, 0.6, 0.6, 0.6],
+        mem_spread_z=[1.5] * 6,
+        heat_vs_node_own_z=[3.4, 3.0, 2.9, 6.0, np.nan, 6.0],
+    )
     since = np.array([np.datetime64("2026-03-01T00:00", "ns")] * 6)  # risen this round
-    risk = risk_frame(f.index, [0.9] * 6, risk_ecc=[0.1] * 5 + [0.9], risk_thermal=[0.9] * 5 + [0.2])
     out = decide(f, risk, Thresholds(), since=since)
     assert out["decision"].tolist() == ["demote", "demote", "watch", "watch", "watch", "watch"]
     assert out["reasons"].iat[0][0] == (
