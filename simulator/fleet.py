@@ -411,6 +411,11 @@ class FleetSim:
         self.dbe_vol += dbe_now
         self.dbe_agg += dbe_now
         remapped = (add_corr > 0) | dbe_now
+        if d.burst_remap_share > 0:
+            # A healthy GPU's burst that leaves a weak row: remapped, pending until a reboot, no harm.
+            weak = burst & ~ecc & ~self.lost & (self.wrng.random(self.n) < d.burst_remap_share)
+            self.remap_corr += weak
+            remapped |= weak
         self.remap_pending = np.maximum(self.remap_pending, remapped.astype(float))
         self._xid(dbe_now, XID_DBE)
         self._xid(dbe_now & (r.random(self.n) < 0.5), XID_CONTAINED)

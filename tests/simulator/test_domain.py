@@ -28,18 +28,18 @@ from simulator.families import (
     prior_fleets,
     training_config,
 )
-from simulator.fleet import FleetSim
+from simulator.fleet import XID_REMAP, FleetSim
 from simulator.run import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARES = (
-    "sbe_burst_share", "hot_node_share", "reboot_replay_share", "flaky_link_share", "downtrained_share",
-    "memtemp_missing_share", "dropout", "bad_node_share", "training_share", "shift_training_share",
+    "sbe_burst_share", "burst_remap_share", "hot_node_share", "reboot_replay_share", "flaky_link_share",
+    "downtrained_share", "memtemp_missing_share", "dropout", "bad_node_share", "training_share", "shift_training_share",
     "pcie_narrow_at",
 )  # fmt: skip
 ZERO_KNOBS = (
     "sensor_offset_c", "resistance_spread", "ambient_swing_c", "node_incidents_per_year",
-    "fan_failures_per_year", "shift_day", "flaky_link_share", "bad_node_share",
+    "fan_failures_per_year", "shift_day", "flaky_link_share", "bad_node_share", "burst_remap_share",
 )  # fmt: skip
 """Knobs whose default (0) turns a world effect off: they must draw nothing then."""
 
@@ -295,6 +295,38 @@ def test_resistance_spread_changes_each_gpus_rise() -> None:
     diff = stack(vb, "gpu_temp_c") - stack(va, "gpu_temp_c")
     expected = (b.resistance - a.resistance) * stack(va, "power_w")
     np.testing.assert_allclose(diff, expected, atol=1.01)
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+BURSTY = Domain(sbe_burst_share=0.5, sbe_bursts_per_day=2.0, burst_remap_share=0.5)
+
+
+def test_healthy_bursts_leave_pending_remaps_that_a_reboot_applies() -> None:
+    """A burst on a healthy GPU may leave a weak row: a correctable remap, pending until the node
+    reboots, with its XID 63; the GPU never fails, and everything else is the calm twin's."""
+    base = cfg(replace(BURSTY, burst_remap_share=0.0), nodes=2, per=8, seed=12, reboot_days=4.0)
+    calm, weak = FleetSim(base), FleetSim(replace(base, domain=BURSTY))
+    va, vb = run(calm, 240), run(weak, 240)
+    # The main generator is untouched: SBEs, power, reboots and failures are the calm fleet's.
+    for name in ("ecc_sbe_aggregate", "power_w", "pcie_link_width"):
+        np.testing.assert_array_equal(stack(va, name), stack(vb, name), err_msg=name)
+    assert [f.gpu_uuid for f in calm.failures] == [f.gpu_uuid for f in weak.failures]
+    np.testing.assert_array_equal(stack(va, "remapped_rows_correctable"), 0.0)  # calm: no remap on a healthy GPU
+    remaps, pending = stack(vb, "remapped_rows_correctable"), stack(vb, "row_remap_pending")
+    burst = np.diff(stack(vb, "ecc_sbe_aggregate"), axis=0, prepend=0.0) >= BURSTY.sbe_burst_size[0]
+    new = np.diff(remaps, axis=0, prepend=0.0) > 0
+    assert new.sum() >= 10, f"~half of ~20 bursts a GPU over 10 days, got {int(new.sum())}"
+    assert not (new & ~burst).any(), "a remap only where a burst was"
+    assert (burst & ~new).any(), "not every burst leaves one"
+    assert weak.sbe_burst_gpu[remaps[-1] > 0].all(), "only GPUs with bursts"
+    # Pending from the remap until a reboot applies it; a reboot clears them all.
+    assert np.all(pending[new] == 1)
+    cleared = (np.diff(pending, axis=0) < 0).any(axis=0)
+    assert cleared.any(), "a reboot in 10 days at one per 4 days applies the pending remaps"
+    xids = {(g, c) for g, c, _ in weak.drain_events()}
+    assert all((int(g), XID_REMAP) in xids for g in np.flatnonzero(remaps[-1] > 0))
+    assert not np.any(stack(vb, "remapped_rows_uncorrectable")), "a weak row, not an uncorrectable error"
 
 
 # -- links ------------------------------------------------------------------------------------
