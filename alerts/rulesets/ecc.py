@@ -53,7 +53,10 @@ ALERTS: tuple[Alert, ...] = (
             labels=(G0,),
         ),
         meaning="The driver recorded a bad memory row (XID 63) and will remap it, but only after the GPU is "
-        "reset. Until then the bad row can be hit again.",
+        "reset. Until then error containment and dynamic page blacklisting keep work off that row, so running "
+        "work can go on (NVIDIA memory error management; NVML nvmlDeviceGetRemappedRows); the reset applies the "
+        "remap. A weak row on a healthy GPU is remapped so too: a pending remap alone does not say the memory is "
+        "wearing out; the SBE trend does (gpuhealth's ECC risk reads both).",
         check=("`nvidia-smi -q -i <gpu> -d ROW_REMAPPER,PAGE_RETIREMENT` shows Pending: Yes.",),
         act=(
             "Drain the node at the next convenient moment, reset the GPU (`nvidia-smi -r -i <gpu>` with no "
