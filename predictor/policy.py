@@ -22,7 +22,7 @@ import pandas as pd
 
 from core.decisions import DECISIONS, SEVERITY
 from predictor.node import NodeHeat, held_reason, node_findings, node_reason
-from predictor.rules import evaluate_rules
+from predictor.rules import REMAP_PENDING, evaluate_rules
 from predictor.thresholds import (
     HEADS,
     Thresholds,
@@ -156,6 +156,7 @@ def decide(
     hit_reasons = hits["reason"].to_numpy()
     for i in np.flatnonzero(hit_sev == final[pos]):
         reasons[pos[i]].append(str(hit_reasons[i]))
+    _add_remap_context(reasons, hits, pos, hit_sev == final[pos], risk, thresholds)
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
     own_vs_node = feature_column(features, "heat_vs_node_own_z")
@@ -361,6 +362,35 @@ def _hit_severity(features: pd.DataFrame, hits: pd.DataFrame) -> tuple[np.ndarra
         bad = hits["action"].to_numpy()[hit_sev < 0][0]
         raise ValueError(f"rule hits hold action {bad!r}; expected one of rma, drain, watch")
     return pos, hit_sev
+
+
+def _add_remap_context(
+    reasons: list[list[str]], hits: pd.DataFrame, pos: np.ndarray, set_it: np.ndarray, risk: pd.DataFrame,
+    thresholds: Thresholds,
+) -> None:  # fmt: skip
+    """After a pending remap's reason, where that rule set the decision and the ECC head's risk is
+    known: how urgent the reset is (`remap_context`). A weak row on a healthy GPU is remapped too,
+    and NVIDIA lets work go on meanwhile; a wearing memory shows in the ECC risk."""
+    if "risk_ecc" not in risk.columns or not len(hits):
+        return
+    ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
+    for i in np.flatnonzero(set_it & (hits["rule"].to_numpy() == REMAP_PENDING)):
+        if not np.isnan(ecc[pos[i]]):
+            reasons[pos[i]].append(remap_context(float(ecc[pos[i]]), thresholds))
+
+
+def remap_context(risk_ecc: float, thresholds: Thresholds) -> str:
+    """What the ECC head's risk says of a GPU whose remap is pending: wear at `thresholds.watch` or above."""
+    if risk_ecc >= thresholds.watch:
+        return (
+            f"its ECC risk {risk_ecc:.2f} (at {thresholds.watch:g} or above) says its memory is wearing: "
+            "drain it soon and follow the reset with a field diagnostic"
+        )
+    return (
+        f"its ECC risk {risk_ecc:.2f} (under {thresholds.watch:g}) shows no wearing memory: a weak row on a "
+        "healthy GPU is remapped too, and NVIDIA lets work go on until the reset, so it can wait for a "
+        "convenient moment"
+    )
 
 
 def _add_model_reasons(reasons: list[list[str]], risk: pd.DataFrame, r: np.ndarray, contributed: np.ndarray) -> None:

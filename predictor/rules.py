@@ -33,6 +33,9 @@ _DCGM_HEALTH = "DCGM health watch MEM (DcgmHealthWatch.cpp, DcgmGpuHardwareLimit
 _XID_DOC = "NVIDIA XID errors catalog (docs.nvidia.com/deploy/xid-errors)"
 _DCGM_DIAG_PCIE = "DCGM diagnostics: DCGM_LIMIT_MAX_PCIREPLAY_RATE = 8 replays/min (DcgmGpuHardwareLimits.h)"
 
+REMAP_PENDING = "remap_pending"
+"""The rule for a row remap (or page retirement) pending a reset: the policy says how urgent the reset is."""
+
 # --- thresholds, each with its source ------------------------------------------------------------
 ROW_REMAP_LIMIT = 512  # NVIDIA row remapping: 512 uncorrectable remaps per GPU -> remap failure
 """NVIDIA row remapping docs: 512 uncorrectable remaps per GPU; reaching them is a remap failure.
@@ -298,7 +301,7 @@ RULES: tuple[Rule, ...] = (
     # NVIDIA memory error management: a remap / page retirement takes effect only after a
     # GPU reset (pending until then); DCGM health (MonitorMemRetiredPending) flags it.
     Rule(
-        "remap_pending",
+        REMAP_PENDING,
         "drain",
         "NVIDIA GPU Memory Error Management: a pending row remap / page retirement needs a GPU reset; "
         f"{_DCGM_HEALTH}: retired pages pending",

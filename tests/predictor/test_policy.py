@@ -100,6 +100,34 @@ def test_model_reason_without_model_sentences_or_heads() -> None:
     assert out["reasons"].tolist() == [["risk 0.75 (thermal 0.90)"], ["risk 0.35"]]
 
 
+def test_a_pending_remap_says_how_urgent_its_reset_is_from_the_ecc_risk() -> None:
+    """The drain stands either way (NVIDIA's criterion); after its reason, where the ECC head's risk
+    is known, a line says whether the memory looks worn (at the watch level) or the reset can wait."""
+    pending = HEALTHY | {"row_remap_pending": 1}
+    f = frame(pending, pending, pending, pending | {"row_remap_failure": 1}, pending, HEALTHY)
+    risk = risk_frame(f.index, [0.01, 0.3, np.nan, 0.9, 0.29, 0.9], risk_ecc=[0.01, 0.3, np.nan, 0.9, 0.29, 0.9])
+    out = decide(f, risk, Thresholds())
+    assert out["decision"].tolist() == ["drain", "drain", "drain", "rma", "drain", "demote"]
+    rule = "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)"
+    assert out["reasons"].iat[0] == [
+        rule,
+        "its ECC risk 0.01 (under 0.3) shows no wearing memory: a weak row on a healthy GPU is remapped too, "
+        "and NVIDIA lets work go on until the reset, so it can wait for a convenient moment",
+    ]
+    assert out["reasons"].iat[1] == [
+        rule,
+        "its ECC risk 0.30 (at 0.3 or above) says its memory is wearing: drain it soon and follow the reset "
+        "with a field diagnostic",
+    ]
+    assert out["reasons"].iat[2] == [rule, "no risk score"]  # unknown: nothing said of it
+    assert not any("ECC risk" in r for r in out["reasons"].iat[3])  # the RMA set it, not the pending remap
+    assert out["reasons"].iat[4][1].startswith("its ECC risk 0.29 (under 0.3) shows no wearing memory")
+    assert not any("ECC risk" in r for r in out["reasons"].iat[5])  # no remap pending
+    # The watch level is the thresholds': at 0.25, 0.29 reads as wear.
+    worn = decide(f, risk, replace(Thresholds(), watch=0.25))
+    assert worn["reasons"].iat[4][1].startswith("its ECC risk 0.29 (at 0.25 or above) says its memory is wearing")
+
+
 def test_unscored_gpus_decide_from_rules_alone() -> None:
     f = frame(HEALTHY | {"row_remap_pending": 1}, HEALTHY, HEALTHY)
     risk = risk_frame(
