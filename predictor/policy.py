@@ -153,10 +153,10 @@ def decide(
 
     reasons: list[list[str]] = [[] for _ in range(n)]
     # Rule reasons first, only those whose action set the decision (hits keep RULES order).
-    hit_reasons = hits["reason"].to_numpy()
-    for i in np.flatnonzero(hit_sev == final[pos]):
+    hit_reasons, set_it = hits["reason"].to_numpy(), hit_sev == final[pos]
+    for i in np.flatnonzero(set_it):
         reasons[pos[i]].append(str(hit_reasons[i]))
-    _add_remap_context(reasons, hits, pos, hit_sev == final[pos], risk, thresholds)
+    _add_remap_context(reasons, hits, pos, set_it, risk, thresholds)
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
     own_vs_node = feature_column(features, "heat_vs_node_own_z")
@@ -371,7 +371,7 @@ def _add_remap_context(
     """After a pending remap's reason, where that rule set the decision and the ECC head's risk is
     known: how urgent the reset is (`remap_context`). A weak row on a healthy GPU is remapped too,
     and NVIDIA lets work go on meanwhile; a wearing memory shows in the ECC risk."""
-    if "risk_ecc" not in risk.columns or not len(hits):
+    if "risk_ecc" not in risk.columns:
         return
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
     for i in np.flatnonzero(set_it & (hits["rule"].to_numpy() == REMAP_PENDING)):

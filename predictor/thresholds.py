@@ -558,13 +558,13 @@ def pending_reason(
     share, spread, vs_node = ([np.nan if x is None else x] for x in (load_share, spread_z, vs_node_z))
     light, long, alone = (bool(flag[0]) for flag in thermal_conditions(share, spread, vs_node, thresholds))
     habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
-    wait = thresholds.wait_for([mode], [long], [habit], [alone])[0]
+    wait, base = thresholds.wait_for([mode], [long], [habit], [alone])[0], thresholds.wait_for([mode])[0]
     due = since + pd.Timedelta(wait)
     text = (
         f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
         f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
     )
-    if wait > thresholds.wait_for([mode])[0] and long:  # the light-load wait is the one that holds it
+    if wait > base and long:  # the light-load wait is the one that holds it
         text += (
             f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
             "where heat is judged by extrapolation"
@@ -575,13 +575,13 @@ def pending_reason(
             f"{spread_z:+.1f} σ out of its own 30 days (at {thresholds.light_load_spread_z:g} σ or more), so "
             f"not the {thresholds.light_load_demote_for_s / 3600:g} h light-load wait"
         )
-    elif wait > thresholds.wait_for([mode])[0] and alone:  # no reading corroborates it
+    elif wait > base and alone:  # no reading corroborates it
         text += (
             f": no reading of its own cooling corroborates it (its heat over its node's {vs_node_z:+.1f} σ of its "
             f"own spread of that, its memory-core spread {spread_z:+.1f} σ, both under "
             f"{thresholds.thermal_corroborate_z:g} σ): its heat is what its node or its power explain"
         )
-    elif wait > thresholds.wait_for([mode])[0]:  # the habitual link's
+    elif wait > base:  # the habitual link's
         seen = "not known" if surprise is None or np.isnan(surprise) else f"{surprise:+.1f} σ"
         text += (
             f": its link replays out of habit (its hours with new replays over 6 h stand {seen} out of its own "
