@@ -45,6 +45,8 @@ class Settings(BaseSettings):
     demote_for_heat: str = "6h"  # ... counted in every round this long (not at light load), whatever the risk
     probation_risk: float = 0.1  # after a drain/RMA lets a GPU go: demoted while its risk is at or above this ...
     probation_for: str = "30d"  # ... for at most this long after it (0 = no probation)
+    remap_hold_risk: float = 0.0  # a pending remap's drain waits at watch while ECC risk is under this (0 = never)
+    remap_hold_for: str = "0"  # ... until ECC risk has held it this long; once drained, the drain stands
     release_threshold: float | None = None  # a standing demote holds while risk >= this (unset: watch; demote: no hold)
 
     # The service (`gpuhealth serve`): store, scoring loop and API.

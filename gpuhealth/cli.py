@@ -290,7 +290,8 @@ def score(
         th = Thresholds.from_settings(s)
         past = HistoryRounds(m, frame, th, failures=records)
         result = run_score(m, frame, when, th, failures=records, risk_since=past.risk_since, released=past.released,
-                           demoted=past.demoted, heat_since=past.heat_since)  # fmt: skip
+                           demoted=past.demoted, heat_since=past.heat_since, ecc_since=past.ecc_since,
+                           drained=past.drained)  # fmt: skip
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
     if output == "json":

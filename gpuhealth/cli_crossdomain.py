@@ -101,10 +101,11 @@ def evaluate_cross_domain(
         f"or the spread alone is {th.thermal_spread_z:g} σ wide); thermal on the core's heat alone at "
         f"{th.thermal_heat_z:g} σ held {th.thermal_heat_for_s / 3600:g} h; on probation after a "
         f"drain or RMA while the risk is at {th.probation_risk:.2f} or above, {th.probation_for_s / 86400:g} days "
-        "at most; GPUHEALTH_DEMOTE_THRESHOLD, _DEMOTE_FOR, _FOR_ECC, _FOR_PCIE, _FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, "
+        f"at most; {_remap_hold(th)}; GPUHEALTH_DEMOTE_THRESHOLD, _DEMOTE_FOR, _FOR_ECC, _FOR_PCIE, "
+        "_FOR_LIGHT_LOAD, _LIGHT_LOAD_SHARE, "
         "_THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_HEAT_Z, _DEMOTE_FOR_HEAT, "
         "_DEMOTE_FOR_PCIE_HABIT, _PCIE_SURPRISE_Z, "
-        "_PROBATION_RISK, _PROBATION_FOR set them")  # fmt: skip
+        "_PROBATION_RISK, _PROBATION_FOR, _REMAP_HOLD_RISK, _REMAP_HOLD_FOR set them")  # fmt: skip
     rows = leave_one_family_out(plan, load_model(model), say, th, cache)
     paths = write_cross_domain(rows, plan, out, th)
     ok = all_floors_hold(rows)
@@ -117,3 +118,11 @@ def evaluate_cross_domain(
         highlight=False,
     )
     return ok
+
+
+def _remap_hold(th: Thresholds) -> str:
+    """The pending remap's drain as the policy decides it, in words."""
+    if th.remap_hold_risk <= 0:
+        return "a pending remap drains at once (NVIDIA)"
+    held = f" held {th.remap_hold_for_s / 3600:g} h" if th.remap_hold_for_s > 0 else ""
+    return f"a pending remap's drain waits while the ECC risk is under {th.remap_hold_risk:g}{held}, then stands"

@@ -22,7 +22,7 @@ import pandas as pd
 
 from core.decisions import DECISIONS, SEVERITY
 from predictor.node import NodeHeat, held_reason, node_findings, node_reason
-from predictor.rules import REMAP_PENDING, evaluate_rules
+from predictor.rules import REMAP_PENDING, evaluate_rules, remap_alone
 from predictor.thresholds import (
     HEADS,
     Thresholds,
@@ -37,6 +37,7 @@ from predictor.thresholds import (
     on_probation,
     pending_reason,
     probation_reason,
+    remap_waits,
 )
 
 DECISION_DTYPE = pd.CategoricalDtype(DECISIONS, ordered=True)
@@ -93,6 +94,8 @@ def decide(
     released: np.ndarray | None = None,
     demoted: np.ndarray | None = None,
     heat_since: np.ndarray | None = None,
+    remap_since: np.ndarray | None = None,
+    drained: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
 
@@ -116,6 +119,13 @@ def decide(
     reason saying how hot and since when. None: as all NaT (without a `cutoff` column, only a hold
     of 0 is met). A time given without `cutoff` is a ValueError, as `released` is.
 
+    `remap_since` (per row, with `cutoff`): when the GPU's run of rounds with its ECC risk at
+    `Thresholds.remap_hold_risk` or above began (NaT: this round, or it is not at it). With it,
+    NVIDIA's drain for a pending remap, where no other drain or RMA rule fires, is held at watch while
+    the ECC risk is known and has not held that level for `remap_hold_for_s` (`remap_waits`), unless the
+    GPU was drained at its last round (`drained`, per row: its standing decision is a drain or RMA;
+    None: none was): a drain, once made, stands until the remap is taken. None: no hold.
+
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
     (why a row could not be scored). `rule_hits` is `evaluate_rules(features)`'s output and
@@ -128,9 +138,8 @@ def decide(
     n = len(features)
     hits = evaluate_rules(features) if rule_hits is None else rule_hits
     pos, hit_sev = _hit_severity(features, hits)
-    # Rule severity per row: the worst action that fired.
-    rule_sev = np.zeros(n, dtype=np.int64)
-    np.maximum.at(rule_sev, pos, hit_sev)
+    remap_held = remap_held_rows(features, hits, risk, thresholds, remap_since, drained)
+    rule_sev = _rule_severity(n, hits, pos, hit_sev, remap_held)
 
     r = risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan)
     model_sev = _model_severity(r, thresholds)
@@ -157,6 +166,7 @@ def decide(
     for i in np.flatnonzero(set_it):
         reasons[pos[i]].append(str(hit_reasons[i]))
     _add_remap_context(reasons, hits, pos, set_it, risk, thresholds)
+    _add_remap_wait(reasons, hits, pos, np.flatnonzero(remap_held & (rule_sev == final)), risk, thresholds)
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
     own_vs_node = feature_column(features, "heat_vs_node_own_z")
@@ -377,6 +387,63 @@ def _add_remap_context(
     for i in np.flatnonzero(set_it & (hits["rule"].to_numpy() == REMAP_PENDING)):
         if not np.isnan(ecc[pos[i]]):
             reasons[pos[i]].append(remap_context(float(ecc[pos[i]]), thresholds))
+
+
+def _rule_severity(
+    n: int, hits: pd.DataFrame, pos: np.ndarray, hit_sev: np.ndarray, remap_held: np.ndarray
+) -> np.ndarray:
+    """Per row: the worst action of the rules that fired; where the pending remap's drain is held
+    (`remap_held`), that of the others, and at least watch."""
+    kept = ~(remap_held[pos] & (hits["rule"].to_numpy() == REMAP_PENDING))
+    rule_sev = np.zeros(n, dtype=np.int64)
+    np.maximum.at(rule_sev, pos[kept], hit_sev[kept])
+    rule_sev[remap_held] = np.maximum(rule_sev[remap_held], SEVERITY["watch"])
+    return rule_sev
+
+
+def remap_held_rows(
+    features: pd.DataFrame, hits: pd.DataFrame, risk: pd.DataFrame, thresholds: Thresholds,
+    remap_since: np.ndarray | None, drained: np.ndarray | None,
+) -> np.ndarray:  # fmt: skip
+    """Per row: NVIDIA's pending-remap drain held at watch (`decide`'s `remap_since`, `replay.remap_held`):
+    no drain or RMA holds it now, whatever the rule says."""
+    n = len(features)
+    if remap_since is None or thresholds.remap_hold_risk <= 0 or "risk_ecc" not in risk.columns:
+        return np.zeros(n, dtype=bool)
+    if "cutoff" not in features.columns:
+        raise ValueError("remap_since is a time per row: the features need a cutoff column to measure it from")
+    ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
+    waits = remap_waits(features["cutoff"], remap_since, ecc, thresholds)
+    was_out = np.zeros(n, dtype=bool) if drained is None else np.asarray(drained, dtype=bool)
+    return np.asarray(remap_alone(hits, features.index) & waits & ~was_out)
+
+
+def _add_remap_wait(
+    reasons: list[list[str]], hits: pd.DataFrame, pos: np.ndarray, rows: np.ndarray, risk: pd.DataFrame,
+    thresholds: Thresholds,
+) -> None:  # fmt: skip
+    """To `rows` (a pending remap's drain held at watch, which set the decision): the rule's reason,
+    then why it waits."""
+    if len(rows) == 0:
+        return
+    hit_reasons, is_remap = hits["reason"].to_numpy(), hits["rule"].to_numpy() == REMAP_PENDING
+    ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
+    for i in rows:
+        reasons[i] += [str(t) for t in hit_reasons[is_remap & (pos == i)]]
+        reasons[i].append(remap_wait_reason(float(ecc[i]), thresholds))
+
+
+def remap_wait_reason(risk_ecc: float, thresholds: Thresholds) -> str:
+    """Why a pending remap's drain waits: its ECC risk is under `remap_hold_risk` (or has not held it
+    for `remap_hold_for_s`)."""
+    level, hold_h = thresholds.remap_hold_risk, thresholds.remap_hold_for_s / 3600
+    held = f"is under {level:g}" if hold_h == 0 else f"has not held {level:g} for {hold_h:g} h"
+    drains = f"reaches {level:g}" if hold_h == 0 else f"holds {level:g} for {hold_h:g} h"
+    return (
+        f"the drain waits: its ECC risk {risk_ecc:.2f} {held}, so no wearing memory shows (a weak row on a "
+        "healthy GPU is remapped too, and NVIDIA lets work go on until the reset): reset it at a convenient "
+        f"moment; it is drained once its ECC risk {drains}"
+    )
 
 
 def remap_context(risk_ecc: float, thresholds: Thresholds) -> str:

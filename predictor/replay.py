@@ -15,7 +15,15 @@ import numpy as np
 import pandas as pd
 
 from predictor.policy import top_heads
-from predictor.thresholds import Thresholds, demote_waits, heat_alone, heat_held, naive_utc, on_probation
+from predictor.thresholds import (
+    Thresholds,
+    demote_waits,
+    heat_alone,
+    heat_held,
+    naive_utc,
+    on_probation,
+    remap_waits,
+)
 
 
 def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -104,6 +112,32 @@ def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray,
     return held
 
 
+def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
+    """Per hourly row (`score.hour_rows`): NVIDIA's pending-remap drain held at watch. The row's only
+    drain or RMA rule is the pending remap (`remap_alone`), its ECC risk may wait (`remap_waits`: known,
+    and not held at `remap_hold_risk` for `remap_hold_for_s`) and the GPU was not out at its row before: a
+    drain, once made, stands for the rest of its run of out-of-service rows (no flapping as the risk
+    moves). The service reads the last from its standing decision (`policy.decide`'s `drained`)."""
+    n = len(rows)
+    act = rows["rule_act"].to_numpy(dtype=bool)
+    if not act.any() or thresholds.remap_hold_risk <= 0:
+        return np.zeros(n, dtype=bool)
+    gpu = rows["gpu_uuid"].to_numpy()
+    risk = rows["risk_ecc"].to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        at_level = risk >= thresholds.remap_hold_risk
+    waits = remap_waits(rows["cutoff"], high_since(gpu, rows["cutoff"], at_level), risk, thresholds)
+    drains = act & ~(rows["remap_alone"].to_numpy(dtype=bool) & waits)
+    order, g, _ = _in_gpu_time_order(gpu, rows["cutoff"])
+    a, idx = act[order], np.arange(n)
+    # Per row (in that order): where its run of out-of-service rows starts, and the last row that drained.
+    run_start = np.maximum.accumulate(np.where(_run_starts(g, a), idx, -1))
+    last_drain = np.maximum.accumulate(np.where(drains[order], idx, -1))
+    held = np.zeros(n, dtype=bool)
+    held[order] = a & (last_drain < run_start)
+    return held
+
+
 def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     """Hourly (GPU, cutoff) rows (`score.hour_rows`) with `demote`, `probation` and `alert` decided as
     the service decides them round by round: a model demote stands once the risk has held its
@@ -111,14 +145,15 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     (`held`), a GPU a drain or RMA let go is demoted while on probation, and a demote is held while
     the risk stays at the release level (`held_demotes`), as is one on heat alone (`on_heat`: the core's
     heat has held `Thresholds.thermal_heat_z` for `thermal_heat_for_s`); `alert` adds the drain/RMA
-    rules (`rule_act`)."""
+    rules (`rule_act`) but a pending remap's drain held at watch (`remap_held`): `out_of_service`."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     gpu = rows["gpu_uuid"].to_numpy()
     since = high_since(gpu, rows["cutoff"], high)
     mode, _ = top_heads(rows)
     out = rows.copy()
     pending, _ = demote_waits(rows, since, thresholds, mode)
-    act = rows["rule_act"].to_numpy(dtype=bool)
+    out["remap_held"] = remap_held(rows, thresholds)
+    act = rows["rule_act"].to_numpy(dtype=bool) & ~out["remap_held"].to_numpy()
     risk = rows["risk"].to_numpy(dtype=np.float64)
     out["probation"] = np.zeros(len(rows), dtype=bool)
     if thresholds.probation_for_s > 0:
@@ -129,6 +164,7 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     out["on_heat"] = hot & heat_held(rows["cutoff"], high_since(gpu, rows["cutoff"], hot), thresholds)
     demoted = (high & ~rows["held"].to_numpy(dtype=bool) & ~pending) | out["probation"].to_numpy() | out["on_heat"]
     out["demote"] = held_demotes(gpu, rows["cutoff"], demoted, act, risk, thresholds)
+    out["out_of_service"] = act
     out["alert"] = out["demote"] | act
     return out
 

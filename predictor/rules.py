@@ -346,6 +346,9 @@ above is one; a rule of our own (not a published criterion) goes in RULES only."
 OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in OUT_OF_SERVICE)
 """Rules whose action takes the GPU out of service (drain, RMA); when they let it go, a probation
 may follow (`thresholds.on_probation`)."""
+OTHER_OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in OUT_OF_SERVICE_RULES if r.name != REMAP_PENDING)
+"""The out-of-service rules but NVIDIA's pending remap: where none of them fires, a pending remap's
+drain alone takes the GPU out (`policy.remap_hold` says when that drain waits)."""
 
 HIT_COLUMNS = ("row", "rule", "action", "reason")
 
@@ -369,6 +372,15 @@ def evaluate_rules(features: pd.DataFrame, rules: tuple[Rule, ...] = RULES) -> p
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in HIT_COLUMNS})
     return pd.concat(parts, ignore_index=True)
+
+
+def remap_alone(hits: pd.DataFrame, index: pd.Index) -> np.ndarray:
+    """Per features row (`index`): NVIDIA's pending remap is the only drain or RMA rule among its
+    `hits` (`evaluate_rules`), so its drain alone would take the GPU out (`policy.decide`'s hold)."""
+    out = hits["action"].isin(OUT_OF_SERVICE).to_numpy()
+    remap = hits["rule"].to_numpy() == REMAP_PENDING
+    rows = index.get_indexer(pd.Index(hits["row"]))
+    return np.isin(np.arange(len(index)), rows[out & remap]) & ~np.isin(np.arange(len(index)), rows[out & ~remap])
 
 
 def rule_alerts(features: pd.DataFrame, rules: tuple[Rule, ...] = BASELINE_RULES) -> pd.Series:

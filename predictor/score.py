@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,15 @@ from core.history import HistoryError
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
-from predictor.policy import decide, held_by_node
-from predictor.replay import apply_waits, high_since, probation_began, stored_run_began
-from predictor.rules import OUT_OF_SERVICE_RULES, evaluate_rules, rule_alerts
+from predictor.policy import decide, held_by_node, remap_held_rows
+from predictor.replay import apply_waits, high_since, probation_began, remap_held, stored_run_began
+from predictor.rules import (
+    OTHER_OUT_OF_SERVICE_RULES,
+    OUT_OF_SERVICE_RULES,
+    evaluate_rules,
+    remap_alone,
+    rule_alerts,
+)
 from predictor.thresholds import HEAT_COLUMNS, WAIT_INPUTS, Thresholds, heat_alone, judged_heats
 
 DEFAULT_MODEL = "default.skops"
@@ -55,6 +61,12 @@ RMA let each one go, where its rounds since continue that release (`replay.proba
 Demoted = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs no drain or RMA holds now, at the release level or above; the cutoff) -> since when each
 one's standing decision (the last round's) is a demote, for those it is (`replay.held_demotes`)."""
+EccSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
+"""(GPUs whose pending remap alone would drain them now, their ECC risk at `remap_hold_risk` or above;
+the cutoff) -> when each one's ECC risk rose to that level, if before this round (`remap_waits`)."""
+Drained = Callable[[list[str], pd.Timestamp], Collection[str]]
+"""(GPUs whose pending remap alone would drain them now; the cutoff) -> those whose standing decision
+(the last round's) is a drain or RMA: their drain stands (`replay.remap_held`)."""
 HeatSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs whose heat alone counts now, `thresholds.heat_alone`; the cutoff) -> when each one's run of
 such rounds began, if before this round (`thresholds.heat_held`)."""
@@ -70,6 +82,8 @@ def score(
     released: Released | None = None,
     demoted: Demoted | None = None,
     heat_since: HeatSince | None = None,
+    ecc_since: EccSince | None = None,
+    drained: Drained | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
 
@@ -89,6 +103,11 @@ def score(
     when their run of such rounds began (the service's stored rounds); those whose heat has held
     `thermal_heat_for_s` are demoted (`policy.decide`'s `heat_since`). None: the heat of this round
     alone, which demotes only where `thermal_heat_for_s` is 0.
+    `ecc_since(uuids, cutoff)` and `drained(uuids, cutoff)`: for the GPUs whose pending remap alone
+    would drain them now, when their ECC risk rose to `remap_hold_risk` (the stored rounds) and which
+    were drained at their last round (the stored decisions); NVIDIA's drain then waits at watch until
+    the ECC risk has held that level for `remap_hold_for_s`, unless the GPU was drained already
+    (`policy.decide`'s `remap_since` and `drained`). Either None: no hold, the drain at once.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and HEAT_COLUMNS (the
     core's heat the round judged, `thresholds.judged_heats`: what a later round's `heat_since` reads).
@@ -124,7 +143,10 @@ def score(
     risk["reasons"] = [explained.get(i, []) for i in range(len(x))]
     hits = evaluate_rules(x)
     r = risk["risk"].to_numpy()
+    # A pending remap's drain held at watch takes no GPU out: its probation or demote may stand.
+    remap_since, was_out = _remap_history(x, hits, risk, th, cutoff, ecc_since, drained)
     out_now = x.index.isin(hits.loc[hits["action"].isin(OUT_OF_SERVICE), "row"])
+    out_now &= ~remap_held_rows(x, hits, risk, th, remap_since, was_out)
 
     def ask(question: RiskSince | Released | Demoted | None, level: float, could: np.ndarray) -> np.ndarray | None:
         """Per row, what `question` says of the scored GPUs at `level` or above for which `could`."""
@@ -141,7 +163,7 @@ def score(
     hot = heat_alone(x, th)
     warm = None if heat_since is None or not hot.any() else heat_since([str(u) for u in x.loc[hot, "gpu_uuid"]], cutoff)
     decided = decide(x, risk, th, hits, nodes=node_findings(x), since=since, released=rel, demoted=held,
-                     heat_since=_per_row(x, warm or {}))  # fmt: skip
+                     heat_since=_per_row(x, warm or {}), remap_since=remap_since, drained=was_out)  # fmt: skip
     out = x[["gpu_uuid", "hostname", "model_name", "cutoff"]].copy()
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
@@ -167,6 +189,8 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
         keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
     keep["rule_alert"] = rule_alerts(x).to_numpy()
     keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
+    # Out of service by NVIDIA's pending remap alone: the drain a GPU without wear holds (`replay`).
+    keep["remap_alone"] = keep["rule_act"].to_numpy() & ~rule_alerts(x, OTHER_OUT_OF_SERVICE_RULES).to_numpy()
     # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
     keep["held"] = held_by_node(x, r, th)
     # What the waits read beside the risk (`thresholds.demote_waits`): the load the heat was judged at
@@ -174,6 +198,25 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
     for col in WAIT_INPUTS:
         keep[col] = x[col].to_numpy()
     return keep
+
+
+def _remap_history(
+    x: pd.DataFrame, hits: pd.DataFrame, risk: pd.DataFrame, th: Thresholds, cutoff: pd.Timestamp,
+    ecc_since: EccSince | None, drained: Drained | None,
+) -> tuple[np.ndarray | None, np.ndarray | None]:  # fmt: skip
+    """Per row, what `decide`'s `remap_since` and `drained` need, asked only of the GPUs whose pending
+    remap alone would drain them now with their ECC risk known; (None, None) without both questions."""
+    if ecc_since is None or drained is None or th.remap_hold_risk <= 0:
+        return None, None
+    ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
+    could = remap_alone(hits, x.index) & ~np.isnan(ecc)
+    uuid = x["gpu_uuid"].astype(str)
+    with np.errstate(invalid="ignore"):
+        at_level = could & (ecc >= th.remap_hold_risk)
+    asked = at_level.any() and th.remap_hold_for_s > 0  # with no hold for the level, its run does not matter
+    since = _per_row(x, ecc_since(list(uuid[at_level]), cutoff) if asked else {})
+    out = set(drained(list(uuid[could]), cutoff)) if could.any() else set()
+    return since, uuid.isin(out).to_numpy()
 
 
 def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
@@ -193,7 +236,7 @@ HOURS_PER_PASS = 96
 
 
 class HistoryRounds:
-    """`score`'s `risk_since`, `released` and `demoted` read from the history itself, as the
+    """`score`'s `risk_since`, `released`, `demoted`, `ecc_since` and `drained` read from the history itself, as the
     service's stored rounds and decisions would say (`gpuhealth score` has none of its own): the
     asked GPUs' rounds at every hour before the cutoff are scored again and decided as the service
     decides them (`replay.apply_waits`). The hours of the last question are kept, so a question
@@ -236,6 +279,23 @@ class HistoryRounds:
         rows = self.hours(uuids, cutoff, span)
         return stored_run_began(list(zip(rows["gpu_uuid"], rows["cutoff"], strict=True)), counts(rows), uuids, cutoff)
 
+    def ecc_since(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
+        """When each GPU's run of rounds with its ECC risk at `remap_hold_risk` began (`score`'s `ecc_since`)."""
+        span, level = pd.Timedelta(seconds=self.th.remap_hold_for_s), self.th.remap_hold_risk
+        with np.errstate(invalid="ignore"):
+            return self._run_began(uuids, cutoff, span, lambda rows: rows["risk_ecc"] >= level)
+
+    def drained(self, uuids: list[str], cutoff: pd.Timestamp) -> set[str]:
+        """The GPUs whose last round was a drain or RMA (`score`'s `drained`), from their hours over
+        HOLD_LOOKBACK: a drain the hold let stand is found by replaying its run of such rounds."""
+        rows = self.hours(uuids, cutoff, HOLD_LOOKBACK)
+        if len(rows) == 0:
+            return set()
+        decided = apply_waits(rows, self.th)
+        last = rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()  # each GPU's last round (a RangeIndex)
+        return {str(u) for u, out in zip(rows["gpu_uuid"].to_numpy()[last], decided["out_of_service"].to_numpy()[last],
+                                         strict=True) if out}  # fmt: skip
+
     def released(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go (`score`'s `released`)."""
         rows = self.hours(uuids, cutoff, pd.Timedelta(seconds=self.th.probation_for_s))
@@ -244,7 +304,9 @@ class HistoryRounds:
         # The rounds before, then this one: no drain or RMA holds now and the risk is high (asked).
         gpu = np.r_[rows["gpu_uuid"].to_numpy(), np.asarray(uuids, dtype=object)]
         at = pd.DatetimeIndex([*rows["cutoff"], *[cutoff] * len(uuids)])
-        out = np.r_[rows["rule_act"].to_numpy(dtype=bool), np.zeros(len(uuids), dtype=bool)]
+        out = np.r_[
+            rows["rule_act"].to_numpy(dtype=bool) & ~remap_held(rows, self.th), np.zeros(len(uuids), dtype=bool)
+        ]
         risk = np.r_[rows["risk"].to_numpy(dtype=np.float64), np.ones(len(uuids))]
         began = probation_began(gpu, at, out, risk, self.th)[len(rows) :]
         return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}
@@ -256,7 +318,7 @@ class HistoryRounds:
         if len(rows) == 0:
             return {}
         decided = apply_waits(rows, self.th)
-        standing = decided["demote"].to_numpy(dtype=bool) & ~decided["rule_act"].to_numpy(dtype=bool)
+        standing = decided["demote"].to_numpy(dtype=bool) & ~decided["out_of_service"].to_numpy(dtype=bool)
         gpu = rows["gpu_uuid"].to_numpy()
         since = high_since(gpu, rows["cutoff"], standing)
         last = rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()  # each GPU's last round (a RangeIndex)
@@ -278,6 +340,8 @@ def _hours_before(
     (peers), their nodes' GPUs the node findings, and only the asked GPUs' rows are kept; risk is NaN
     with too little history."""
     hours = int(np.ceil(span / pd.Timedelta(hours=1)))
+    if hours <= 0 or not uuids:
+        return _no_hours()
     cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
     cuts = cuts[cuts >= frame["timestamp"].min()]
     if len(cuts) == 0 or not uuids:

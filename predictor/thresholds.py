@@ -154,6 +154,21 @@ class Thresholds:
     """How long a probation lasts at most after the drain or RMA let the GPU go (seconds; 0:
     no probation). 30 days: the ECC failures that came after a pending remap's drain on the
     held-out fleets came 8-20 days after it (docs/model.md)."""
+    remap_hold_risk: float = 0.0
+    """NVIDIA's drain for a pending row remap (`rules.REMAP_PENDING`), where no other drain or RMA rule
+    fires, waits at watch while the ECC head's risk is known and under this (`remap_waits`); once the
+    GPU is drained, the drain stands until a reset takes the remap (`replay.remap_held`), so a risk
+    that moves about the level does not drain and release it by turns. NVIDIA's guide lets work go on
+    until that reset, and a weak row on a healthy GPU is remapped too, while worn memory shows in the
+    ECC risk. An unknown ECC risk drains at once. 0 (the default): never held, NVIDIA's drain at once.
+    An operator's choice for a fleet whose pending remaps are mostly healthy GPUs'; docs/model.md
+    measures it (at 0.3, a third fewer false episodes on the independent generator; on the
+    development fleets 1-2 ECC catches in 60 come a few hours under the 24 h lead)."""
+    remap_hold_for_s: float = 0.0
+    """How long (seconds) the ECC risk must have held `remap_hold_risk` before a pending remap's drain
+    stops waiting; 0: the first round at it. docs/model.md measures 12 h (the ECC demote's wait): it
+    lets a healthy burst's passing risk go by, but drains failing memory too late on the development
+    fleets."""
     release: float | None = None
     """A demote that stands (the model's, a probation's, or one held so) is held while the GPU's
     risk stays at or above this (`replay.held_demotes`); the first round under it, or a drain or RMA,
@@ -177,11 +192,11 @@ class Thresholds:
             ("demote_for_pcie_habit", self.pcie_habit_demote_for_s),
             ("demote_for_uncorroborated", self.uncorroborated_demote_for_s),
             ("thermal_heat_for", self.thermal_heat_for_s),
+            ("remap_hold_for", self.remap_hold_for_s),
         ):
             if not (0.0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
-        if not (0.0 <= self.light_load_share <= 1.0):
-            raise ValueError(f"light_load_share must be between 0 and 1; got {self.light_load_share}")
+        _shares(light_load_share=self.light_load_share, remap_hold_risk=self.remap_hold_risk)
         for name, z in (
             ("pcie_surprise_z", self.pcie_surprise_z),
             ("thermal_agree_z", self.thermal_agree_z),
@@ -217,7 +232,7 @@ class Thresholds:
         _LIGHT_LOAD_SHARE, _LIGHT_LOAD_SPREAD_Z, _THERMAL_CORROBORATE_Z, _DEMOTE_FOR_UNCORROBORATED,
         _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_AGREE_VS_NODE_Z, _THERMAL_HEAT_Z,
         _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT, _PROBATION_RISK,
-        _PROBATION_FOR, _RELEASE_THRESHOLD)."""
+        _PROBATION_FOR, _REMAP_HOLD_RISK, _REMAP_HOLD_FOR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -228,6 +243,7 @@ class Thresholds:
             ("uncorroborated_demote_for_s", "GPUHEALTH_DEMOTE_FOR_UNCORROBORATED", s.demote_for_uncorroborated),
             ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
             ("thermal_heat_for_s", "GPUHEALTH_DEMOTE_FOR_HEAT", s.demote_for_heat),
+            ("remap_hold_for_s", "GPUHEALTH_REMAP_HOLD_FOR", s.remap_hold_for),
         ):
             try:
                 waits[field_name] = parse_duration(text, allow_zero=True)
@@ -241,7 +257,7 @@ class Thresholds:
             thermal_heat_z=s.thermal_heat_z,
             thermal_heat_vs_node_z=s.thermal_heat_vs_node_z,
             thermal_heat_vs_node_excess_z=s.thermal_heat_vs_node_excess_z, pcie_surprise_z=s.pcie_surprise_z,
-            probation_risk=s.probation_risk, release=s.release_threshold, **waits,
+            probation_risk=s.probation_risk, remap_hold_risk=s.remap_hold_risk, release=s.release_threshold, **waits,
         )  # fmt: skip
 
     @property
@@ -281,6 +297,13 @@ class Thresholds:
             bare = (m == HEADS["risk_thermal"]) & np.asarray(alone, dtype=bool)
             seconds = np.where(bare, np.maximum(seconds, self.uncorroborated_demote_for_s), seconds)
         return np.asarray(np.round(seconds * 1e9), dtype="timedelta64[ns]")
+
+
+def _shares(**shares: float) -> None:
+    """Raise ValueError for the first of `shares` (name=value) that is not between 0 and 1 (NaN is not)."""
+    for name, share in shares.items():
+        if not (0.0 <= share <= 1.0):
+            raise ValueError(f"{name} must be between 0 and 1; got {share}")
 
 
 def light_load(share: Any, thresholds: Thresholds) -> np.ndarray:
@@ -349,6 +372,20 @@ def run_length(at: Any, since: Any) -> np.ndarray:
     timedelta64[ns]: what a wait, a hold or a probation is measured with."""
     c, s = naive_utc(at), naive_utc(since)
     return c - np.where(np.isnat(s), c, s)
+
+
+def remap_waits(at: Any, since: Any, risk_ecc: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per round: whether NVIDIA's pending-remap drain may wait at watch (`remap_hold_risk`): the ECC
+    risk is known and has not held at that level for `remap_hold_for_s` (`since`: when its run at the
+    level began; NaT: this round). Whether the GPU was drained already is the caller's (`replay.remap_held`,
+    `policy.decide`'s `was_out`): a drain, once made, stands."""
+    r = np.asarray(risk_ecc, dtype=np.float64)
+    if thresholds.remap_hold_risk <= 0:
+        return np.zeros(r.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        at_level = r >= thresholds.remap_hold_risk
+    wore = at_level & (run_length(at, since) >= as_ns(thresholds.remap_hold_for_s))
+    return np.asarray(~np.isnan(r) & ~wore)
 
 
 def as_ns(seconds: float) -> np.timedelta64:

@@ -42,7 +42,7 @@ Progress = Callable[[str], None]
 PACKAGES = ("core", "predictor", "simulator")
 """The packages whose source the kept work depends on."""
 SCORED_COLUMNS = ("gpu_uuid", "hostname", "model_name", "cutoff", "last_seen", "risk", "risk_ecc", "risk_thermal",
-                  "risk_pcie", "rule_alert", "rule_act", "held", *WAIT_INPUTS)  # fmt: skip
+                  "risk_pcie", "rule_alert", "rule_act", "remap_alone", "held", *WAIT_INPUTS)  # fmt: skip
 """What is kept of scored rows: all but the decisions the waits make (`demote`, `alert`)."""
 
 

@@ -177,6 +177,8 @@ class Scorer(Worker):
                 released=self._released,
                 demoted=self._demoted,
                 heat_since=self._heat_since,
+                ecc_since=self._ecc_since,
+                drained=self._drained,
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
@@ -210,6 +212,17 @@ class Scorer(Worker):
         """When each GPU's run of rounds whose core heat alone counts began, from the stored rounds before this one."""
         th = self.thresholds
         return self._run_began(uuids, cutoff, th.heat_hold, HEAT_COLUMNS, lambda v: heat_counts(v[:, 0], v[:, 1], th))
+
+    def _ecc_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
+        """When each GPU's ECC risk rose to the level a pending remap's drain waits for, from the stored rounds."""
+        th = self.thresholds
+        span = pd.Timedelta(seconds=th.remap_hold_for_s)
+        with np.errstate(invalid="ignore"):
+            return self._run_began(uuids, cutoff, span, ("risk_ecc",), lambda v: v[:, 0] >= th.remap_hold_risk)
+
+    def _drained(self, uuids: list[str], cutoff: pd.Timestamp) -> set[str]:
+        """The GPUs whose standing decision is a drain or RMA (a pending remap's drain then stands)."""
+        return self.store.drained(uuids)
 
     def _run_began(
         self,

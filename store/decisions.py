@@ -354,6 +354,11 @@ class Decisions:
     def demoted_since(self, uuids: Sequence[str]) -> dict[str, datetime]:
         """For the GPUs whose standing decision is a demote: when it was opened (the policy holds it
         while the risk stays at the release level, `replay.held_demotes`); others are left out."""
+        return self.standing_since(uuids, ("demote",))
+
+    def standing_since(self, uuids: Sequence[str], decisions: Sequence[str]) -> dict[str, datetime]:
+        """For the GPUs whose standing decision is one of `decisions`: when it was opened; others are
+        left out (a drain or RMA that stands keeps a pending remap's drain, `replay.remap_held`)."""
         if not uuids:
             return {}
         d = T_DECISIONS.c
@@ -361,7 +366,7 @@ class Decisions:
         with self.db.tx() as conn:
             for i in range(0, len(uuids), 1000):  # bounded IN lists
                 q = sa.select(d.gpu_uuid, d.created_at).where(
-                    not_closed(d.state), d.decision == "demote", d.gpu_uuid.in_(list(uuids[i : i + 1000]))
+                    not_closed(d.state), d.decision.in_(list(decisions)), d.gpu_uuid.in_(list(uuids[i : i + 1000]))
                 )
                 out.update({str(u): utc(t, "created_at") for u, t in conn.execute(q)})
         return out

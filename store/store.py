@@ -30,7 +30,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from core.decisions import DECISIONS
+from core.decisions import DECISIONS, OUT_OF_SERVICE
 from store.actuation import Actuation
 from store.decisions import Decision, DecisionRule, Decisions, ScorePoint, ScoreRecord
 from store.engine import Database, not_closed
@@ -238,6 +238,10 @@ class Store:
     def demoted_since(self, uuids: Sequence[str]) -> dict[str, datetime]:
         """For the GPUs whose standing decision is a demote: when it was opened."""
         return self._decisions.demoted_since(uuids)
+
+    def drained(self, uuids: Sequence[str]) -> set[str]:
+        """The GPUs whose standing decision is a drain or RMA."""
+        return set(self._decisions.standing_since(uuids, OUT_OF_SERVICE))
 
     def risk_history(
         self, uuid: str, *, since: datetime | None = None, until: datetime | None = None, limit: int = 1000

@@ -128,6 +128,31 @@ def test_a_pending_remap_says_how_urgent_its_reset_is_from_the_ecc_risk() -> Non
     assert worn["reasons"].iat[4][1].startswith("its ECC risk 0.29 (at 0.25 or above) says its memory is wearing")
 
 
+def test_a_pending_remaps_drain_is_held_at_watch_only_where_the_remap_alone_drains_a_gpu_without_wear() -> None:
+    """With the hold (`remap_since` given): held where the remap alone drains, the ECC risk is known and
+    under the level and the GPU was not drained already; another drain or RMA rule, an unknown ECC risk,
+    a risk at the level, or a drain that stands (`drained`) drain as NVIDIA says."""
+    pending = HEALTHY | {"row_remap_pending": 1}
+    f = frame(pending, pending, pending, pending | {"row_remap_failure": 1}, pending, pending).assign(
+        cutoff=pd.Timestamp("2026-03-01 12:00", tz="UTC")
+    )
+    ecc = [0.05, 0.3, np.nan, 0.05, 0.05, 0.29]
+    risk = risk_frame(f.index, [0.05, 0.3, np.nan, 0.05, 0.05, 0.29], risk_ecc=ecc)
+    th = Thresholds(remap_hold_risk=0.3)
+    nat = np.full(len(f), np.datetime64("NaT"), dtype="datetime64[ns]")
+    drained = np.asarray([False, False, False, False, True, False])
+    out = decide(f, risk, th, remap_since=nat, drained=drained)
+    assert out["decision"].tolist() == ["watch", "drain", "drain", "rma", "drain", "watch"]
+    assert out["reasons"].iat[0][0].startswith("row remap pending: drain and reset")
+    assert out["reasons"].iat[0][1].startswith("the drain waits: its ECC risk 0.05 is under 0.3")
+    assert not any("the drain waits" in r for i in (1, 2, 3, 4) for r in out["reasons"].iat[i])
+    # Without the hold's questions, or off: NVIDIA's drain at once.
+    assert set(decide(f, risk, th)["decision"]) == {"drain", "rma"}
+    assert set(decide(f, risk, Thresholds(), remap_since=nat, drained=drained)["decision"]) == {"drain", "rma"}
+    with pytest.raises(ValueError, match="cutoff column"):
+        decide(f.drop(columns="cutoff"), risk, th, remap_since=nat)
+
+
 def test_unscored_gpus_decide_from_rules_alone() -> None:
     f = frame(HEALTHY | {"row_remap_pending": 1}, HEALTHY, HEALTHY)
     risk = risk_frame(

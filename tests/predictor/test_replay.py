@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.replay import apply_waits, held_demotes, high_since, probation_began, stored_run_began
+from predictor.replay import apply_waits, held_demotes, high_since, probation_began, remap_held, stored_run_began
 from predictor.thresholds import Thresholds
 from tests.predictor.test_thresholds import _t
 
@@ -126,3 +126,39 @@ def test_apply_waits_demotes_on_heat_alone_once_it_has_held_as_the_service_does(
     # At risk 0.5 (the release level or above) the demote on heat is held as any standing demote.
     held = apply_waits(rows.assign(risk=0.5), th)
     assert held["demote"].tolist() == [False] * 8 + [True, True]
+
+
+def _remap_rows(runs: dict[str, list[tuple[bool, bool, float]]]) -> pd.DataFrame:
+    """Hourly rows per GPU from (rule_act, remap_alone, risk_ecc), in a shuffled order."""
+    rows = [(g, h, *r) for g, rs in runs.items() for h, r in enumerate(rs)]
+    rows = [rows[i] for i in np.random.default_rng(5).permutation(len(rows))]
+    return pd.DataFrame({"gpu_uuid": [r[0] for r in rows], "cutoff": _t([r[1] for r in rows]),
+                         "rule_act": [r[2] for r in rows], "remap_alone": [r[3] for r in rows],
+                         "risk_ecc": [r[4] for r in rows], "risk": [r[4] for r in rows], "risk_thermal": 0.0,
+                         "risk_pcie": 0.0, "held": False, "heat_load_share": 1.0})  # fmt: skip
+
+
+def test_remap_held_holds_a_pending_remaps_drain_until_the_ecc_risk_reaches_the_level_then_it_stands() -> None:
+    P, OTHER = (True, True), (True, False)  # the pending remap alone; another drain or RMA rule (with or without it)
+    runs = {
+        # held while under 0.3; drained at 0.4; the drain stands at 0.1; the run ends (reset); a new run held.
+        "a": [(*P, 0.1), (*P, 0.2), (*P, 0.4), (*P, 0.1), (*P, 0.1), (False, False, 0.1), (*P, 0.1)],
+        # another drain rule drains at once, and the pending remap's drain then stands.
+        "b": [(*OTHER, 0.1), (*P, 0.1), (*P, 0.1)],
+        # an unknown ECC risk drains at once.
+        "c": [(*P, np.nan), (*P, 0.1)],
+        # never drained: the risk stays under the level.
+        "d": [(*P, 0.29), (*P, 0.0)],
+    }
+    rows = _remap_rows(runs)
+    key = list(zip(rows["gpu_uuid"], (rows["cutoff"] - _t([0])[0]) // pd.Timedelta(hours=1), strict=True))
+    got = dict(zip(key, remap_held(rows, Thresholds(remap_hold_risk=0.3)), strict=True))
+    want = {"a": [1, 1, 0, 0, 0, 0, 1], "b": [0, 0, 0], "c": [0, 0], "d": [1, 1]}
+    assert {g: [int(got[(g, h)]) for h in range(len(w))] for g, w in want.items()} == want
+    decided = apply_waits(rows, Thresholds(remap_hold_risk=0.3))
+    assert (decided["out_of_service"] == (rows["rule_act"] & ~decided["remap_held"])).all()
+    assert (decided["alert"] >= decided["out_of_service"]).all()
+    # Off (the default): nothing held. Held 2 h at the level: "a" drains at its 0.4 only if it lasts.
+    assert not remap_held(rows, Thresholds()).any()
+    slow = dict(zip(key, remap_held(rows, Thresholds(remap_hold_risk=0.3, remap_hold_for_s=7200)), strict=True))
+    assert [int(slow[("a", h)]) for h in range(7)] == [1, 1, 1, 1, 1, 0, 1]

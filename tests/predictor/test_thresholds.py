@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from core.settings import Settings
-from predictor.thresholds import Thresholds, heat_alone, heat_counts, heat_held, heat_reason, on_probation
+from predictor.thresholds import (
+    Thresholds,
+    heat_alone,
+    heat_counts,
+    heat_held,
+    heat_reason,
+    on_probation,
+    remap_waits,
+)
 
 
 def _t(hours: list[float]) -> pd.DatetimeIndex:
@@ -110,6 +118,33 @@ def test_invalid_demote_for_raises() -> None:
         Thresholds(pcie_demote_for_s=float("inf"))
     with pytest.raises(ValueError, match="GPUHEALTH_DEMOTE_FOR_PCIE: invalid duration 'never'"):
         Thresholds.from_settings(Settings(demote_for_pcie="never"))
+
+
+def test_the_remap_hold_is_off_by_default_and_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = Thresholds.from_settings(Settings())
+    assert (d.remap_hold_risk, d.remap_hold_for_s) == (0.0, 0.0)
+    monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_RISK", "0.3")
+    monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_FOR", "12h")
+    th = Thresholds.from_settings(Settings())
+    assert (th.remap_hold_risk, th.remap_hold_for_s) == (0.3, 12 * 3600)
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="remap_hold_risk must be between 0 and 1"):
+            Thresholds(remap_hold_risk=bad)
+    with pytest.raises(ValueError, match="remap_hold_for must be a duration >= 0"):
+        Thresholds(remap_hold_for_s=-1)
+    with pytest.raises(ValueError, match="GPUHEALTH_REMAP_HOLD_FOR: invalid duration 'soon'"):
+        Thresholds.from_settings(Settings(remap_hold_for="soon"))
+
+
+def test_remap_waits_while_the_ecc_risk_is_known_and_has_not_held_the_level() -> None:
+    th = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=2 * 3600)
+    at = _t([10] * 5)
+    since = _t([10, 9, 8, 7, 10]).tz_convert(None).to_numpy().copy()
+    since[0] = np.datetime64("NaT")  # at the level from this round on
+    risk = np.asarray([0.5, 0.5, 0.5, 0.2, np.nan])
+    # 0 h and 1 h at the level wait; 2 h does not; under the level waits; unknown never waits
+    assert remap_waits(at, since, risk, th).tolist() == [True, True, False, True, False]
+    assert not remap_waits(at, since, risk, Thresholds()).any()  # off
 
 
 def test_on_probation_needs_no_drain_now_a_high_risk_and_a_recent_release() -> None:

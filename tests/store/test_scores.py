@@ -275,6 +275,24 @@ def test_demoted_since_is_when_the_standing_demote_was_opened(store: Store) -> N
     assert store.demoted_since(["GPU-a"]) == {"GPU-a": t[1]}
 
 
+def test_drained_are_the_gpus_whose_standing_decision_is_a_drain_or_rma(store: Store) -> None:
+    """What keeps a pending remap's drain standing: a drain or RMA standing now, acknowledged or not."""
+    t = [T0 + timedelta(hours=h) for h in range(4)]
+    rounds = {
+        "GPU-a": ["watch", "drain", "drain"],  # drained since t1
+        "GPU-b": ["drain", "ok", "watch"],  # let go, then a watch
+        "GPU-c": ["demote", "rma", "rma"],  # an RMA stands
+        "GPU-d": ["drain", "demote", "demote"],  # a demote took over
+    }
+    for i in range(3):
+        store.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
+    assert store.drained([*rounds, "GPU-unknown"]) == {"GPU-a", "GPU-c"}
+    assert store.drained([]) == set()
+    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
+    store.ack_decision(dec["id"], "alice", t[3])
+    assert store.drained(["GPU-a"]) == {"GPU-a"}
+
+
 def test_released_at_follows_a_drain_through_the_demotes_that_took_over_from_it(store: Store) -> None:
     """A drain or RMA standing: let go now; a demote opened in the round a drain or RMA closed:
     let go then, however long it stands; anything else in between breaks the chain."""

@@ -1,0 +1,101 @@
+"""A pending remap's drain held at watch while the GPU's ECC risk shows no wear
+(GPUHEALTH_REMAP_HOLD_RISK, GPUHEALTH_REMAP_HOLD_FOR): in the service (each round reads the stored
+rounds and the standing decision) and in `gpuhealth score` (from the history's own hours) alike; once
+drained, the drain stands until the reset takes the remap.
+
+One GPU; its row remap is pending from day 3 02:00 to 16:00 (a reset then takes it) and again from
+20:00. The model's ECC head follows the GPU's age (`schedule_model`): 0.05 from day 3, 0.5 from
+06:00, 0.05 again from 12:00."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from predictor.score import HistoryRounds, score
+from predictor.thresholds import Thresholds
+from service.scorer import Scorer
+from store import Store
+from tests.service.tiny_model import schedule_model
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+DAY3 = T0 + timedelta(days=3)
+MODEL = schedule_model(((3.0, 0.05), (3.25, 0.5), (3.5, 0.05)))
+TH = Thresholds(remap_hold_risk=0.3)
+PENDING = ((2, 16), (20, 99))
+"""The hours after DAY3 in which the remap is pending."""
+
+
+def samples(hours: float = 4 * 24) -> pd.DataFrame:
+    """One GPU's samples every 5 minutes from T0."""
+    rows = []
+    for i in range(int(hours * 12)):
+        t = T0 + timedelta(minutes=5 * i)
+        h = (t - DAY3) / timedelta(hours=1)
+        rows.append({"timestamp": t, "hostname": "n1", "gpu_uuid": "GPU-a", "gpu_index": 0,
+                     "model_name": "NVIDIA H100 80GB HBM3", "gpu_temp_c": 40.0 + i % 7, "power_w": 300.0 + i % 11,
+                     "row_remap_pending": float(any(a <= h < b for a, b in PENDING))})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def rounds(store: Store, th: Thresholds, hours: list[int]) -> list[dict[str, Any]]:
+    """The GPU's record at each round, DAY3 + h, each round by a scorer of its own (a restart)."""
+    return [Scorer(store, MODEL, th, 300).run_once(at=DAY3 + timedelta(hours=h))[0] for h in hours]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store.open(f"sqlite:///{tmp_path / 'd'}.db")
+    s.ingest(samples())
+    return s
+
+
+def test_the_drain_waits_while_no_wear_shows_and_stands_once_made(store: Store) -> None:
+    # 03:00 pending at ECC 0.05: held at watch. 07:00 ECC 0.5: drained. 13:00 ECC 0.05, still pending:
+    # the drain stands (read from the standing decision of a new scorer). 17:00 the reset took it: ok.
+    # 21:00 pending again at 0.05: a new remap, held again.
+    got = rounds(store, TH, [1, 3, 7, 13, 17, 21])
+    assert [r["decision"] for r in got] == ["ok", "watch", "drain", "drain", "ok", "watch"]
+    assert got[1]["reasons"][:2] == [
+        "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)",
+        "the drain waits: its ECC risk 0.05 is under 0.3, so no wearing memory shows (a weak row on a healthy "
+        "GPU is remapped too, and NVIDIA lets work go on until the reset): reset it at a convenient moment; it "
+        "is drained once its ECC risk reaches 0.3",
+    ]
+    assert got[2]["reasons"][0].startswith("row remap pending: drain and reset")
+    assert got[3]["reasons"][0].startswith("row remap pending: drain and reset")
+
+
+def test_without_the_hold_nvidia_drains_at_once_and_a_wait_for_the_risk_holds_longer(tmp_path: Path) -> None:
+    s = Store.open(f"sqlite:///{tmp_path / 'off'}.db")
+    s.ingest(samples())
+    assert [r["decision"] for r in rounds(s, Thresholds(), [3, 13])] == ["drain", "drain"]
+    s = Store.open(f"sqlite:///{tmp_path / 'for'}.db")
+    s.ingest(samples())
+    # The ECC risk must hold 0.3 for 3 h: it rose to 0.5 at 06:00 (the first stored round at it); at
+    # 07:00 it has held 1 h (watch), at 09:00 3 h (drain).
+    got = rounds(s, Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3 * 3600), [6, 7, 9, 13])
+    assert [r["decision"] for r in got] == ["watch", "watch", "drain", "drain"]
+    assert "has not held 0.3 for 3 h" in got[1]["reasons"][1]
+
+
+def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
+    frame = samples()
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
+
+    def at(hour: int, th: Thresholds = TH) -> str:
+        past = HistoryRounds(MODEL, frame, th)
+        out = score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=hour)), thresholds=th,
+                    risk_since=past.risk_since, released=past.released, demoted=past.demoted,
+                    ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
+        return str(out.iloc[0]["decision"])
+
+    assert [at(h) for h in (3, 7, 13, 17, 21)] == ["watch", "drain", "drain", "ok", "watch"]
+    held_for = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3 * 3600)
+    assert [at(h, held_for) for h in (7, 9, 13)] == ["watch", "drain", "drain"]
+    # Without the history's rounds (no questions to ask), NVIDIA's drain at once.
+    assert score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=3)), thresholds=TH).iloc[0]["decision"] == "drain"
