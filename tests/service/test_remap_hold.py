@@ -99,3 +99,22 @@ def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
     assert [at(h, held_for) for h in (7, 9, 13)] == ["watch", "drain", "drain"]
     # Without the history's rounds (no questions to ask), NVIDIA's drain at once.
     assert score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=3)), thresholds=TH).iloc[0]["decision"] == "drain"
+
+
+def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
+    """Drained at 07:00 (ECC 0.5), let go by the reset at 16:00 with the risk at 0.2 (over the
+    probation's 0.1, under the hold's 0.3): demoted on probation; the remap pending again from 20:00
+    is held, and the probation goes on (a held drain takes no GPU out), in the service and in
+    `gpuhealth score` alike."""
+    model = schedule_model(((3.0, 0.05), (3.25, 0.5), (3.5, 0.2)))
+    s = Store.open(f"sqlite:///{tmp_path / 'p'}.db")
+    s.ingest(samples())
+    got = [Scorer(s, model, TH, 300).run_once(at=DAY3 + timedelta(hours=h))[0] for h in (3, 7, 13, 17, 21)]
+    assert [r["decision"] for r in got] == ["watch", "drain", "drain", "demote", "demote"]
+    assert got[4]["reasons"][0].startswith("probation: a drain or RMA let it go on 2026-03-04 17:00 UTC")
+    frame = samples()
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
+    past = HistoryRounds(model, frame, TH)
+    out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=21)), thresholds=TH, released=past.released,
+                ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
+    assert out.iloc[0]["decision"] == "demote"
