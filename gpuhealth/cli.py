@@ -339,6 +339,15 @@ def evaluate(
             "it shows how far a retrained model's numbers move by chance",
         ),
     ] = 0,
+    healthy_remaps: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="--cross-domain: a stress of the held-out fleets: this share of healthy GPUs' SBE bursts leaves "
+            "a row remap pending (the development families have none; training fleets untouched)",
+        ),
+    ] = None,
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
     lead: Annotated[str, typer.Option(help="minimum lead for ECC/thermal (PCIe and others: 1h)")] = "24h",
     window: Annotated[str, typer.Option(help="a failure is caught by alerts up to this long before it")] = "7d",
@@ -385,8 +394,9 @@ def evaluate(
         try:
             th = Thresholds.from_settings(Settings())
             ok = evaluate_cross_domain(
-                out, model, families, fleets_per_family, seeds, scores, th, model_seed=model_seed
-            )
+                out, model, families, fleets_per_family, seeds, scores, th, model_seed=model_seed,
+                healthy_remaps=healthy_remaps,
+            )  # fmt: skip
         except (ModelError, ValueError) as e:
             raise fail(str(e)) from None
         raise typer.Exit(0 if ok else 1)

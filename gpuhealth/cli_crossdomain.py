@@ -69,10 +69,12 @@ def evaluate_cross_domain(
     scores: Path | None = None,
     thresholds: Thresholds | None = None,
     model_seed: int = 0,
+    healthy_remaps: float | None = None,
 ) -> bool:
     """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold.
     `scores`: a folder where the models and scored rows are kept (`service.scorecache`);
-    `model_seed`: the left-out-family models' own seed (the `unseen` column is the shipped model's)."""
+    `model_seed`: the left-out-family models' own seed (the `unseen` column is the shipped model's);
+    `healthy_remaps`: the held-out fleets' burst remap share (`Plan.test_burst_remap_share`)."""
     from predictor.score import load_model
     from predictor.thresholds import Thresholds
     from service.crossdomain import (
@@ -88,7 +90,7 @@ def evaluate_cross_domain(
     say = _say("cross-domain")
     plan = Plan(
         families=parse_families(families), fleets_per_family=fleets_per_family, model_seed=model_seed,
-        **parse_seeds(seeds),
+        test_burst_remap_share=healthy_remaps, **parse_seeds(seeds),
     )  # fmt: skip
     cache = None if scores is None else ScoreCache(scores, say)
     th = thresholds or Thresholds()

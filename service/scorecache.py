@@ -110,6 +110,8 @@ class ScoreCache:
         """The held-out fleet's scored rows: kept, or scored (by `score`) and kept."""
         fleet = {"family": family, "seed": seed, "nodes": plan.test_nodes, "days": plan.test_days,
                  "acceleration": plan.test_acceleration, "every": plan.score_every}  # fmt: skip
+        if plan.test_burst_remap_share is not None:  # a stressed fleet is another fleet
+            fleet["burst_remap_share"] = plan.test_burst_remap_share
         key = _key("scored", model_key(model), fleet, thresholds.watch, thresholds.demote)
         path = self.folder / f"scored-{family}-{seed}-{key}.parquet"
         every = pd.Timedelta(plan.score_every)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from gpuhealth.cli_crossdomain import parse_families, parse_seeds
@@ -17,6 +19,7 @@ from service.crossdomain import (
     all_floors_hold,
     family_sets,
     floor_grid,
+    held_out_fleet,
     overview_markdown,
     pooled,
     table_markdown,
@@ -197,11 +200,27 @@ def test_the_floor_grid_marks_each_floor_of_each_fleet() -> None:
         ({"fleets_per_family": 0}, "at least 1"),
         ({"train_seed": 900, "test_seeds": (901, 900)}, "training seed"),
         ({"test_seeds": ()}, "must be given"),
+        ({"test_burst_remap_share": 1.5}, "burst remap share must be between 0 and 1"),
+        ({"test_burst_remap_share": float("nan")}, "burst remap share must be between 0 and 1"),
     ],
 )
 def test_a_bad_plan_is_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Plan(**kwargs)
+
+
+def test_a_stressed_held_out_fleet_has_healthy_remaps_and_the_same_failures() -> None:
+    """`test_burst_remap_share`: the held-out fleet's healthy SBE bursts leave pending remaps on GPUs
+    that never fail; its failures, and everything the main generator draws, are the plain fleet's."""
+    plan = Plan(test_nodes=8, test_days=30, test_seeds=(31,))
+    plain, plain_failures = held_out_fleet(plan, "hbm-bursts")
+    frame, failures = held_out_fleet(replace(plan, test_burst_remap_share=0.5), "hbm-bursts")
+    pd.testing.assert_frame_equal(failures, plain_failures)
+    failed = set(failures["gpu_uuid"].astype(str))
+    pending = set(frame.loc[frame["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
+    assert pending - failed, "no healthy GPU has a remap pending"
+    assert len(pending) > plain.loc[plain["row_remap_pending"] >= 1, "gpu_uuid"].nunique()
+    assert (frame["power_w"].to_numpy() == plain["power_w"].to_numpy()).all()
 
 
 def test_family_sets_leave_the_family_out() -> None:

@@ -103,10 +103,13 @@ def test_new_code_or_other_thresholds_make_new_files(
     assert len(calls) == 1
     cache.scored(model, PLAN, "unseen", 31, Thresholds(0.3, 0.8), score)  # the holds' threshold is
     assert len(calls) == 2
+    stressed = replace(PLAN, test_burst_remap_share=0.3)  # another fleet: healthy remaps in it
+    cache.scored(model, stressed, "unseen", 31, Thresholds(), score)
+    assert len(calls) == 3
     monkeypatch.setattr(scorecache, "code_hash", lambda: "edited")
     cache.scored(model, PLAN, "unseen", 31, Thresholds(), score)
-    assert len(calls) == 3
-    assert len(list(tmp_path.glob("scored-unseen-31-*.parquet"))) == 3
+    assert len(calls) == 4
+    assert len(list(tmp_path.glob("scored-unseen-31-*.parquet"))) == 4
 
 
 def test_a_trained_model_is_kept_and_read_back(tmp_path: Path) -> None:
