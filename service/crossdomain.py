@@ -70,8 +70,8 @@ class Plan:
     (`thresholds.Thresholds.thermal_agree_heat_z`), 944-945's for the thermal demote on the core's heat
     alone held 6 h (`thresholds.Thresholds.thermal_heat_z`). 907-912, 915, 916 and 932-935 were spent on
     versions and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours
-    at watch, docs/model.md). 946-953 went to the rules docs/model.md names for them; 954-955 were scored
-    and judged by nothing: the next clean seeds."""
+    at watch, docs/model.md). 946-953 went to the rules docs/model.md names for them, 954-955 to the
+    twelfth (the pending remap's hold as the default, not shipped): the next clean seed is 956."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0
