@@ -348,7 +348,7 @@ OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in O
 may follow (`thresholds.on_probation`)."""
 OTHER_OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in OUT_OF_SERVICE_RULES if r.name != REMAP_PENDING)
 """The out-of-service rules but NVIDIA's pending remap: where none of them fires, a pending remap's
-drain alone takes the GPU out (`policy.remap_hold` says when that drain waits)."""
+drain alone takes the GPU out (`replay.remap_held`, `policy.remap_held_rows`: when that drain waits)."""
 
 HIT_COLUMNS = ("row", "rule", "action", "reason")
 
@@ -378,9 +378,12 @@ def remap_alone(hits: pd.DataFrame, index: pd.Index) -> np.ndarray:
     """Per features row (`index`): NVIDIA's pending remap is the only drain or RMA rule among its
     `hits` (`evaluate_rules`), so its drain alone would take the GPU out (`policy.decide`'s hold)."""
     out = hits["action"].isin(OUT_OF_SERVICE).to_numpy()
-    remap = hits["rule"].to_numpy() == REMAP_PENDING
+    is_remap = hits["rule"].to_numpy() == REMAP_PENDING
     rows = index.get_indexer(pd.Index(hits["row"]))
-    return np.isin(np.arange(len(index)), rows[out & remap]) & ~np.isin(np.arange(len(index)), rows[out & ~remap])
+    remap, other = np.zeros(len(index), dtype=bool), np.zeros(len(index), dtype=bool)
+    remap[rows[out & is_remap]] = True
+    other[rows[out & ~is_remap]] = True
+    return remap & ~other
 
 
 def rule_alerts(features: pd.DataFrame, rules: tuple[Rule, ...] = BASELINE_RULES) -> pd.Series:

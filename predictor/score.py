@@ -292,7 +292,7 @@ class HistoryRounds:
         if len(rows) == 0:
             return set()
         decided = apply_waits(rows, self.th)
-        last = rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()  # each GPU's last round (a RangeIndex)
+        last = _last_rounds(rows)
         return {str(u) for u, out in zip(rows["gpu_uuid"].to_numpy()[last], decided["out_of_service"].to_numpy()[last],
                                          strict=True) if out}  # fmt: skip
 
@@ -321,9 +321,14 @@ class HistoryRounds:
         standing = decided["demote"].to_numpy(dtype=bool) & ~decided["out_of_service"].to_numpy(dtype=bool)
         gpu = rows["gpu_uuid"].to_numpy()
         since = high_since(gpu, rows["cutoff"], standing)
-        last = rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()  # each GPU's last round (a RangeIndex)
+        last = _last_rounds(rows)
         return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(gpu[last], since[last], strict=True)
                 if not np.isnat(t)}  # fmt: skip
+
+
+def _last_rounds(rows: pd.DataFrame) -> np.ndarray:
+    """The position of each GPU's last round among hour rows (`_hours_before`'s, a RangeIndex)."""
+    return rows.groupby("gpu_uuid")["cutoff"].idxmax().to_numpy()
 
 
 def _hours_before(
@@ -344,7 +349,7 @@ def _hours_before(
         return _no_hours()
     cuts = pd.DatetimeIndex([cutoff - pd.Timedelta(hours=k) for k in range(hours, 0, -1)])
     cuts = cuts[cuts >= frame["timestamp"].min()]
-    if len(cuts) == 0 or not uuids:
+    if len(cuts) == 0:
         return _no_hours()
     past, asked = _up_to(frame, cuts[-1]), set(uuids)
     hosts = set(frame.loc[frame["gpu_uuid"].astype(str).isin(asked), "hostname"].astype(str))

@@ -378,7 +378,7 @@ def remap_waits(at: Any, since: Any, risk_ecc: Any, thresholds: Thresholds) -> n
     """Per round: whether NVIDIA's pending-remap drain may wait at watch (`remap_hold_risk`): the ECC
     risk is known and has not held at that level for `remap_hold_for_s` (`since`: when its run at the
     level began; NaT: this round). Whether the GPU was drained already is the caller's (`replay.remap_held`,
-    `policy.decide`'s `was_out`): a drain, once made, stands."""
+    `policy.decide`'s `drained`): a drain, once made, stands."""
     r = np.asarray(risk_ecc, dtype=np.float64)
     if thresholds.remap_hold_risk <= 0:
         return np.zeros(r.shape, dtype=bool)
