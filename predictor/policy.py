@@ -22,21 +22,25 @@ import pandas as pd
 
 from core.decisions import DECISIONS, SEVERITY
 from predictor.node import NodeHeat, held_reason, node_findings, node_reason
+from predictor.reasons import (
+    agree_reason,
+    heat_reason,
+    hold_reason,
+    pending_reason,
+    probation_reason,
+    remap_context,
+    remap_wait_reason,
+)
 from predictor.rules import REMAP_PENDING, evaluate_rules, remap_alone
 from predictor.thresholds import (
     HEADS,
     Thresholds,
-    agree_reason,
     demote_waits,
     feature_column,
     heat_alone,
     heat_held,
-    heat_reason,
-    hold_reason,
     judged_heats,
     on_probation,
-    pending_reason,
-    probation_reason,
     remap_waits,
 )
 
@@ -431,33 +435,6 @@ def _add_remap_wait(
     for i in rows:
         reasons[i] += [str(t) for t in hit_reasons[is_remap & (pos == i)]]
         reasons[i].append(remap_wait_reason(float(ecc[i]), thresholds))
-
-
-def remap_wait_reason(risk_ecc: float, thresholds: Thresholds) -> str:
-    """Why a pending remap's drain waits: its ECC risk is under `remap_hold_risk` (or has not held it
-    for `remap_hold_for_s`)."""
-    level, hold_h = thresholds.remap_hold_risk, thresholds.remap_hold_for_s / 3600
-    held = f"is under {level:g}" if hold_h == 0 else f"has not held {level:g} for {hold_h:g} h"
-    drains = f"reaches {level:g}" if hold_h == 0 else f"holds {level:g} for {hold_h:g} h"
-    return (
-        f"the drain waits: its ECC risk {risk_ecc:.2f} {held}, so no wearing memory shows (a weak row on a "
-        "healthy GPU is remapped too, and NVIDIA lets work go on until the reset): reset it at a convenient "
-        f"moment; it is drained once its ECC risk {drains}"
-    )
-
-
-def remap_context(risk_ecc: float, thresholds: Thresholds) -> str:
-    """What the ECC head's risk says of a GPU whose remap is pending: wear at `thresholds.watch` or above."""
-    if risk_ecc >= thresholds.watch:
-        return (
-            f"its ECC risk {risk_ecc:.2f} (at {thresholds.watch:g} or above) says its memory is wearing: "
-            "drain it soon and follow the reset with a field diagnostic"
-        )
-    return (
-        f"its ECC risk {risk_ecc:.2f} (under {thresholds.watch:g}) shows no wearing memory: a weak row on a "
-        "healthy GPU is remapped too, and NVIDIA lets work go on until the reset, so it can wait for a "
-        "convenient moment"
-    )
 
 
 def _add_model_reasons(reasons: list[list[str]], risk: pd.DataFrame, r: np.ndarray, contributed: np.ndarray) -> None:

@@ -405,7 +405,7 @@ def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thre
     (`Thresholds.thermal_agree_z`, `thermal_agree_heat_z`), the memory-core spread alone is wide
     (`Thresholds.thermal_spread_z`) or its heat over its node's stands out of its own spread of that
     (`Thresholds.thermal_agree_vs_node_z`); never at light load (`light`)."""
-    both, wide, over_node = _cooling_witnesses(
+    both, wide, over_node = cooling_witnesses(
         feature_column(table, "heat_excess_z"),
         feature_column(table, "mem_spread_z"),
         feature_column(table, "heat_vs_node_own_z"),
@@ -415,7 +415,7 @@ def witnesses_agree(table: pd.DataFrame, mode: Any, light: Any, thresholds: Thre
     return np.asarray((both | wide | over_node) & thermal & ~np.asarray(light, dtype=bool))
 
 
-def _cooling_witnesses(
+def cooling_witnesses(
     heat_z: Any, spread_z: Any, vs_node_z: Any, thresholds: Thresholds
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Whether the core's heat and the memory-core spread agree (the heat at `thermal_agree_heat_z`, the
@@ -496,52 +496,6 @@ def heat_held(cutoff: Any, since: np.ndarray, thresholds: Thresholds) -> np.ndar
     return np.asarray(run_length(cutoff, since) >= as_ns(thresholds.thermal_heat_for_s))
 
 
-def heat_reason(heat_z: float, vs_node_z: float, since: pd.Timestamp, thresholds: Thresholds) -> str:
-    """Why a GPU is demoted on its heat alone (`heat_held`): how hot, by which yardstick, since when,
-    and what to check. `since` is as far back as the rounds read go (the hold and an hour): every
-    round since counted."""
-    th = thresholds
-    if heat_counts(heat_z, np.nan, th):
-        how = f"the core runs {heat_z:+.1f} σ hot against its own past and its node, at {th.thermal_heat_z:g} σ or more"
-    else:
-        over = "not known" if np.isnan(vs_node_z) else f"{vs_node_z:+.1f} σ"
-        how = (
-            f"the core runs hotter than its node's GPUs by {over} of its own spread of that difference "
-            f"(at {th.thermal_heat_vs_node_z:g} σ or more; the room's swings cancel against its node), and "
-            f"{heat_z:+.1f} σ hot against its own past and its node (at {th.thermal_heat_vs_node_excess_z:g} σ or more)"
-        )
-    return (
-        f"thermal demote on heat alone: {how} in every round since {since:%Y-%m-%d %H:%M} UTC "
-        f"(the hold: {th.thermal_heat_for_s / 3600:g} h), beyond what its power explains: check its "
-        "cooling (heat sink, fans, thermal paste)"
-    )
-
-
-def agree_reason(heat_z: float, spread_z: float, vs_node_z: float, thresholds: Thresholds) -> str:
-    """Why a thermal demote stands before its wait is over: the two readings that agree, the
-    memory-core spread alone, or the heat over its node's (`witnesses_agree`), the first that holds."""
-    wait = f"thermal demote without its {thresholds.demote_for_s / 3600:g} h wait"
-    both, wide, _ = _cooling_witnesses(heat_z, spread_z, vs_node_z, thresholds)
-    if both:
-        return (
-            f"{wait}: two readings of its own cooling agree: the core runs {heat_z:+.1f} σ hot against its own past "
-            f"and its node (at {thresholds.thermal_agree_heat_z:g} σ or more), and the memory-core spread is "
-            f"{spread_z:+.1f} σ wide against its own 30 days (at {thresholds.thermal_agree_z:g} σ or more)"
-        )
-    heat = "not known" if np.isnan(heat_z) else f"{heat_z:+.1f} σ"
-    if wide:
-        return (
-            f"{wait}: the memory-core spread is {spread_z:+.1f} σ wide against its own 30 days (at "
-            f"{thresholds.thermal_spread_z:g} σ or more; the core's heat against its own past and its node: {heat}): "
-            "its own cooling, not the room's"
-        )
-    return (
-        f"{wait}: the core runs hotter than its node's GPUs by {vs_node_z:+.1f} σ of its own spread of that "
-        f"difference (at {thresholds.thermal_agree_vs_node_z:g} σ or more; against its own past and its node: "
-        f"{heat}): its own cooling, not the room's"
-    )
-
-
 def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, thresholds: Thresholds) -> np.ndarray:
     """Per row: whether the GPU is on probation, demoted after a drain or RMA let it go at `began`
     (`replay.probation_began`, or the store's; NaT: none): no drain or RMA holds now (`out` false), its
@@ -553,78 +507,10 @@ def on_probation(at: Any, began: np.ndarray, out: np.ndarray, risk: np.ndarray, 
     return np.asarray(~np.asarray(out, dtype=bool) & high & ~np.isnat(b) & young)
 
 
-def probation_reason(began: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
-    """Why a GPU is demoted on probation: when the drain or RMA let it go, its risk, and until when."""
-    until = began + pd.Timedelta(seconds=thresholds.probation_for_s)
-    return (
-        f"probation: a drain or RMA let it go on {began:%Y-%m-%d %H:%M} UTC, and its risk {risk:.2f} "
-        f"is still at or above {thresholds.probation_risk:.2f}; interruptible work only until it falls "
-        f"under that, or until {until:%Y-%m-%d %H:%M} UTC at the latest"
-    )
-
-
-def hold_reason(since: pd.Timestamp, risk: float, thresholds: Thresholds) -> str:
-    """Why a GPU whose demote stands is still demoted: since when, its risk, and what ends it."""
-    return (
-        f"demote held: demoted since {since:%Y-%m-%d %H:%M} UTC, and its risk {risk:.2f} is still at or "
-        f"above {thresholds.release_level:.2f}; interruptible work only until it falls under that"
-    )
-
-
 def naive_utc(t: Any) -> np.ndarray:
     """Times (aware or naive UTC, any unit) as naive UTC datetime64[ns]."""
     idx = pd.DatetimeIndex(t)
     return (idx.tz_convert(None) if idx.tz is not None else idx).as_unit("ns").to_numpy()
-
-
-def pending_reason(
-    since: pd.Timestamp,
-    thresholds: Thresholds,
-    mode: str,
-    load_share: float | None = None,
-    surprise: float | None = None,
-    spread_z: float | None = None,
-    vs_node_z: float | None = None,
-) -> str:
-    """Why a demote by the model is a watch for now: since when its risk is high, and until when it
-    must stay so (the wait of its riskiest head `mode`; with `load_share`, a thermal one at
-    light load, which also stands once the load returns, or waits only the thermal wait where its
-    memory-core spread `spread_z` stands out (`light_wait`); with `vs_node_z` and `spread_z`, a
-    thermal one neither corroborates (`uncorroborated`); None or NaN: not known; with `surprise`, a
-    PCIe one on a link replaying out of habit)."""
-    share, spread, vs_node = ([np.nan if x is None else x] for x in (load_share, spread_z, vs_node_z))
-    light, long, alone = (bool(flag[0]) for flag in thermal_conditions(share, spread, vs_node, thresholds))
-    habit = surprise is not None and bool(habitual_link([surprise], thresholds)[0])
-    wait, base = thresholds.wait_for([mode], [long], [habit], [alone])[0], thresholds.wait_for([mode])[0]
-    due = since + pd.Timedelta(wait)
-    text = (
-        f"demote pending: risk at or above {thresholds.demote:.2f} since {since:%Y-%m-%d %H:%M} UTC; "
-        f"it is demoted if that holds until {due:%Y-%m-%d %H:%M} UTC"
-    )
-    if wait > base and long:  # the light-load wait is the one that holds it
-        text += (
-            f", or sooner once its load returns: light load (6 h power {load_share:.0%} of its baseline's), "
-            "where heat is judged by extrapolation"
-        )
-    elif light and not long and wait < thresholds.wait_for([mode], [True])[0]:  # the spread shortened it
-        text += (
-            f": at light load (6 h power {load_share:.0%} of its baseline's) but its memory-core spread stands "
-            f"{spread_z:+.1f} σ out of its own 30 days (at {thresholds.light_load_spread_z:g} σ or more), so "
-            f"not the {thresholds.light_load_demote_for_s / 3600:g} h light-load wait"
-        )
-    elif wait > base and alone:  # no reading corroborates it
-        text += (
-            f": no reading of its own cooling corroborates it (its heat over its node's {vs_node_z:+.1f} σ of its "
-            f"own spread of that, its memory-core spread {spread_z:+.1f} σ, both under "
-            f"{thresholds.thermal_corroborate_z:g} σ): its heat is what its node or its power explain"
-        )
-    elif wait > base:  # the habitual link's
-        seen = "not known" if surprise is None or np.isnan(surprise) else f"{surprise:+.1f} σ"
-        text += (
-            f": its link replays out of habit (its hours with new replays over 6 h stand {seen} out of its own "
-            f"month, under {thresholds.pcie_surprise_z:g} σ)"
-        )
-    return text
 
 
 def feature_column(features: pd.DataFrame, name: str) -> np.ndarray:

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from core.settings import Settings
+from predictor.reasons import heat_reason
 from predictor.thresholds import (
     Thresholds,
     heat_alone,
     heat_counts,
     heat_held,
-    heat_reason,
     on_probation,
     remap_waits,
 )
