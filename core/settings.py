@@ -47,6 +47,7 @@ class Settings(BaseSettings):
     probation_for: str = "30d"  # ... for at most this long after it (0 = no probation)
     remap_hold_risk: float = 0.0  # a pending remap's drain waits at watch while ECC risk is under this (0 = never)
     remap_hold_for: str = "0"  # ... until ECC risk has held it this long; once drained, the drain stands
+    remap_hold_clear: str = "24h"  # ... and only if ECC risk has not held it within this long before
     release_threshold: float | None = None  # a standing demote holds while risk >= this (unset: watch; demote: no hold)
 
     # The service (`gpuhealth serve`): store, scoring loop and API.

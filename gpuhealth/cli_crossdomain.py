@@ -127,4 +127,5 @@ def _remap_hold(th: Thresholds) -> str:
     if th.remap_hold_risk <= 0:
         return "a pending remap drains at once (NVIDIA)"
     held = f" held {th.remap_hold_for_s / 3600:g} h" if th.remap_hold_for_s > 0 else ""
-    return f"a pending remap's drain waits while the ECC risk is under {th.remap_hold_risk:g}{held}, then stands"
+    back = f" (and was {th.remap_hold_clear_s / 3600:g} h before)" if th.remap_hold_clear_s > 0 else ""
+    return f"a pending remap's drain waits while the ECC risk is under {th.remap_hold_risk:g}{held}{back}, then stands"

@@ -29,6 +29,7 @@ from predictor.reasons import (
     pending_reason,
     probation_reason,
     remap_context,
+    remap_stands_reason,
     remap_wait_reason,
 )
 from predictor.rules import REMAP_PENDING, evaluate_rules, remap_alone
@@ -127,8 +128,9 @@ def decide(
     `Thresholds.remap_hold_risk` or above began (NaT: this round, or it is not at it). With it,
     NVIDIA's drain for a pending remap, where no other drain or RMA rule fires, is held at watch while
     the ECC risk is known and has not held that level for `remap_hold_for_s` (`remap_waits`), unless the
-    GPU was drained at its last round (`drained`, per row: its standing decision is a drain or RMA;
-    None: none was): a drain, once made, stands until the remap is taken. None: no hold.
+    GPU's drain stands (`drained`, per row: its standing decision is a drain or RMA, or its ECC risk held
+    that level within `remap_hold_clear_s`, `replay.recently_wore`; None: none does): a drain, once
+    made, stands until the remap is taken. None: no hold.
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -169,7 +171,8 @@ def decide(
     hit_reasons, set_it = hits["reason"].to_numpy(), hit_sev == final[pos]
     for i in np.flatnonzero(set_it):
         reasons[pos[i]].append(str(hit_reasons[i]))
-    _add_remap_context(reasons, hits, pos, set_it, risk, thresholds)
+    stands = None if remap_since is None or drained is None else np.asarray(drained, dtype=bool)
+    _add_remap_context(reasons, hits, pos, set_it, risk, thresholds, stands)
     _add_remap_wait(reasons, hits, pos, np.flatnonzero(remap_held & (rule_sev == final)), risk, thresholds)
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
@@ -380,17 +383,24 @@ def _hit_severity(features: pd.DataFrame, hits: pd.DataFrame) -> tuple[np.ndarra
 
 def _add_remap_context(
     reasons: list[list[str]], hits: pd.DataFrame, pos: np.ndarray, set_it: np.ndarray, risk: pd.DataFrame,
-    thresholds: Thresholds,
+    thresholds: Thresholds, stands: np.ndarray | None = None,
 ) -> None:  # fmt: skip
     """After a pending remap's reason, where that rule set the decision and the ECC head's risk is
     known: how urgent the reset is (`remap_context`). A weak row on a healthy GPU is remapped too,
-    and NVIDIA lets work go on meanwhile; a wearing memory shows in the ECC risk."""
+    and NVIDIA lets work go on meanwhile; a wearing memory shows in the ECC risk. Where the hold is
+    on and the drain stands (`stands`, per row: `decide`'s `drained`) with this round's ECC risk under
+    its level, why it stands instead (`remap_stands_reason`): not that the reset can wait."""
     if "risk_ecc" not in risk.columns:
         return
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
     for i in np.flatnonzero(set_it & (hits["rule"].to_numpy() == REMAP_PENDING)):
-        if not np.isnan(ecc[pos[i]]):
-            reasons[pos[i]].append(remap_context(float(ecc[pos[i]]), thresholds))
+        e = float(ecc[pos[i]])
+        if np.isnan(e):
+            continue
+        if stands is not None and stands[pos[i]] and e < thresholds.remap_hold_risk:
+            reasons[pos[i]].append(remap_stands_reason(e, thresholds))
+        else:
+            reasons[pos[i]].append(remap_context(e, thresholds))
 
 
 def _rule_severity(

@@ -142,6 +142,19 @@ def remap_context(risk_ecc: float, thresholds: Thresholds) -> str:
     )
 
 
+def remap_stands_reason(risk_ecc: float, thresholds: Thresholds) -> str:
+    """Why a pending remap's drain stands where the hold (`remap_hold_risk`) would let it wait on this
+    round's ECC risk alone: the GPU was drained already, or its ECC risk held the level within
+    `remap_hold_clear_s` (`policy.decide`'s `drained`)."""
+    back = thresholds.remap_hold_clear_s / 3600
+    within = f" within the last {back:g} h" if back > 0 else ""
+    return (
+        f"the drain stands though its ECC risk {risk_ecc:.2f} is under {thresholds.remap_hold_risk:g}: it was "
+        f"drained already, or its ECC risk reached {thresholds.remap_hold_risk:g}{within}, so its memory may be "
+        "wearing: keep it out until the reset takes the remap, and follow the reset with a field diagnostic"
+    )
+
+
 def remap_wait_reason(risk_ecc: float, thresholds: Thresholds) -> str:
     """Why a pending remap's drain waits: its ECC risk is under `remap_hold_risk` (or has not held it
     for `remap_hold_for_s`)."""

@@ -17,12 +17,14 @@ import pandas as pd
 from predictor.policy import top_heads
 from predictor.thresholds import (
     Thresholds,
+    as_ns,
     demote_waits,
     heat_alone,
     heat_held,
     naive_utc,
     on_probation,
     remap_waits,
+    run_length,
 )
 
 
@@ -115,7 +117,8 @@ def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray,
 def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
     """Per hourly row (`score.hour_rows`): NVIDIA's pending-remap drain held at watch. The row's only
     drain or RMA rule is the pending remap (`remap_alone`), its ECC risk may wait (`remap_waits`: known,
-    and not held at `remap_hold_risk` for `remap_hold_for_s`) and the GPU was not out at its row before: a
+    and not held at `remap_hold_risk` for `remap_hold_for_s`, nor within `remap_hold_clear_s` before:
+    `ecc_wore`) and the GPU was not out at its row before: a
     drain, once made, stands for the rest of its run of out-of-service rows (no flapping as the risk
     moves). The service reads the last from its standing decision (`policy.decide`'s `drained`)."""
     n = len(rows)
@@ -127,6 +130,7 @@ def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         at_level = risk >= thresholds.remap_hold_risk
     waits = remap_waits(rows["cutoff"], high_since(gpu, rows["cutoff"], at_level), risk, thresholds)
+    waits &= ~ecc_wore(gpu, rows["cutoff"], risk, thresholds)
     drains = act & ~(rows["remap_alone"].to_numpy(dtype=bool) & waits)
     order, g, _ = _in_gpu_time_order(gpu, rows["cutoff"])
     a, idx = act[order], np.arange(n)
@@ -136,6 +140,45 @@ def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
     held = np.zeros(n, dtype=bool)
     held[order] = a & (last_drain < run_start)
     return held
+
+
+def _wore_rows(gpu: np.ndarray, at: Any, risk_ecc: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: the GPU's ECC risk at `remap_hold_risk`, held for `remap_hold_for_s` by then."""
+    with np.errstate(invalid="ignore"):
+        level = np.asarray(risk_ecc, dtype=np.float64) >= thresholds.remap_hold_risk
+    return np.asarray(level & (run_length(at, high_since(gpu, at, level)) >= as_ns(thresholds.remap_hold_for_s)))
+
+
+def ecc_wore(gpu: np.ndarray, at: Any, risk_ecc: Any, thresholds: Thresholds) -> np.ndarray:
+    """Per row: the GPU's ECC risk held `remap_hold_risk` (for `remap_hold_for_s`) at the row or at one
+    of its rows less than `remap_hold_clear_s` before it: memory the ECC head called wearing, whose
+    pending remap's drain does not wait (`remap_held`). Rows are (GPU, time) points in any order; the
+    service asks its stored rounds the same (`recently_wore`)."""
+    n = len(gpu)
+    out = np.zeros(n, dtype=bool)
+    if n == 0 or thresholds.remap_hold_risk <= 0:
+        return out
+    order, g, tt = _in_gpu_time_order(gpu, at)
+    w = _wore_rows(gpu, at, risk_ecc, thresholds)[order]
+    last = np.maximum.accumulate(np.where(w, np.arange(n), -1))
+    j = np.maximum(last, 0)
+    out[order] = w | ((last >= 0) & (g[j] == g) & (tt - tt[j] < as_ns(thresholds.remap_hold_clear_s)))
+    return out
+
+
+def recently_wore(
+    stored: Sequence[tuple[str, Any]], risk_ecc: Any, now: pd.Timestamp, thresholds: Thresholds
+) -> set[str]:
+    """The GPUs whose ECC risk held `remap_hold_risk` (for `remap_hold_for_s`) at one of their stored
+    rounds (gpu_uuid, scored_at; the risk of each, NaN where unknown) less than `remap_hold_clear_s`
+    before `now`: what `ecc_wore` reads from the rows before this round, for the service and
+    `gpuhealth score`, whose pending remap's drain then stands (`policy.decide`'s `drained`)."""
+    if not stored or thresholds.remap_hold_risk <= 0 or thresholds.remap_hold_clear_s <= 0:
+        return set()
+    gpu = np.asarray([r[0] for r in stored], dtype=object)
+    at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored])
+    recent = naive_utc(at) > naive_utc([now])[0] - as_ns(thresholds.remap_hold_clear_s)
+    return {str(u) for u in gpu[_wore_rows(gpu, at, risk_ecc, thresholds) & recent]}
 
 
 def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:

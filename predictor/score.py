@@ -18,7 +18,7 @@ from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_in
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
 from predictor.policy import decide, held_by_node, remap_held_rows
-from predictor.replay import apply_waits, high_since, probation_began, remap_held, stored_run_began
+from predictor.replay import apply_waits, high_since, probation_began, recently_wore, remap_held, stored_run_began
 from predictor.rules import (
     OTHER_OUT_OF_SERVICE_RULES,
     OUT_OF_SERVICE_RULES,
@@ -65,8 +65,9 @@ EccSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs whose pending remap alone would drain them now, their ECC risk at `remap_hold_risk` or above;
 the cutoff) -> when each one's ECC risk rose to that level, if before this round (`remap_waits`)."""
 Drained = Callable[[list[str], pd.Timestamp], Collection[str]]
-"""(GPUs whose pending remap alone would drain them now; the cutoff) -> those whose standing decision
-(the last round's) is a drain or RMA: their drain stands (`replay.remap_held`)."""
+"""(GPUs whose pending remap alone would drain them now; the cutoff) -> those whose drain stands
+(`replay.remap_held`): their standing decision (the last round's) is a drain or RMA, or their ECC risk
+held `remap_hold_risk` within `remap_hold_clear_s` before (`replay.recently_wore`)."""
 HeatSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
 """(GPUs whose heat alone counts now, `thresholds.heat_alone`; the cutoff) -> when each one's run of
 such rounds began, if before this round (`thresholds.heat_held`)."""
@@ -104,10 +105,11 @@ def score(
     `thermal_heat_for_s` are demoted (`policy.decide`'s `heat_since`). None: the heat of this round
     alone, which demotes only where `thermal_heat_for_s` is 0.
     `ecc_since(uuids, cutoff)` and `drained(uuids, cutoff)`: for the GPUs whose pending remap alone
-    would drain them now, when their ECC risk rose to `remap_hold_risk` (the stored rounds) and which
-    were drained at their last round (the stored decisions); NVIDIA's drain then waits at watch until
-    the ECC risk has held that level for `remap_hold_for_s`, unless the GPU was drained already
-    (`policy.decide`'s `remap_since` and `drained`). Either None: no hold, the drain at once.
+    would drain them now, when their ECC risk rose to `remap_hold_risk` (the stored rounds) and whose
+    drain stands (drained at their last round, the stored decisions, or their ECC risk at that level
+    within `remap_hold_clear_s`, the stored rounds); NVIDIA's drain then waits at watch until the ECC
+    risk has held that level for `remap_hold_for_s`, unless the drain stands (`policy.decide`'s
+    `remap_since` and `drained`). Either None: no hold, the drain at once.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and HEAT_COLUMNS (the
     core's heat the round judged, `thresholds.judged_heats`: what a later round's `heat_since` reads).
@@ -286,15 +288,20 @@ class HistoryRounds:
             return self._run_began(uuids, cutoff, span, lambda rows: rows["risk_ecc"] >= level)
 
     def drained(self, uuids: list[str], cutoff: pd.Timestamp) -> set[str]:
-        """The GPUs whose last round was a drain or RMA (`score`'s `drained`), from their hours over
-        HOLD_LOOKBACK: a drain the hold let stand is found by replaying its run of such rounds."""
-        rows = self.hours(uuids, cutoff, HOLD_LOOKBACK)
+        """The GPUs whose pending remap's drain stands (`score`'s `drained`), from their hours over
+        HOLD_LOOKBACK: their last round was a drain or RMA (a drain the hold let stand is found by
+        replaying its run of such rounds), or their ECC risk held the hold's level within
+        `remap_hold_clear_s` (`replay.recently_wore`)."""
+        rows = self.hours(uuids, cutoff, max(HOLD_LOOKBACK, pd.Timedelta(seconds=self.th.remap_hold_clear_s
+                                                                           + self.th.remap_hold_for_s)))  # fmt: skip
         if len(rows) == 0:
             return set()
         decided = apply_waits(rows, self.th)
         last = _last_rounds(rows)
-        return {str(u) for u, out in zip(rows["gpu_uuid"].to_numpy()[last], decided["out_of_service"].to_numpy()[last],
-                                         strict=True) if out}  # fmt: skip
+        out = {str(u) for u, o in zip(rows["gpu_uuid"].to_numpy()[last], decided["out_of_service"].to_numpy()[last],
+                                      strict=True) if o}  # fmt: skip
+        stored = list(zip(rows["gpu_uuid"], rows["cutoff"], strict=True))
+        return out | recently_wore(stored, rows["risk_ecc"].to_numpy(dtype=np.float64), cutoff, self.th)
 
     def released(self, uuids: list[str], cutoff: pd.Timestamp) -> Mapping[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go (`score`'s `released`)."""

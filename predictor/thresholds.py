@@ -169,6 +169,12 @@ class Thresholds:
     stops waiting; 0: the first round at it. docs/model.md measures 12 h (the ECC demote's wait): it
     lets a healthy burst's passing risk go by, but drains failing memory too late on the development
     fleets."""
+    remap_hold_clear_s: float = 86400.0
+    """A pending remap's drain waits only if the ECC risk has not held `remap_hold_risk` (for
+    `remap_hold_for_s`) at any round within this long (seconds) before (`replay.ecc_wore`): memory the
+    ECC head called wearing a few hours ago is drained at its next remap even where the reset took the
+    last one and the risk fell with the burst that passed. 0: only this round's risk counts. 24 h:
+    picked on spent development seeds between 24 h, 72 h and 7 days (docs/model.md)."""
     release: float | None = None
     """A demote that stands (the model's, a probation's, or one held so) is held while the GPU's
     risk stays at or above this (`replay.held_demotes`); the first round under it, or a drain or RMA,
@@ -193,6 +199,7 @@ class Thresholds:
             ("demote_for_uncorroborated", self.uncorroborated_demote_for_s),
             ("thermal_heat_for", self.thermal_heat_for_s),
             ("remap_hold_for", self.remap_hold_for_s),
+            ("remap_hold_clear", self.remap_hold_clear_s),
         ):
             if not (0.0 <= v < float("inf")):
                 raise ValueError(f"{name} must be a duration >= 0; got {v} s")
@@ -232,7 +239,7 @@ class Thresholds:
         _LIGHT_LOAD_SHARE, _LIGHT_LOAD_SPREAD_Z, _THERMAL_CORROBORATE_Z, _DEMOTE_FOR_UNCORROBORATED,
         _THERMAL_AGREE_Z, _THERMAL_AGREE_HEAT_Z, _THERMAL_SPREAD_Z, _THERMAL_AGREE_VS_NODE_Z, _THERMAL_HEAT_Z,
         _THERMAL_HEAT_VS_NODE_Z, _THERMAL_HEAT_VS_NODE_EXCESS_Z, _DEMOTE_FOR_HEAT, _PROBATION_RISK,
-        _PROBATION_FOR, _REMAP_HOLD_RISK, _REMAP_HOLD_FOR, _RELEASE_THRESHOLD)."""
+        _PROBATION_FOR, _REMAP_HOLD_RISK, _REMAP_HOLD_FOR, _REMAP_HOLD_CLEAR, _RELEASE_THRESHOLD)."""
         waits = {}
         for field_name, name, text in (
             ("demote_for_s", "GPUHEALTH_DEMOTE_FOR", s.demote_for),
@@ -244,6 +251,7 @@ class Thresholds:
             ("probation_for_s", "GPUHEALTH_PROBATION_FOR", s.probation_for),
             ("thermal_heat_for_s", "GPUHEALTH_DEMOTE_FOR_HEAT", s.demote_for_heat),
             ("remap_hold_for_s", "GPUHEALTH_REMAP_HOLD_FOR", s.remap_hold_for),
+            ("remap_hold_clear_s", "GPUHEALTH_REMAP_HOLD_CLEAR", s.remap_hold_clear),
         ):
             try:
                 waits[field_name] = parse_duration(text, allow_zero=True)

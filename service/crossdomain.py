@@ -71,7 +71,8 @@ class Plan:
     alone held 6 h (`thresholds.Thresholds.thermal_heat_z`). 907-912, 915, 916 and 932-935 were spent on
     versions and policies not shipped (934-935 on a 5 h PCIe wait with the thermal demote after four hours
     at watch, docs/model.md). 946-953 went to the rules docs/model.md names for them, 954-955 to the
-    twelfth (the pending remap's hold as the default, not shipped): the next clean seed is 956."""
+    twelfth (the pending remap's hold as the default, not shipped), 956-957 to the thirteenth (the same
+    with a look back of 24 h, not shipped): the next clean seed is 958."""
     every: str = "6h"
     """Cutoff spacing of the training rows."""
     model_seed: int = 0

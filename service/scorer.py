@@ -29,7 +29,7 @@ from core.worker import Worker
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, decision_changes
 from predictor.probes import slow_gpus
-from predictor.replay import stored_run_began
+from predictor.replay import recently_wore, stored_run_began
 from predictor.score import score, to_records
 from predictor.thresholds import HEAT_COLUMNS, Thresholds, heat_counts
 from service.replicas import Replica, Share, round_of, until_next_round
@@ -221,8 +221,19 @@ class Scorer(Worker):
             return self._run_began(uuids, cutoff, span, ("risk_ecc",), lambda v: v[:, 0] >= th.remap_hold_risk)
 
     def _drained(self, uuids: list[str], cutoff: pd.Timestamp) -> set[str]:
-        """The GPUs whose standing decision is a drain or RMA (a pending remap's drain then stands)."""
-        return self.store.drained(uuids)
+        """The GPUs whose pending remap's drain stands: their standing decision is a drain or RMA, or
+        their ECC risk held the hold's level within `remap_hold_clear_s` (`replay.recently_wore`, the
+        stored rounds)."""
+        th = self.thresholds
+        stands = set(self.store.drained(uuids))
+        if th.remap_hold_clear_s > 0:
+            span = pd.Timedelta(seconds=th.remap_hold_clear_s + th.remap_hold_for_s) + pd.Timedelta(hours=1)
+            stored = self.store.recent_rounds(
+                uuids, (cutoff - span).to_pydatetime(), cutoff.to_pydatetime(), of=("risk_ecc",)
+            )
+            risk = np.array([np.nan if r[2][0] is None else r[2][0] for r in stored], dtype=float)
+            stands |= recently_wore([r[:2] for r in stored], risk, cutoff, th)
+        return stands
 
     def _run_began(
         self,

@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.replay import apply_waits, held_demotes, high_since, probation_began, remap_held, stored_run_began
+from predictor.replay import (
+    apply_waits,
+    held_demotes,
+    high_since,
+    probation_began,
+    recently_wore,
+    remap_held,
+    stored_run_began,
+)
 from predictor.thresholds import Thresholds
 from tests.predictor.test_thresholds import _t
 
@@ -141,7 +149,8 @@ def _remap_rows(runs: dict[str, list[tuple[bool, bool, float]]]) -> pd.DataFrame
 def test_remap_held_holds_a_pending_remaps_drain_until_the_ecc_risk_reaches_the_level_then_it_stands() -> None:
     P, OTHER = (True, True), (True, False)  # the pending remap alone; another drain or RMA rule (with or without it)
     runs = {
-        # held while under 0.3; drained at 0.4; the drain stands at 0.1; the run ends (reset); a new run held.
+        # held while under 0.3; drained at 0.4; the drain stands at 0.1; the run ends (reset); a new run
+        # 4 h after the 0.4 drains at once (the default look back, 24 h), held with none.
         "a": [(*P, 0.1), (*P, 0.2), (*P, 0.4), (*P, 0.1), (*P, 0.1), (False, False, 0.1), (*P, 0.1)],
         # another drain rule drains at once, and the pending remap's drain then stands.
         "b": [(*OTHER, 0.1), (*P, 0.1), (*P, 0.1)],
@@ -153,12 +162,32 @@ def test_remap_held_holds_a_pending_remaps_drain_until_the_ecc_risk_reaches_the_
     rows = _remap_rows(runs)
     key = list(zip(rows["gpu_uuid"], (rows["cutoff"] - _t([0])[0]) // pd.Timedelta(hours=1), strict=True))
     got = dict(zip(key, remap_held(rows, Thresholds(remap_hold_risk=0.3)), strict=True))
-    want = {"a": [1, 1, 0, 0, 0, 0, 1], "b": [0, 0, 0], "c": [0, 0], "d": [1, 1]}
+    want = {"a": [1, 1, 0, 0, 0, 0, 0], "b": [0, 0, 0], "c": [0, 0], "d": [1, 1]}
     assert {g: [int(got[(g, h)]) for h in range(len(w))] for g, w in want.items()} == want
+    for clear_h, last in ((0, 1), (4, 1), (5, 0)):  # the 0.4 is 4 h before: in a look back of 5 h, not of 4
+        th = Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=clear_h * 3600)
+        assert int(dict(zip(key, remap_held(rows, th), strict=True))[("a", 6)]) == last
     decided = apply_waits(rows, Thresholds(remap_hold_risk=0.3))
     assert (decided["out_of_service"] == (rows["rule_act"] & ~decided["remap_held"])).all()
     assert (decided["alert"] >= decided["out_of_service"]).all()
-    # Off (the default): nothing held. Held 2 h at the level: "a" drains at its 0.4 only if it lasts.
+    # Off (the default): nothing held. Held 2 h at the level: "a" drains at its 0.4 only if it lasts,
+    # and the 0.4 that did not last is no wear its next run looks back to.
     assert not remap_held(rows, Thresholds()).any()
     slow = dict(zip(key, remap_held(rows, Thresholds(remap_hold_risk=0.3, remap_hold_for_s=7200)), strict=True))
     assert [int(slow[("a", h)]) for h in range(7)] == [1, 1, 1, 1, 1, 0, 1]
+
+
+def test_recently_wore_reads_the_stored_rounds_as_the_hourly_rows_look_back() -> None:
+    """The service's question (`recently_wore`) from rounds before `now`: a GPU whose ECC risk held the
+    level (for `remap_hold_for_s`) less than `remap_hold_clear_s` before now."""
+    now = _t([30])[0]
+    stored = [("a", t) for t in _t([5, 6, 7])] + [("b", t) for t in _t([27, 28])] + [("c", t) for t in _t([28, 29])]
+    risk = np.asarray([0.5, 0.5, 0.1, 0.5, 0.1, np.nan, 0.2])
+    th = Thresholds(remap_hold_risk=0.3)  # a day back: "a" at 0.5 until 6 h, 24 h before 30 h: just out
+    assert recently_wore(stored, risk, now, th) == {"b"}
+    assert recently_wore(stored, risk, now, Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=25 * 3600)) == {"a", "b"}
+    # Held 1 h: "a" (5 h and 6 h) did, "b" (one round at 0.5) did not.
+    one_h = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3600, remap_hold_clear_s=25 * 3600)
+    assert recently_wore(stored, risk, now, one_h) == {"a"}
+    assert recently_wore(stored, risk, now, Thresholds()) == set()  # the hold off
+    assert recently_wore(stored, risk, now, Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=0)) == set()

@@ -122,11 +122,12 @@ def test_invalid_demote_for_raises() -> None:
 
 def test_the_remap_hold_is_off_by_default_and_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     d = Thresholds.from_settings(Settings())
-    assert (d.remap_hold_risk, d.remap_hold_for_s) == (0.0, 0.0)
+    assert (d.remap_hold_risk, d.remap_hold_for_s, d.remap_hold_clear_s) == (0.0, 0.0, 86400.0)
     monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_RISK", "0.3")
     monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_FOR", "12h")
+    monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_CLEAR", "3d")
     th = Thresholds.from_settings(Settings())
-    assert (th.remap_hold_risk, th.remap_hold_for_s) == (0.3, 12 * 3600)
+    assert (th.remap_hold_risk, th.remap_hold_for_s, th.remap_hold_clear_s) == (0.3, 12 * 3600, 3 * 86400)
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="remap_hold_risk must be between 0 and 1"):
             Thresholds(remap_hold_risk=bad)
@@ -134,6 +135,10 @@ def test_the_remap_hold_is_off_by_default_and_read_from_the_environment(monkeypa
         Thresholds(remap_hold_for_s=-1)
     with pytest.raises(ValueError, match="GPUHEALTH_REMAP_HOLD_FOR: invalid duration 'soon'"):
         Thresholds.from_settings(Settings(remap_hold_for="soon"))
+    with pytest.raises(ValueError, match="remap_hold_clear must be a duration >= 0"):
+        Thresholds(remap_hold_clear_s=float("nan"))
+    with pytest.raises(ValueError, match="GPUHEALTH_REMAP_HOLD_CLEAR: invalid duration 'a while'"):
+        Thresholds.from_settings(Settings(remap_hold_clear="a while"))
 
 
 def test_remap_waits_while_the_ecc_risk_is_known_and_has_not_held_the_level() -> None:

@@ -1,7 +1,8 @@
 """A pending remap's drain held at watch while the GPU's ECC risk shows no wear
-(GPUHEALTH_REMAP_HOLD_RISK, GPUHEALTH_REMAP_HOLD_FOR): in the service (each round reads the stored
-rounds and the standing decision) and in `gpuhealth score` (from the history's own hours) alike; once
-drained, the drain stands until the reset takes the remap.
+(GPUHEALTH_REMAP_HOLD_RISK, _REMAP_HOLD_FOR, _REMAP_HOLD_CLEAR): in the service (each round reads the
+stored rounds and the standing decision) and in `gpuhealth score` (from the history's own hours) alike;
+once drained, the drain stands until the reset takes the remap, and a remap within a day of the ECC
+risk at the level drains at once.
 
 One GPU; its row remap is pending from day 3 02:00 to 16:00 (a reset then takes it) and again from
 20:00. The model's ECC head follows the GPU's age (`schedule_model`): 0.05 from day 3, 0.5 from
@@ -26,6 +27,9 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 DAY3 = T0 + timedelta(days=3)
 MODEL = schedule_model(((3.0, 0.05), (3.25, 0.5), (3.5, 0.05)))
 TH = Thresholds(remap_hold_risk=0.3)
+NO_CLEAR = Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=0)
+"""The hold with no look back: only this round's ECC risk says whether memory wears."""
+SHORT_CLEAR = Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=6 * 3600)
 PENDING = ((2, 16), (20, 99))
 """The hours after DAY3 in which the remap is pending."""
 
@@ -57,9 +61,10 @@ def store(tmp_path: Path) -> Store:
 def test_the_drain_waits_while_no_wear_shows_and_stands_once_made(store: Store) -> None:
     # 03:00 pending at ECC 0.05: held at watch. 07:00 ECC 0.5: drained. 13:00 ECC 0.05, still pending:
     # the drain stands (read from the standing decision of a new scorer). 17:00 the reset took it: ok.
-    # 21:00 pending again at 0.05: a new remap, held again.
+    # 21:00 pending again at 0.05: a new remap, 14 h after a round whose ECC risk was at 0.3 (07:00):
+    # drained at once under the default look back (24 h); held again under one of 6 h or none.
     got = rounds(store, TH, [1, 3, 7, 13, 17, 21])
-    assert [r["decision"] for r in got] == ["ok", "watch", "drain", "drain", "ok", "watch"]
+    assert [r["decision"] for r in got] == ["ok", "watch", "drain", "drain", "ok", "drain"]
     assert got[1]["reasons"][:2] == [
         "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)",
         "the drain waits: its ECC risk 0.05 is under 0.3, so no wearing memory shows (a weak row on a healthy "
@@ -68,12 +73,29 @@ def test_the_drain_waits_while_no_wear_shows_and_stands_once_made(store: Store) 
     ]
     assert got[2]["reasons"][0].startswith("row remap pending: drain and reset")
     assert got[3]["reasons"][0].startswith("row remap pending: drain and reset")
+    assert got[5]["reasons"][0].startswith("row remap pending: drain and reset")
+    # Where the drain stands on an ECC risk under the level, the reason says why, not that it can wait.
+    for r in (got[3], got[5]):
+        assert r["reasons"][1] == (
+            "the drain stands though its ECC risk 0.05 is under 0.3: it was drained already, or its ECC risk "
+            "reached 0.3 within the last 24 h, so its memory may be wearing: keep it out until the reset takes "
+            "the remap, and follow the reset with a field diagnostic"
+        )
+
+
+@pytest.mark.parametrize("th", [NO_CLEAR, SHORT_CLEAR], ids=["no look back", "6 h"])
+def test_a_remap_long_enough_after_the_wear_is_held_again(tmp_path: Path, th: Thresholds) -> None:
+    s = Store.open(f"sqlite:///{tmp_path / 'c'}.db")
+    s.ingest(samples())
+    assert [r["decision"] for r in rounds(s, th, [3, 7, 13, 17, 21])] == ["watch", "drain", "drain", "ok", "watch"]
 
 
 def test_without_the_hold_nvidia_drains_at_once_and_a_wait_for_the_risk_holds_longer(tmp_path: Path) -> None:
     s = Store.open(f"sqlite:///{tmp_path / 'off'}.db")
     s.ingest(samples())
-    assert [r["decision"] for r in rounds(s, Thresholds(), [3, 13])] == ["drain", "drain"]
+    off = rounds(s, Thresholds(), [3, 13])
+    assert [r["decision"] for r in off] == ["drain", "drain"]
+    assert off[1]["reasons"][1].startswith("its ECC risk 0.05 (under 0.3) shows no wearing memory")
     s = Store.open(f"sqlite:///{tmp_path / 'for'}.db")
     s.ingest(samples())
     # The ECC risk must hold 0.3 for 3 h: it rose to 0.5 at 06:00 (the first stored round at it); at
@@ -94,7 +116,10 @@ def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
                     ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
         return str(out.iloc[0]["decision"])
 
-    assert [at(h) for h in (3, 7, 13, 17, 21)] == ["watch", "drain", "drain", "ok", "watch"]
+    assert [at(h) for h in (3, 7, 13, 17, 21)] == ["watch", "drain", "drain", "ok", "drain"]
+    # Its hours read the ECC risk at 0.3 last at 11:00: ten hours before 21:00.
+    assert [at(h, SHORT_CLEAR) for h in (17, 21)] == ["ok", "watch"]
+    assert at(21, Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=11 * 3600)) == "drain"
     held_for = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3 * 3600)
     assert [at(h, held_for) for h in (7, 9, 13)] == ["watch", "drain", "drain"]
     # Without the history's rounds (no questions to ask), NVIDIA's drain at once.
@@ -104,17 +129,17 @@ def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
 def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
     """Drained at 07:00 (ECC 0.5), let go by the reset at 16:00 with the risk at 0.2 (over the
     probation's 0.1, under the hold's 0.3): demoted on probation; the remap pending again from 20:00
-    is held, and the probation goes on (a held drain takes no GPU out), in the service and in
-    `gpuhealth score` alike."""
+    is held (no look back), and the probation goes on (a held drain takes no GPU out), in the service
+    and in `gpuhealth score` alike."""
     model = schedule_model(((3.0, 0.05), (3.25, 0.5), (3.5, 0.2)))
     s = Store.open(f"sqlite:///{tmp_path / 'p'}.db")
     s.ingest(samples())
-    got = [Scorer(s, model, TH, 300).run_once(at=DAY3 + timedelta(hours=h))[0] for h in (3, 7, 13, 17, 21)]
+    got = [Scorer(s, model, NO_CLEAR, 300).run_once(at=DAY3 + timedelta(hours=h))[0] for h in (3, 7, 13, 17, 21)]
     assert [r["decision"] for r in got] == ["watch", "drain", "drain", "demote", "demote"]
     assert got[4]["reasons"][0].startswith("probation: a drain or RMA let it go on 2026-03-04 17:00 UTC")
     frame = samples()
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
-    past = HistoryRounds(model, frame, TH)
-    out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=21)), thresholds=TH, released=past.released,
+    past = HistoryRounds(model, frame, NO_CLEAR)
+    out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=21)), thresholds=NO_CLEAR, released=past.released,
                 ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
     assert out.iloc[0]["decision"] == "demote"
