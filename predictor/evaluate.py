@@ -12,7 +12,7 @@ and over all failures, those without any precursor included.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -320,22 +320,9 @@ def evaluate(
     systems = {"model": "alert", "rules": "rule_alert"}
     per_system: dict[str, Any] = {}
     per_failure: dict[str, pd.DataFrame] = {}
+    judging = Judging(judged, failures, window, lead, t1, judged_days)
     for name, flag in systems.items():
-        c = caught(rows, flag, judged, window, lead)
-        per_failure[name] = c
-        eps = episodes(rows, flag)
-        prec, tp, n_eps = precision(eps, failures, window, t1)
-        res: dict[str, Any] = {
-            "precision": prec,
-            "true_episodes": tp,
-            "episodes": n_eps,
-            "false_episodes_per_1000_gpu_days": (n_eps - tp) / judged_days * 1000 if judged_days else float("nan"),
-        }
-        res |= _recalls(c, lead)
-        res["field_precision"] = field_precision(tp, n_eps - tp, res["precursor_failures"], judged_days)
-        leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
-        res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
-        per_system[name] = res
+        per_system[name], per_failure[name] = judging.measure(rows, flag)
     dem_eps = episodes(rows, "demote")
     _, dem_tp, dem_n = precision(dem_eps, failures, window, t1)
     per_system["model"]["false_demotions"] = dem_n - dem_tp
@@ -350,6 +337,8 @@ def evaluate(
     labels = make_labels(rows, failures, HOUR, window)
     y = labels[list(MODES)].max(axis=1).to_numpy()
     report["sample_average_precision"] = float(average_precision_score(y, rows["risk"])) if y.any() else float("nan")
+    if "remap_alone" in rows.columns and rows["remap_alone"].any():
+        report["remap_hold"] = remap_hold_whatif(rows, th, judging)
     if downtime is not None:
         inputs = downtime_inputs(rows, judged, failures, window, lead, begin, scored.every, t1)
         report["downtime"] = downtime_report(*inputs, downtime)
@@ -357,6 +346,64 @@ def evaluate(
     report["_curve"] = curve
     report["_per_failure"] = per_failure
     return report
+
+
+@dataclass
+class Judging:
+    """What a system's alerts are judged against: the failures the span can judge (`judged`), all
+    failures, the window and lead, the span's end and its judged GPU-days."""
+
+    judged: pd.DataFrame
+    failures: pd.DataFrame
+    window: pd.Timedelta
+    lead: pd.Timedelta
+    until: pd.Timestamp
+    judged_days: float
+
+    def measure(self, rows: pd.DataFrame, flag: str) -> tuple[dict[str, Any], pd.DataFrame]:
+        """One system's measures (its alerts are `rows[flag]`) and `caught`'s per-failure frame."""
+        c = caught(rows, flag, self.judged, self.window, self.lead)
+        prec, tp, n_eps = precision(episodes(rows, flag), self.failures, self.window, self.until)
+        days = self.judged_days
+        res: dict[str, Any] = {
+            "precision": prec,
+            "true_episodes": tp,
+            "episodes": n_eps,
+            "false_episodes_per_1000_gpu_days": (n_eps - tp) / days * 1000 if days else float("nan"),
+        }
+        res |= _recalls(c, self.lead)
+        res["field_precision"] = field_precision(tp, n_eps - tp, res["precursor_failures"], days)
+        leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
+        res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
+        return res, c
+
+
+REMAP_HOLD_WHATIF = 0.3
+"""The hold of a pending remap's drain the evaluation weighs against NVIDIA's drain at once where the
+run had it off (`remap_hold_whatif`): the level docs/model.md measures."""
+
+
+def remap_hold_whatif(rows: pd.DataFrame, th: Thresholds, judging: Judging) -> dict[str, Any]:
+    """The pending remap's drain decided the other way (NVIDIA's at once where `th` holds it, held at
+    REMAP_HOLD_WHATIF where it does not; `Thresholds.remap_hold_risk`), judged as model + rules is,
+    and how many of the GPUs a pending remap alone would drain failed of ECC within the window after
+    it: what tells an operator which world their fleet is in (a remap on a healthy GPU, or wear)."""
+    other = replace(th, remap_hold_risk=0.0 if th.remap_hold_risk > 0 else REMAP_HOLD_WHATIF)
+    measures, _ = judging.measure(apply_waits(rows, other), "alert")
+    alone = rows.loc[rows["remap_alone"].to_numpy(dtype=bool), ["gpu_uuid", "cutoff"]]
+    span = alone.groupby("gpu_uuid")["cutoff"].agg(["min", "max"])
+    ecc = judging.judged[judging.judged["mode"] == "ecc"][["gpu_uuid", "failed_at"]].astype({"gpu_uuid": str})
+    m = span.reset_index().merge(ecc, on="gpu_uuid")
+    wore = m[(m["failed_at"] >= m["min"]) & (m["failed_at"] <= m["max"] + judging.window)]["gpu_uuid"].nunique()
+    keep = ("precision", "field_precision", "false_episodes_per_1000_gpu_days", "episodes", "true_episodes",
+            "recall_ecc_warned", "recall_thermal_warned", "recall_pcie_warned", "precursor_caught")  # fmt: skip
+    return {
+        "hold_risk_run": th.remap_hold_risk,
+        "hold_risk_other": other.remap_hold_risk,
+        "pending_remap_gpus": len(span),
+        "pending_remap_gpus_failed_ecc": int(wore),
+        "other": {k: measures[k] for k in keep},
+    }
 
 
 def _recalls(c: pd.DataFrame, lead: pd.Timedelta) -> dict[str, Any]:

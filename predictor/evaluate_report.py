@@ -73,8 +73,44 @@ def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth 
         paths.append(plot_downtime(report["downtime"], out_dir / "downtime.png"))
     paths.append(out_dir / "report.md")
     downtime_md = downtime_markdown(report["downtime"], "downtime.png") if "downtime" in report else ""
-    paths[-1].write_text(report_markdown(report, title) + downtime_md)
+    paths[-1].write_text(report_markdown(report, title) + remap_hold_markdown(report) + downtime_md)
     return paths
+
+
+def _hold(level: float) -> str:
+    return "NVIDIA's drain at once" if level <= 0 else f"held while the ECC risk is under {level:g}"
+
+
+def remap_hold_markdown(report: dict[str, Any]) -> str:
+    """The pending remap's drain the other way (`evaluate.remap_hold_whatif`), where the span had one."""
+    w = report.get("remap_hold")
+    if not w:
+        return ""
+    m, o = report["model"], w["other"]
+    lines = [
+        "",
+        "## A pending remap's drain, the other way",
+        "",
+        f"{w['pending_remap_gpus']} GPUs had a pending row remap as their only drain or RMA rule; "
+        f"{w['pending_remap_gpus_failed_ecc']} of them failed of ECC within {report['window_days']:g} days after "
+        "it. NVIDIA drains such a GPU at once; GPUHEALTH_REMAP_HOLD_RISK holds the drain at watch while the "
+        "ECC risk shows no wear. Where most of those GPUs did not fail, the hold is worth weighing "
+        '(docs/model.md, "A fleet from another generator"). Model + rules:',
+        "",
+        f"| | as run: {_hold(w['hold_risk_run'])} | the other way: {_hold(w['hold_risk_other'])} |",
+        "|---|---|---|",
+    ]
+    for key, label in [
+        ("precision", "precision over alert episodes"),
+        ("field_precision", f"field precision ({FIELD_RATE} failures / 1,000 GPU-days)"),
+        ("false_episodes_per_1000_gpu_days", "false episodes / 1,000 GPU-days"),
+        ("recall_ecc_warned", "recall ECC (24 h lead), failures that gave warning"),
+        ("recall_thermal_warned", "recall thermal (24 h lead), failures that gave warning"),
+        ("recall_pcie_warned", "recall PCIe (1 h lead), failures that gave warning"),
+    ]:
+        lines.append(f"| {label} | {_pct(m[key])} | {_pct(o[key])} |")
+    lines.append(f"| failures caught (precursor modes) | {m['precursor_caught']} | {o['precursor_caught']} |")
+    return "\n".join(lines) + "\n"
 
 
 def _no_nan(o: Any) -> Any:

@@ -13,8 +13,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from predictor.evaluate import FLOORS, caught, episodes, evaluate, pr_curve, precision, warned_at_lead
-from predictor.evaluate_report import write_report
+from predictor.evaluate import (
+    FLOORS,
+    Judging,
+    caught,
+    episodes,
+    evaluate,
+    pr_curve,
+    precision,
+    remap_hold_whatif,
+    warned_at_lead,
+)
+from predictor.evaluate_report import remap_hold_markdown, write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
 from predictor.replay import apply_waits
@@ -395,3 +405,43 @@ def test_report_json_is_valid_when_a_measure_is_nan(report: dict[str, Any], tmp_
     write_report(rep, tmp_path)
     data = strict_json((tmp_path / "report.json").read_text())
     assert data["model"]["recall_pcie"] is None
+
+
+# --- the pending remap's drain, the other way -------------------------------------------------------
+
+
+def test_the_evaluation_weighs_the_pending_remaps_drain_the_other_way() -> None:
+    """A healthy GPU's pending remap (ECC risk 0.02) and a wearing memory's (0.05 until 12 h before it
+    fails, then 0.8): NVIDIA's drain at once catches the failure a day and a half ahead and raises a
+    false episode; the hold at 0.3 drains the wearing memory only 12 h ahead and holds the healthy one."""
+    hours = 14 * 24  # the healthy GPU's episode ends a week before the span does: it is judged
+    t = pd.date_range(T, periods=hours, freq="1h")
+    fails_at = T + 5 * DAY + 12 * HOUR
+
+    def gpu(name: str, pending: tuple[pd.Timestamp, pd.Timestamp], ecc: np.ndarray) -> pd.DataFrame:
+        on = (t >= pending[0]) & (t < pending[1])
+        return pd.DataFrame({"gpu_uuid": name, "cutoff": t, "last_seen": t, "risk": ecc, "risk_ecc": ecc,
+                             "risk_thermal": 0.0, "risk_pcie": 0.0, "held": False, "heat_load_share": 1.0,
+                             "rule_alert": on, "rule_act": on, "remap_alone": on})  # fmt: skip
+
+    rows = pd.concat([
+        gpu("GPU-h", (T + 2 * DAY, T + 4 * DAY), np.full(hours, 0.02)),
+        gpu("GPU-w", (T + 3 * DAY, fails_at), np.where(t >= fails_at - 12 * HOUR, 0.8, 0.05)),
+        gpu("GPU-q", (T, T), np.zeros(hours)),
+    ], ignore_index=True)  # fmt: skip
+    fail = failure("ecc", "GPU-w", fails_at)
+    judging = Judging(fail, fail, WEEK, DAY, t[-1], 30.0)
+    for th, other in ((Thresholds(), 0.3), (Thresholds(remap_hold_risk=0.3), 0.0)):
+        decided = apply_waits(rows, th)
+        run, _ = judging.measure(decided, "alert")
+        w = remap_hold_whatif(decided, th, judging)
+        assert (w["hold_risk_run"], w["hold_risk_other"]) == (th.remap_hold_risk, other)
+        assert (w["pending_remap_gpus"], w["pending_remap_gpus_failed_ecc"]) == (2, 1)
+        at_once, held = (run, w["other"]) if other else (w["other"], run)
+        assert (at_once["recall_ecc_warned"], at_once["episodes"], at_once["true_episodes"]) == (1.0, 2, 1)
+        assert (held["recall_ecc_warned"], held["episodes"], held["true_episodes"]) == (0.0, 1, 1)
+    md = remap_hold_markdown({"model": run, "remap_hold": w, "window_days": 7.0})
+    assert "2 GPUs had a pending row remap as their only drain or RMA rule; 1 of them failed of ECC" in md
+    assert "| as run: held while the ECC risk is under 0.3 | the other way: NVIDIA's drain at once |" in md
+    assert "| recall ECC (24 h lead), failures that gave warning | 0.00 | 1.00 |" in md
+    assert remap_hold_markdown({"model": run}) == ""
