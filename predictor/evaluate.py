@@ -22,6 +22,7 @@ from sklearn.metrics import average_precision_score
 from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
+from predictor.policy import top_heads
 from predictor.replay import apply_waits
 from predictor.score import hour_rows
 from predictor.thresholds import Thresholds
@@ -126,16 +127,18 @@ def _in_service(scored: Scored, failures: pd.DataFrame, say: Progress) -> tuple[
     return scored.rows[~dead].reset_index(drop=True), float(dead.sum() * (scored.every / DAY))
 
 
-def episodes(rows: pd.DataFrame, flag: str, gap: pd.Timedelta = EPISODE_GAP) -> pd.DataFrame:
-    """Merge alerting cutoffs per GPU into episodes: gpu_uuid, start, end."""
-    a = rows.loc[rows[flag].to_numpy(dtype=bool), ["gpu_uuid", "cutoff"]].sort_values(["gpu_uuid", "cutoff"])
+def episodes(rows: pd.DataFrame, flag: str, gap: pd.Timedelta = EPISODE_GAP, first: str | None = None) -> pd.DataFrame:
+    """Merge alerting cutoffs per GPU into episodes: gpu_uuid, start, end (and, with `first`, that
+    column's value at the episode's first row)."""
+    cols = ["gpu_uuid", "cutoff", *([first] if first else [])]
+    a = rows.loc[rows[flag].to_numpy(dtype=bool), cols].sort_values(["gpu_uuid", "cutoff"], kind="stable")
     if a.empty:
-        return pd.DataFrame(
-            {"gpu_uuid": [], "start": pd.to_datetime([], utc=True), "end": pd.to_datetime([], utc=True)}
-        )
+        empty = {"gpu_uuid": [], "start": pd.to_datetime([], utc=True), "end": pd.to_datetime([], utc=True)}
+        return pd.DataFrame(empty | ({first: []} if first else {}))
     new = (a["gpu_uuid"] != a["gpu_uuid"].shift()) | (a["cutoff"] - a["cutoff"].shift() > gap)
     eid = new.cumsum()
-    return a.groupby(eid).agg(gpu_uuid=("gpu_uuid", "first"), start=("cutoff", "min"), end=("cutoff", "max"))
+    agg = {"gpu_uuid": ("gpu_uuid", "first"), "start": ("cutoff", "min"), "end": ("cutoff", "max")}
+    return a.groupby(eid).agg(**agg, **({first: (first, "first")} if first else {}))
 
 
 def caught(
@@ -323,6 +326,7 @@ def evaluate(
     judging = Judging(judged, failures, window, lead, t1, judged_days)
     for name, flag in systems.items():
         per_system[name], per_failure[name] = judging.measure(rows, flag)
+    per_system["model"]["episodes_by_cause"] = judging.by_cause(rows)
     dem_eps = episodes(rows, "demote")
     _, dem_tp, dem_n = precision(dem_eps, failures, window, t1)
     per_system["model"]["false_demotions"] = dem_n - dem_tp
@@ -376,6 +380,56 @@ class Judging:
         leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
         res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
         return res, c
+
+    def by_cause(self, rows: pd.DataFrame) -> dict[str, dict[str, Any]]:
+        """Model + rules' judged alert episodes (`rows["alert"]`, as `apply_waits` decides them) by
+        what raised each (`alert_causes` at its first row): how many, how many false, and the false
+        ones per 1,000 judged GPU-days: where an operator's false alarms come from."""
+        eps = episodes(rows.assign(_cause=alert_causes(rows)), "alert", first="_cause")
+        eps, true = judge(eps, self.failures, self.window, self.until)
+        out: dict[str, dict[str, Any]] = {}
+        for cause in ALERT_CAUSES:
+            mine = (eps["_cause"] == cause).to_numpy()
+            if not mine.any():
+                continue
+            false = int((mine & ~true).sum())
+            per_days = false / self.judged_days * 1000 if self.judged_days else float("nan")
+            out[cause] = {"episodes": int(mine.sum()), "false": false, "false_per_1000_gpu_days": per_days}
+        return out
+
+
+ALERT_CAUSES = (
+    "pending remap alone",
+    "other drain or RMA rule",
+    "probation",
+    "heat alone",
+    "model: ECC",
+    "model: thermal",
+    "model: PCIe",
+    "model",
+)
+"""What can raise model + rules' alert, in the order `alert_causes` asks: NVIDIA's drain for a pending
+row remap with no other drain or RMA rule, any other such rule, the probation after one, the thermal
+demote on the core's heat alone, and the model's demote by its riskiest head."""
+
+
+def alert_causes(rows: pd.DataFrame) -> np.ndarray:
+    """Per row of `apply_waits`: what raised its alert (an ALERT_CAUSES entry), "" where none."""
+    n = len(rows)
+    act = rows["out_of_service"].to_numpy(dtype=bool)
+    alone = rows["remap_alone"].to_numpy(dtype=bool) if "remap_alone" in rows.columns else np.zeros(n, dtype=bool)
+    head, _ = top_heads(rows)
+    model = np.asarray([f"model: {h}" if f"model: {h}" in ALERT_CAUSES else "model" for h in head], dtype=object)
+    conditions = [
+        act & alone,
+        act,
+        rows["probation"].to_numpy(dtype=bool),
+        rows["on_heat"].to_numpy(dtype=bool),
+        rows["demote"].to_numpy(dtype=bool),
+    ]
+    choices = np.asarray(ALERT_CAUSES[:4], dtype=object)
+    out = np.select(conditions, [*choices, model], default="")
+    return np.asarray(out, dtype=object)
 
 
 REMAP_HOLD_WHATIF = 0.3

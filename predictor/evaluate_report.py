@@ -73,8 +73,30 @@ def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth 
         paths.append(plot_downtime(report["downtime"], out_dir / "downtime.png"))
     paths.append(out_dir / "report.md")
     downtime_md = downtime_markdown(report["downtime"], "downtime.png") if "downtime" in report else ""
-    paths[-1].write_text(report_markdown(report, title) + remap_hold_markdown(report) + downtime_md)
+    body = report_markdown(report, title) + causes_markdown(report) + remap_hold_markdown(report)
+    paths[-1].write_text(body + downtime_md)
     return paths
+
+
+def causes_markdown(report: dict[str, Any]) -> str:
+    """Model + rules' alert episodes by what raised them (`Judging.by_cause`), where the span had any."""
+    causes = report["model"].get("episodes_by_cause")
+    if not causes:
+        return ""
+    lines = [
+        "",
+        "## What raised the alerts",
+        "",
+        "Model + rules' judged alert episodes by what raised each at its first hour: NVIDIA's drain for a "
+        "pending row remap with no other drain or RMA rule, any other such rule, the probation after one, "
+        "the thermal demote on the core's heat alone, or the model's demote by its riskiest head.",
+        "",
+        "| raised by | episodes | false | false per 1,000 GPU-days |",
+        "|---|---|---|---|",
+    ]
+    for cause, c in causes.items():
+        lines.append(f"| {cause} | {c['episodes']} | {c['false']} | {_pct(c['false_per_1000_gpu_days'])} |")
+    return "\n".join(lines) + "\n"
 
 
 def _hold(level: float) -> str:

@@ -16,6 +16,7 @@ import pytest
 from predictor.evaluate import (
     FLOORS,
     Judging,
+    alert_causes,
     caught,
     episodes,
     evaluate,
@@ -24,7 +25,7 @@ from predictor.evaluate import (
     remap_hold_whatif,
     warned_at_lead,
 )
-from predictor.evaluate_report import remap_hold_markdown, write_report
+from predictor.evaluate_report import causes_markdown, remap_hold_markdown, write_report
 from predictor.features import STALE_S
 from predictor.model import RiskModel
 from predictor.replay import apply_waits
@@ -405,6 +406,51 @@ def test_report_json_is_valid_when_a_measure_is_nan(report: dict[str, Any], tmp_
     write_report(rep, tmp_path)
     data = strict_json((tmp_path / "report.json").read_text())
     assert data["model"]["recall_pcie"] is None
+
+
+# --- what raised the alerts ---------------------------------------------------------------------------
+
+
+def test_each_alert_episode_is_told_by_what_raised_it_at_its_first_hour() -> None:
+    """Four GPUs over two weeks: a healthy one drained by a pending remap alone (false), one drained by
+    another rule and then failing (true), one the model demotes for heat for three days (false), and a
+    quiet one. An episode that begins with the remap's drain and goes on as the probation after it (the
+    ECC risk high) is the remap's; a false episode ending in the span's last week is not judged."""
+    hours = 14 * 24
+    t = pd.date_range(T, periods=hours, freq="1h")
+    zero = np.zeros(hours)
+
+    def gpu(name: str, act: Any = False, alone: Any = False, ecc: Any = zero, thermal: Any = zero) -> pd.DataFrame:
+        risk = {"risk": np.maximum(ecc, thermal), "risk_ecc": ecc, "risk_thermal": thermal, "risk_pcie": 0.0}
+        rules = {"rule_alert": act, "rule_act": act, "remap_alone": alone}
+        return pd.DataFrame({"gpu_uuid": name, "cutoff": t, "last_seen": t, **risk, "held": False,
+                             "heat_load_share": 1.0, **rules})  # fmt: skip
+
+    def span(a: pd.Timedelta, b: pd.Timedelta) -> np.ndarray:
+        return (t >= T + a) & (t < T + b)
+
+    remap = span(DAY, 2 * DAY)
+    rows = pd.concat([
+        gpu("GPU-r", remap, remap, ecc=np.where(span(2 * DAY, 3 * DAY), 0.95, 0.0)),
+        gpu("GPU-d", span(3 * DAY, 4 * DAY)),
+        gpu("GPU-t", thermal=np.where(span(DAY, 4 * DAY) | span(12 * DAY, 13 * DAY), 0.95, 0.0)),
+        gpu("GPU-q"),
+    ], ignore_index=True)  # fmt: skip
+    fail = failure("other", "GPU-d", T + 4 * DAY)
+    decided = apply_waits(rows, Thresholds())
+    causes = alert_causes(decided)
+    first = decided.assign(c=causes)[causes != ""].groupby("gpu_uuid")["c"].first().to_dict()
+    assert first == {"GPU-r": "pending remap alone", "GPU-d": "other drain or RMA rule", "GPU-t": "model: thermal"}
+    assert set(causes[(decided["gpu_uuid"] == "GPU-r").to_numpy()]) == {"", "pending remap alone", "probation"}
+    by = Judging(fail, fail, WEEK, DAY, t[-1], 20.0).by_cause(decided)
+    assert by == {
+        "pending remap alone": {"episodes": 1, "false": 1, "false_per_1000_gpu_days": 50.0},
+        "other drain or RMA rule": {"episodes": 1, "false": 0, "false_per_1000_gpu_days": 0.0},
+        "model: thermal": {"episodes": 1, "false": 1, "false_per_1000_gpu_days": 50.0},
+    }
+    md = causes_markdown({"model": {"episodes_by_cause": by}})
+    assert "| pending remap alone | 1 | 1 | 50.00 |" in md and "| model: thermal | 1 | 1 | 50.00 |" in md
+    assert causes_markdown({"model": {"episodes_by_cause": {}}}) == ""
 
 
 # --- the pending remap's drain, the other way -------------------------------------------------------
