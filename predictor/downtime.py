@@ -236,7 +236,8 @@ def false_demotion_hours(false_episodes: pd.DataFrame, every: pd.Timedelta, para
     return duration.astype(float) * params.gpus_per_node * params.interruptible_loss
 
 
-def _per_1000(total: float, gpu_days: float) -> float:
+def per_1000_gpu_days(total: float, gpu_days: float) -> float:
+    """A count or a sum of hours per 1,000 GPU-days (NaN over none)."""
     return total / gpu_days * 1000 if gpu_days > 0 else float("nan")
 
 
@@ -244,14 +245,14 @@ def _policy(alerts: Alerts, span: Span, params: DowntimeParams) -> dict[str, Any
     """One policy's GPU-hours per 1,000 GPU-days by cause, unplanned per mode, and its counts."""
     costs = failure_costs(alerts.per_failure, params)
     demotions = false_demotion_hours(alerts.false_episodes, span.every, params)
-    out: dict[str, Any] = {c: _per_1000(float(costs[c].sum()), span.judged_gpu_days) for c in CAUSES[:-1]}
-    out["false_demotions"] = _per_1000(float(demotions.sum()), span.gpu_days)
+    out: dict[str, Any] = {c: per_1000_gpu_days(float(costs[c].sum()), span.judged_gpu_days) for c in CAUSES[:-1]}
+    out["false_demotions"] = per_1000_gpu_days(float(demotions.sum()), span.gpu_days)
     out["unplanned"] = sum(out[c] for c in UNPLANNED_CAUSES)
     out["planned"] = sum(out[c] for c in PLANNED_CAUSES)
     out["total"] = out["unplanned"] + out["planned"] + out["false_demotions"]
     unplanned = costs[list(UNPLANNED_CAUSES)].sum(axis=1)
     out["unplanned_by_mode"] = {
-        m: _per_1000(float(unplanned[costs["mode"] == m].sum()), span.judged_gpu_days) for m in FAILURE_MODES
+        m: per_1000_gpu_days(float(unplanned[costs["mode"] == m].sum()), span.judged_gpu_days) for m in FAILURE_MODES
     }
     out["drained"] = float(costs["drained"].sum())
     out["false_episodes"] = len(alerts.false_episodes)
@@ -287,7 +288,7 @@ def downtime_report(
         for name, p in per.items()
         if name != baseline
     }
-    rate = _per_1000(n, span.judged_gpu_days)
+    rate = per_1000_gpu_days(n, span.judged_gpu_days)
     # Failure costs scale with the failure rate; false episodes come from healthy GPUs and do not.
     scale = params.field_failure_rate / rate if rate > 0 else float("nan")
     field_view = {}

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import average_precision_score
 
-from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, react
+from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, per_1000_gpu_days, react
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
 from predictor.policy import top_heads
@@ -330,9 +330,7 @@ def evaluate(
     dem_eps = episodes(rows, "demote")
     _, dem_tp, dem_n = precision(dem_eps, failures, window, t1)
     per_system["model"]["false_demotions"] = dem_n - dem_tp
-    per_system["model"]["false_demotions_per_1000_gpu_days"] = (
-        (dem_n - dem_tp) / judged_days * 1000 if judged_days else float("nan")
-    )
+    per_system["model"]["false_demotions_per_1000_gpu_days"] = per_1000_gpu_days(dem_n - dem_tp, judged_days)
     report["model"] = per_system["model"]
     report["rules"] = per_system["rules"]
     curve = pr_curve(rows, judged, failures, window, lead, t1)
@@ -368,15 +366,14 @@ class Judging:
         """One system's measures (its alerts are `rows[flag]`) and `caught`'s per-failure frame."""
         c = caught(rows, flag, self.judged, self.window, self.lead)
         prec, tp, n_eps = precision(episodes(rows, flag), self.failures, self.window, self.until)
-        days = self.judged_days
         res: dict[str, Any] = {
             "precision": prec,
             "true_episodes": tp,
             "episodes": n_eps,
-            "false_episodes_per_1000_gpu_days": (n_eps - tp) / days * 1000 if days else float("nan"),
+            "false_episodes_per_1000_gpu_days": per_1000_gpu_days(n_eps - tp, self.judged_days),
         }
         res |= _recalls(c, self.lead)
-        res["field_precision"] = field_precision(tp, n_eps - tp, res["precursor_failures"], days)
+        res["field_precision"] = field_precision(tp, n_eps - tp, res["precursor_failures"], self.judged_days)
         leads = c.loc[c["caught_1h"], "first_alert_lead"] / HOUR
         res["median_lead_hours"] = float(leads.median()) if len(leads) else float("nan")
         return res, c
@@ -393,7 +390,7 @@ class Judging:
             if not mine.any():
                 continue
             false = int((mine & ~true).sum())
-            per_days = false / self.judged_days * 1000 if self.judged_days else float("nan")
+            per_days = per_1000_gpu_days(false, self.judged_days)
             out[cause] = {"episodes": int(mine.sum()), "false": false, "false_per_1000_gpu_days": per_days}
         return out
 
@@ -415,11 +412,11 @@ demote on the core's heat alone, and the model's demote by its riskiest head."""
 
 def alert_causes(rows: pd.DataFrame) -> np.ndarray:
     """Per row of `apply_waits`: what raised its alert (an ALERT_CAUSES entry), "" where none."""
-    n = len(rows)
     act = rows["out_of_service"].to_numpy(dtype=bool)
-    alone = rows["remap_alone"].to_numpy(dtype=bool) if "remap_alone" in rows.columns else np.zeros(n, dtype=bool)
+    alone = rows["remap_alone"].to_numpy(dtype=bool) if "remap_alone" in rows.columns else np.zeros(len(rows), bool)
     head, _ = top_heads(rows)
-    model = np.asarray([f"model: {h}" if f"model: {h}" in ALERT_CAUSES else "model" for h in head], dtype=object)
+    # The riskiest head's cause; "model" where no head is known (the heads are HEADS' names).
+    model = pd.Series(head).map({c.removeprefix("model: "): c for c in ALERT_CAUSES[4:-1]}).fillna("model").to_numpy()
     conditions = [
         act & alone,
         act,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.downtime import DowntimeParams
+from predictor.downtime import DowntimeParams, per_1000_gpu_days
 from predictor.evaluate import FLOORS, check_floors, evaluate, field_precision, score_rows, span_start
 from predictor.model import MODES, RiskModel, TrainingSet, train_sets
 from predictor.thresholds import HEADS, Thresholds
@@ -310,7 +310,7 @@ def pooled(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "true_episodes": tp,
                 "episodes": eps,
                 "precision": tp / eps if eps else float("nan"),
-                "false_episodes_per_1000_gpu_days": (eps - tp) / days * 1000 if days else float("nan"),
+                "false_episodes_per_1000_gpu_days": per_1000_gpu_days(eps - tp, days),
                 "recall_precursor_modes": sum(int(r[name]["precursor_caught"]) for r in rs) / n if n else float("nan"),
                 "field_precision": field_precision(tp, eps - tp, n, days),
             }
@@ -320,7 +320,7 @@ def pooled(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 s[f"recall_{mode}_warned"] = hit / k if k else float("nan")
             systems[name] = s
         false_dem = sum(int(r["model"]["false_demotions"]) for r in rs)
-        systems["model"]["false_demotions_per_1000_gpu_days"] = false_dem / days * 1000 if days else float("nan")
+        systems["model"]["false_demotions_per_1000_gpu_days"] = per_1000_gpu_days(false_dem, days)
         report = {"model": systems["model"], "rules": systems["rules"], "pr_auc": min(float(r["pr_auc"]) for r in rs)}
         out.append(
             {"family": fam, "fleets": len(rs), "judged_gpu_days": days, **report, "floors": check_floors(report)}

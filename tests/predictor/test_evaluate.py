@@ -410,31 +410,36 @@ def test_report_json_is_valid_when_a_measure_is_nan(report: dict[str, Any], tmp_
 
 # --- what raised the alerts ---------------------------------------------------------------------------
 
+TWO_WEEKS = 14 * 24
+
+
+def waited_rows(name: str, act: Any = False, alone: Any = False, ecc: Any = 0.0, thermal: Any = 0.0) -> pd.DataFrame:
+    """A GPU's hour rows over two weeks from T as `apply_waits` reads them: its ECC and thermal risk,
+    and where a drain rule (`act`) and a pending remap as the only one (`alone`) fire."""
+    t = pd.date_range(T, periods=TWO_WEEKS, freq="1h")
+    ecc, thermal = np.broadcast_to(ecc, TWO_WEEKS), np.broadcast_to(thermal, TWO_WEEKS)
+    risk = {"risk": np.maximum(ecc, thermal), "risk_ecc": ecc, "risk_thermal": thermal, "risk_pcie": 0.0}
+    rules = {"rule_alert": act, "rule_act": act, "remap_alone": alone}
+    return pd.DataFrame({"gpu_uuid": name, "cutoff": t, "last_seen": t, **risk, "held": False,
+                         "heat_load_share": 1.0, **rules})  # fmt: skip
+
 
 def test_each_alert_episode_is_told_by_what_raised_it_at_its_first_hour() -> None:
     """Four GPUs over two weeks: a healthy one drained by a pending remap alone (false), one drained by
     another rule and then failing (true), one the model demotes for heat for three days (false), and a
     quiet one. An episode that begins with the remap's drain and goes on as the probation after it (the
     ECC risk high) is the remap's; a false episode ending in the span's last week is not judged."""
-    hours = 14 * 24
-    t = pd.date_range(T, periods=hours, freq="1h")
-    zero = np.zeros(hours)
-
-    def gpu(name: str, act: Any = False, alone: Any = False, ecc: Any = zero, thermal: Any = zero) -> pd.DataFrame:
-        risk = {"risk": np.maximum(ecc, thermal), "risk_ecc": ecc, "risk_thermal": thermal, "risk_pcie": 0.0}
-        rules = {"rule_alert": act, "rule_act": act, "remap_alone": alone}
-        return pd.DataFrame({"gpu_uuid": name, "cutoff": t, "last_seen": t, **risk, "held": False,
-                             "heat_load_share": 1.0, **rules})  # fmt: skip
+    t = pd.date_range(T, periods=TWO_WEEKS, freq="1h")
 
     def span(a: pd.Timedelta, b: pd.Timedelta) -> np.ndarray:
         return (t >= T + a) & (t < T + b)
 
     remap = span(DAY, 2 * DAY)
     rows = pd.concat([
-        gpu("GPU-r", remap, remap, ecc=np.where(span(2 * DAY, 3 * DAY), 0.95, 0.0)),
-        gpu("GPU-d", span(3 * DAY, 4 * DAY)),
-        gpu("GPU-t", thermal=np.where(span(DAY, 4 * DAY) | span(12 * DAY, 13 * DAY), 0.95, 0.0)),
-        gpu("GPU-q"),
+        waited_rows("GPU-r", remap, remap, ecc=np.where(span(2 * DAY, 3 * DAY), 0.95, 0.0)),
+        waited_rows("GPU-d", span(3 * DAY, 4 * DAY)),
+        waited_rows("GPU-t", thermal=np.where(span(DAY, 4 * DAY) | span(12 * DAY, 13 * DAY), 0.95, 0.0)),
+        waited_rows("GPU-q"),
     ], ignore_index=True)  # fmt: skip
     fail = failure("other", "GPU-d", T + 4 * DAY)
     decided = apply_waits(rows, Thresholds())
@@ -460,20 +465,18 @@ def test_the_evaluation_weighs_the_pending_remaps_drain_the_other_way() -> None:
     """A healthy GPU's pending remap (ECC risk 0.02) and a wearing memory's (0.05 until 12 h before it
     fails, then 0.8): NVIDIA's drain at once catches the failure a day and a half ahead and raises a
     false episode; the hold at 0.3 drains the wearing memory only 12 h ahead and holds the healthy one."""
-    hours = 14 * 24  # the healthy GPU's episode ends a week before the span does: it is judged
-    t = pd.date_range(T, periods=hours, freq="1h")
+    # The healthy GPU's episode ends a week before the span does: it is judged.
+    t = pd.date_range(T, periods=TWO_WEEKS, freq="1h")
     fails_at = T + 5 * DAY + 12 * HOUR
 
     def gpu(name: str, pending: tuple[pd.Timestamp, pd.Timestamp], ecc: np.ndarray) -> pd.DataFrame:
         on = (t >= pending[0]) & (t < pending[1])
-        return pd.DataFrame({"gpu_uuid": name, "cutoff": t, "last_seen": t, "risk": ecc, "risk_ecc": ecc,
-                             "risk_thermal": 0.0, "risk_pcie": 0.0, "held": False, "heat_load_share": 1.0,
-                             "rule_alert": on, "rule_act": on, "remap_alone": on})  # fmt: skip
+        return waited_rows(name, on, on, ecc=ecc)
 
     rows = pd.concat([
-        gpu("GPU-h", (T + 2 * DAY, T + 4 * DAY), np.full(hours, 0.02)),
+        gpu("GPU-h", (T + 2 * DAY, T + 4 * DAY), np.full(TWO_WEEKS, 0.02)),
         gpu("GPU-w", (T + 3 * DAY, fails_at), np.where(t >= fails_at - 12 * HOUR, 0.8, 0.05)),
-        gpu("GPU-q", (T, T), np.zeros(hours)),
+        gpu("GPU-q", (T, T), np.zeros(TWO_WEEKS)),
     ], ignore_index=True)  # fmt: skip
     fail = failure("ecc", "GPU-w", fails_at)
     judging = Judging(fail, fail, WEEK, DAY, t[-1], 30.0)
