@@ -23,6 +23,7 @@ from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, pe
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
 from predictor.policy import top_heads
+from predictor.remap_hold import remap_hold_verdict
 from predictor.replay import apply_waits
 from predictor.score import hour_rows
 from predictor.thresholds import Thresholds
@@ -340,7 +341,8 @@ def evaluate(
     y = labels[list(MODES)].max(axis=1).to_numpy()
     report["sample_average_precision"] = float(average_precision_score(y, rows["risk"])) if y.any() else float("nan")
     if "remap_alone" in rows.columns and rows["remap_alone"].any():
-        report["remap_hold"] = remap_hold_whatif(rows, th, judging)
+        whatif = remap_hold_whatif(rows, th, judging)
+        report["remap_hold"] = {**whatif, "verdict": remap_hold_verdict(whatif, window / DAY).to_dict()}
     if downtime is not None:
         inputs = downtime_inputs(rows, judged, failures, window, lead, begin, scored.every, t1)
         report["downtime"] = downtime_report(*inputs, downtime)
@@ -440,7 +442,9 @@ def remap_hold_whatif(rows: pd.DataFrame, th: Thresholds, judging: Judging) -> d
     and how many of the GPUs a pending remap alone would drain failed of ECC within the window after
     it: what tells an operator which world their fleet is in (a remap on a healthy GPU, or wear)."""
     other = replace(th, remap_hold_risk=0.0 if th.remap_hold_risk > 0 else REMAP_HOLD_WHATIF)
-    measures, _ = judging.measure(apply_waits(rows, other), "alert")
+    run, c_run = judging.measure(rows, "alert")
+    measures, c_other = judging.measure(apply_waits(rows, other), "alert")
+    was, now = c_run["caught"].to_numpy(dtype=bool), c_other["caught"].to_numpy(dtype=bool)
     alone = rows.loc[rows["remap_alone"].to_numpy(dtype=bool), ["gpu_uuid", "cutoff"]]
     span = alone.groupby("gpu_uuid")["cutoff"].agg(["min", "max"])
     ecc = judging.judged[judging.judged["mode"] == "ecc"][["gpu_uuid", "failed_at"]].astype({"gpu_uuid": str})
@@ -453,8 +457,18 @@ def remap_hold_whatif(rows: pd.DataFrame, th: Thresholds, judging: Judging) -> d
         "hold_risk_other": other.remap_hold_risk,
         "pending_remap_gpus": len(span),
         "pending_remap_gpus_failed_ecc": int(wore),
+        "false_episodes_run": run["episodes"] - run["true_episodes"],
+        "false_episodes_other": measures["episodes"] - measures["true_episodes"],
+        # Per failure the span judges, at its mode's lead: caught as run and not the other way, and back.
+        "catches_lost": _by_mode(c_run.loc[was & ~now, "mode"]),
+        "catches_gained": _by_mode(c_run.loc[now & ~was, "mode"]),
         "other": {k: measures[k] for k in keep},
     }
+
+
+def _by_mode(modes: pd.Series) -> dict[str, int]:
+    """How many of each failure mode (only those present)."""
+    return {str(k): int(v) for k, v in modes.value_counts().sort_index().items()}
 
 
 def _recalls(c: pd.DataFrame, lead: pd.Timedelta) -> dict[str, Any]:

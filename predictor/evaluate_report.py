@@ -13,6 +13,7 @@ import pandas as pd
 from predictor.downtime import downtime_markdown, plot_downtime
 from predictor.evaluate import FIELD_RATE, HOUR
 from predictor.model import MODES
+from predictor.remap_hold import modes_said
 
 
 def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth evaluation") -> list[Path]:
@@ -115,9 +116,10 @@ def remap_hold_markdown(report: dict[str, Any]) -> str:
         "",
         f"{w['pending_remap_gpus']} GPUs had a pending row remap as their only drain or RMA rule; "
         f"{w['pending_remap_gpus_failed_ecc']} of them failed of ECC within {report['window_days']:g} days after "
-        "it. NVIDIA drains such a GPU at once; GPUHEALTH_REMAP_HOLD_RISK holds the drain at watch while the "
-        "ECC risk shows no wear. Where most of those GPUs did not fail, the hold is worth weighing "
-        '(docs/model.md, "A fleet from another generator"). Model + rules:',
+        "it. NVIDIA drains such a GPU at once; the hold keeps the drain at watch while the ECC risk shows no "
+        "wear. `gpuhealth model promote` weighs the same on its holdout slice and, where the fleet's outcomes "
+        "favour the hold, the service holds with the promoted model; GPUHEALTH_REMAP_HOLD_RISK sets it by hand "
+        '(docs/model.md, "Learning from your own fleet"). Model + rules:',
         "",
         f"| | as run: {_hold(w['hold_risk_run'])} | the other way: {_hold(w['hold_risk_other'])} |",
         "|---|---|---|",
@@ -132,6 +134,12 @@ def remap_hold_markdown(report: dict[str, Any]) -> str:
     ]:
         lines.append(f"| {label} | {_pct(m[key])} | {_pct(o[key])} |")
     lines.append(f"| failures caught (precursor modes) | {m['precursor_caught']} | {o['precursor_caught']} |")
+    lines.append(f"| false alert episodes | {w['false_episodes_run']} | {w['false_episodes_other']} |")
+    for key, label in (("catches_lost", "caught as run, missed"), ("catches_gained", "missed as run, caught")):
+        lines.append(f"| failures {label} the other way (at their lead) | | {modes_said(w[key])} |")
+    verdict = w.get("verdict")
+    if verdict:
+        lines += ["", f"**What this fleet's outcomes say:** {verdict['reasons'][0]}."]
     return "\n".join(lines) + "\n"
 
 

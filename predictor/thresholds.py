@@ -160,10 +160,16 @@ class Thresholds:
     GPU is drained, the drain stands until a reset takes the remap (`replay.remap_held`), so a risk
     that moves about the level does not drain and release it by turns. NVIDIA's guide lets work go on
     until that reset, and a weak row on a healthy GPU is remapped too, while worn memory shows in the
-    ECC risk. An unknown ECC risk drains at once. 0 (the default): never held, NVIDIA's drain at once.
-    An operator's choice for a fleet whose pending remaps are mostly healthy GPUs'; docs/model.md
+    ECC risk. An unknown ECC risk drains at once. 0 (the default): never held, NVIDIA's drain at once,
+    unless the active stored model's promotion found, on the fleet's own outcomes, that the hold
+    serves this fleet (`remap_hold.remap_hold_verdict`; `remap_hold_fixed` says the operator's value
+    stands). An operator's choice for a fleet whose pending remaps are mostly healthy GPUs'; docs/model.md
     measures it (at 0.3, a third fewer false episodes on the independent generator; on the
     development fleets 1-2 ECC catches in 60 come a few hours under the 24 h lead)."""
+    remap_hold_fixed: bool = False
+    """The operator set `remap_hold_risk` (GPUHEALTH_REMAP_HOLD_RISK, 0 included): it stands. Unset,
+    the service takes the hold the active stored model's fleet outcomes chose at its promotion
+    (`remap_hold.thresholds_with`, the card's `remap_hold`)."""
     remap_hold_for_s: float = 0.0
     """How long (seconds) the ECC risk must have held `remap_hold_risk` before a pending remap's drain
     stops waiting; 0: the first round at it. docs/model.md measures 12 h (the ECC demote's wait): it
@@ -265,7 +271,8 @@ class Thresholds:
             thermal_heat_z=s.thermal_heat_z,
             thermal_heat_vs_node_z=s.thermal_heat_vs_node_z,
             thermal_heat_vs_node_excess_z=s.thermal_heat_vs_node_excess_z, pcie_surprise_z=s.pcie_surprise_z,
-            probation_risk=s.probation_risk, remap_hold_risk=s.remap_hold_risk, release=s.release_threshold, **waits,
+            probation_risk=s.probation_risk, remap_hold_risk=s.remap_hold_risk, release=s.release_threshold,
+            remap_hold_fixed="remap_hold_risk" in s.model_fields_set, **waits,
         )  # fmt: skip
 
     @property

@@ -489,8 +489,18 @@ def test_the_evaluation_weighs_the_pending_remaps_drain_the_other_way() -> None:
         at_once, held = (run, w["other"]) if other else (w["other"], run)
         assert (at_once["recall_ecc_warned"], at_once["episodes"], at_once["true_episodes"]) == (1.0, 2, 1)
         assert (held["recall_ecc_warned"], held["episodes"], held["true_episodes"]) == (0.0, 1, 1)
+        # The wearing memory's catch is the drain's: lost by the hold, gained by the drain.
+        moved = (w["false_episodes_run"], w["false_episodes_other"], w["catches_lost"], w["catches_gained"])
+        assert moved == ((1, 0, {"ecc": 1}, {}) if other else (0, 1, {}, {"ecc": 1}))
     md = remap_hold_markdown({"model": run, "remap_hold": w, "window_days": 7.0})
     assert "2 GPUs had a pending row remap as their only drain or RMA rule; 1 of them failed of ECC" in md
     assert "| as run: held while the ECC risk is under 0.3 | the other way: NVIDIA's drain at once |" in md
     assert "| recall ECC (24 h lead), failures that gave warning | 0.00 | 1.00 |" in md
+    assert "| false alert episodes | 0 | 1 |" in md
+    assert "| failures missed as run, caught the other way (at their lead) | | 1 ecc |" in md
+    assert "| failures caught as run, missed the other way (at their lead) | | none |" in md
+    assert "What this fleet's outcomes say" not in md, "no verdict in the report given: none shown"
+    verdict = {"reasons": ["NVIDIA's drain stands: only 2 GPUs drained for a pending remap alone"]}
+    md = remap_hold_markdown({"model": run, "remap_hold": {**w, "verdict": verdict}, "window_days": 7.0})
+    assert "**What this fleet's outcomes say:** NVIDIA's drain stands: only 2 GPUs drained" in md
     assert remap_hold_markdown({"model": run}) == ""
