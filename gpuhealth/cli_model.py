@@ -156,6 +156,8 @@ def promote_cmd(
     Compared per mode (recall: ECC and thermal 24 h ahead, PCIe 1 h) and in precision over
     alert episodes, against the active stored model, else --against FILE, else the shipped
     model. A running `gpuhealth serve` picks the new model up at its next scoring round.
+    On the same slice the fleet's own outcomes decide whether a pending row remap's drain waits
+    while the ECC risk shows no wear (the card's remap_hold; GPUHEALTH_REMAP_HOLD_RISK overrides).
     Exit code 1 when refused.
     """
     from predictor.model import ModelError
@@ -187,6 +189,10 @@ def _print_verdict(v: Verdict) -> None:
         Console(width=200, stderr=True).print(table)
     for note in v.notes:
         err.print(f"[yellow]not judged:[/] {escape(note)}", highlight=False)
+    if v.remap_hold is not None:
+        hold = v.remap_hold
+        what = f"held while the ECC risk is under {hold['risk']:g}" if hold["hold"] else "NVIDIA's drain at once"
+        err.print(f"a pending remap's drain with this model: {what} ({escape(hold['reasons'][0])})", highlight=False)
     if v.forced:
         err.print(
             f"[bold red]FORCED: model {escape(v.version)} is active although promote refused it:[/]", highlight=False

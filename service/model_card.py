@@ -80,6 +80,7 @@ def describe(
     loaded_at: datetime | None = None,
     pending_version: str | None = None,
     load_error: str | None = None,
+    remap_hold_risk: float | None = None,
 ) -> dict[str, Any]:
     """What `GET /v1/model` answers: the card's parts and where the model came from."""
     meta = card.get("meta") or {}
@@ -95,6 +96,8 @@ def describe(
         "holdout": card.get("holdout"),
         "validation": json_safe(card.get("validation") or meta.get("validation") or {}),
         "promotion": card.get("promotion"),
+        "remap_hold": card.get("remap_hold"),
+        "remap_hold_risk": remap_hold_risk,
         "sklearn_version": meta.get("sklearn_version"),
         "data_hash": meta.get("data_hash"),
     }

@@ -14,6 +14,11 @@ The candidate must be no worse on every measure the slice can judge. A mode with
 its recall by a third or more), and precision is compared only when both models raised
 alerts; the comparison says so, in the output and in the card. A slice that judges
 nothing refuses: a model is never promoted on no evidence, unless forced.
+
+On the same slice the candidate's evaluation weighs a pending remap's drain the other way, and
+the fleet's own outcomes decide whether the service holds that drain while the candidate is active
+(`predictor.remap_hold`): the verdict goes into the card (`remap_hold`) with its evidence, and the
+scoring loop applies it with the model, unless the operator set GPUHEALTH_REMAP_HOLD_RISK.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import pandas as pd
 
 from predictor.evaluate import MODE_LEAD, evaluate
 from predictor.model import DAY, HOUR, MODES, RiskModel
+from predictor.remap_hold import operator_verdict, remap_hold_verdict
 from predictor.score import load_model
 from predictor.thresholds import Thresholds
 from service.model_card import json_safe
@@ -77,6 +83,9 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     """What the slice could not judge."""
     slice: dict[str, Any] = field(default_factory=dict)
+    remap_hold: dict[str, Any] | None = None
+    """What the fleet's outcomes on the slice say of a pending remap's drain (`remap_hold.RemapHoldVerdict`);
+    None where the slice was not scored."""
 
     def to_card(self) -> dict[str, Any]:
         """The verdict as the card's `promotion` entry."""
@@ -176,6 +185,9 @@ def judge(
             model, frame, failures, lead=DAY, window=WINDOW, start=score_from, thresholds=thresholds
         )
     cand = reports["candidate"]
+    th = thresholds or Thresholds()
+    hold = operator_verdict(th) if th.remap_hold_fixed else remap_hold_verdict(cand.get("remap_hold"), WINDOW / DAY)
+    verdict.remap_hold = hold.to_dict()
     verdict.slice = {"start": holdout["start"], "end": holdout["end"], "scored_from": cand["span"][0],
                      "gpus": cand["gpus"], "failures": cand["failures"]}  # fmt: skip
     verdict.measures = compare(cand, reports[base_name], min_failures)
@@ -210,6 +222,8 @@ def promote(
     verdict.forced = force and bool(verdict.refusals)
     verdict.promoted = force or not verdict.refusals
     card = {**store.model_info(version)["card"], "promotion": verdict.to_card()}
+    if verdict.promoted and verdict.remap_hold is not None:  # the hold the service applies with this model
+        card["remap_hold"] = json_safe(verdict.remap_hold)
     if verdict.promoted:
         # Even forced, never a model the scoring loop cannot load (ModelError says why).
         RiskModel.from_bytes(store.get_model(version)["data"], name=version)

@@ -39,6 +39,8 @@ CARD = {
                   "measures": [{"name": "recall_ecc", "candidate": 1.0, "baseline": 0.75, "judged": True,
                                 "worse": False, "detail": "4 ecc failures, 24 h lead"}],
                   "refusals": [], "notes": ["recall_pcie not judged: only 0 pcie failure(s)"], "slice": {}},
+    "remap_hold": {"hold": True, "risk": 0.3, "decided_by": "fleet outcomes", "reasons": ["21 GPUs drained …"],
+                   "evidence": {"pending_remap_gpus": 21, "failed_ecc": 3}},
     "meta": {"sklearn_version": "1.9.1", "data_hash": "abc"},
 }  # fmt: skip
 
@@ -67,6 +69,7 @@ def test_a_file_model_is_described_from_its_metadata(store: Store, file_model: R
     scorer = Scorer(store, file_model, Thresholds(), 3600)
     body = client_for(store, scorer).get("/v1/model").json()
     assert (body["source"], body["version"], body["pending_version"], body["holdout"]) == ("file", None, None, None)
+    assert (body["remap_hold"], body["remap_hold_risk"]) == (None, 0.0)
     assert body["trained_on"]["sets"][0]["name"] == "history"
     assert body["validation"]["ecc"]["average_precision"] is None  # NaN in the metadata: null in JSON
     assert body["data_hash"] == "tiny-file"
@@ -78,7 +81,7 @@ def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_
     version = store.put_model(tiny_model("stored", seed=1).to_bytes(), CARD, created_at=AT)["version"]
     store.activate_model(version, AT)
     body = client.get("/v1/model").json()
-    assert (body["source"], body["pending_version"]) == ("file", version)
+    assert (body["source"], body["pending_version"], body["remap_hold_risk"]) == ("file", version, 0.0)
 
     scorer.run_once()
     body = client.get("/v1/model").json()
@@ -91,6 +94,9 @@ def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_
     assert promo["measures"][0] == {"name": "recall_ecc", "candidate": 1.0, "baseline": 0.75, "judged": True,
                                     "worse": False, "detail": "4 ecc failures, 24 h lead"}  # fmt: skip
     assert promo["notes"] and body["sklearn_version"] == "1.9.1"
+    # The card's verdict on a pending remap's drain, and the hold the loop applies with it now.
+    assert (body["remap_hold"]["hold"], body["remap_hold"]["decided_by"], body["remap_hold_risk"]) == (
+        True, "fleet outcomes", 0.3)  # fmt: skip
 
 
 def test_without_a_scoring_loop_the_store_answers(store: Store) -> None:
@@ -101,6 +107,7 @@ def test_without_a_scoring_loop_the_store_answers(store: Store) -> None:
     store.activate_model(version, AT)
     body = client.get("/v1/model").json()
     assert (body["source"], body["version"], body["loaded_at"]) == ("store", version, None)
+    assert body["remap_hold"]["risk"] == 0.3 and body["remap_hold_risk"] is None  # no loop: nothing applied
 
 
 def test_closed_reads_need_the_token(store: Store, file_model: RiskModel) -> None:

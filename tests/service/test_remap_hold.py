@@ -16,12 +16,15 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from prometheus_client import CollectorRegistry
 
+from predictor.model import RiskModel
+from predictor.remap_hold import remap_hold_verdict
 from predictor.score import HistoryRounds, score
 from predictor.thresholds import Thresholds
-from service.scorer import Scorer
+from service.scorer import ModelMetrics, Scorer
 from store import Store
-from tests.service.tiny_model import schedule_model
+from tests.service.tiny_model import schedule_model, tiny_model
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 DAY3 = T0 + timedelta(days=3)
@@ -143,3 +146,34 @@ def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
     out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=21)), thresholds=NO_CLEAR, released=past.released,
                 ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
     assert out.iloc[0]["decision"] == "demote"
+
+
+def test_a_promoted_models_fleet_verdict_sets_the_hold_unless_the_operator_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The active stored model's card says the fleet's outcomes favour the hold at 0.3: a scorer with the
+    default thresholds holds the 03:00 drain at watch once it loads that model; one whose operator set
+    GPUHEALTH_REMAP_HOLD_RISK (0, or 0.5) keeps theirs. A card whose verdict keeps NVIDIA's drain drains."""
+    # The archive is a real, trusted tiny model; loading it gives the schedule model (the test's ECC risk).
+    monkeypatch.setattr(RiskModel, "from_bytes", staticmethod(lambda data, name=None: MODEL))
+    held = remap_hold_verdict({"hold_risk_run": 0.0, "hold_risk_other": 0.3, "pending_remap_gpus": 30,
+                               "pending_remap_gpus_failed_ecc": 3, "false_episodes_run": 9, "false_episodes_other": 2,
+                               "catches_lost": {}, "catches_gained": {}}).to_dict()  # fmt: skip
+    stands = remap_hold_verdict(None).to_dict()
+
+    def first_round(name: str, verdict: dict[str, Any], th: Thresholds) -> tuple[str, float]:
+        s = Store.open(f"sqlite:///{tmp_path / name}.db")
+        s.ingest(samples())
+        s.activate_model(s.put_model(tiny_model("stored").to_bytes(), {"remap_hold": verdict})["version"], DAY3)
+        scorer = Scorer(s, tiny_model("file"), th, 300)
+        rec = scorer.run_once(at=DAY3 + timedelta(hours=3))[0]
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(ModelMetrics(scorer))
+        gauge = reg.get_sample_value("gpuhealth_remap_hold_risk")
+        assert gauge == scorer.model_state.remap_hold_risk and scorer.model_state.remap_hold == verdict
+        return str(rec["decision"]), float(gauge)
+
+    assert first_round("held", held, Thresholds()) == ("watch", 0.3)
+    assert first_round("fixed-off", held, Thresholds(remap_hold_fixed=True)) == ("drain", 0.0)
+    assert first_round("fixed-on", stands, Thresholds(remap_hold_risk=0.5, remap_hold_fixed=True)) == ("watch", 0.5)
+    assert first_round("stands", stands, Thresholds()) == ("drain", 0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,13 +10,17 @@ import pandas as pd
 import pytest
 
 from core.hourly import to_hours
+from predictor.remap_hold import MIN_REMAP_GPUS
+from predictor.thresholds import Thresholds
 from service.promote import PromoteError, compare, promote
+from service.scorer import Scorer
 from service.training import TrainingError, TrainOptions, fleet_history, split_holdout, train_from_store
+from simulator.domain import Domain
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 from store import Store
 from tests.frames import T0, rows
-from tests.service.tiny_model import tiny_model
+from tests.service.tiny_model import silent_model, tiny_model
 
 
 def test_fleet_history_reads_the_stored_hours_in_batches(store: Store) -> None:
@@ -118,3 +123,33 @@ def test_promote_refuses_when_the_slice_is_gone(store: Store) -> None:
     v = store.put_model(tiny_model("y").to_bytes(), {"holdout": old})["version"]
     verdict = promote(store, v, against=None)
     assert not verdict.promoted and "no longer holds the holdout slice" in verdict.refusals[0]
+
+
+def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Store) -> None:
+    """64 healthy GPUs, a third with SBE bursts that each leave a weak row remapped, pending until the
+    node reboots: NVIDIA drains each at once, and none fails. Promoting a candidate on that slice records
+    the fleet's verdict, the hold (its ECC risk, 0 everywhere, shows no wear), and a scoring loop with
+    the operator's default thresholds holds such a drain at watch once it loads the model."""
+    domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
+    frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
+    assert fails.empty
+    store.ingest(frame)
+    end = frame["timestamp"].max()
+    holdout = {"days": 14, "start": (end - pd.Timedelta(days=14)).isoformat(), "end": end.isoformat(), "gpus": 64,
+               "failures": {}}  # fmt: skip
+    v = store.put_model(silent_model().to_bytes(), {"holdout": holdout})["version"]
+    verdict = promote(store, v)
+    assert verdict.promoted and not verdict.forced, verdict.refusals
+    hold = verdict.remap_hold
+    assert hold is not None and hold["hold"] and (hold["risk"], hold["decided_by"]) == (0.3, "fleet outcomes")
+    ev = hold["evidence"]
+    assert ev["pending_remap_gpus"] >= MIN_REMAP_GPUS and ev["failed_ecc"] == 0 and ev["catches_lost_by_hold"] == {}
+    assert ev["false_episodes_hold"] < ev["false_episodes_drain"]
+    assert store.model_info(v)["card"]["remap_hold"] == hold
+
+    last = frame[frame["timestamp"] == end]
+    pending = set(last.loc[last["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
+    assert pending, "the fleet ends with a remap pending somewhere"
+    records = Scorer(store, tiny_model("file"), Thresholds(), 3600).run_once(at=end.to_pydatetime())
+    decided = {str(r["gpu_uuid"]): r["decision"] for r in records}
+    assert {decided[u] for u in pending} == {"watch"}
