@@ -302,6 +302,7 @@ class Promotion(BaseModel):
     refusals: list[str] = Field(default_factory=list, description="why it is (or was, when forced) not promotable")
     notes: list[str] = Field(default_factory=list, description="what the slice could not judge")
     slice: dict[str, Any] = Field(default_factory=dict)
+    served: str | None = Field(None, description="how each model was judged where a pending remap's drain is held")
     remap_hold: RemapHold | None = Field(None, description="what the fleet's outcomes on the slice say")
 
 

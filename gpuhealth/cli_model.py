@@ -189,6 +189,8 @@ def _print_verdict(v: Verdict) -> None:
         Console(width=200, stderr=True).print(table)
     for note in v.notes:
         err.print(f"[yellow]not judged:[/] {escape(note)}", highlight=False)
+    if v.served:
+        err.print(escape(v.served), highlight=False)
     if v.remap_hold is not None:
         hold = v.remap_hold
         what = f"held while the ECC risk is under {hold['risk']:g}" if hold["hold"] else "NVIDIA's drain at once"

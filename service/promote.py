@@ -18,7 +18,9 @@ nothing refuses: a model is never promoted on no evidence, unless forced.
 On the same slice the candidate's evaluation weighs a pending remap's drain the other way, and
 the fleet's own outcomes decide whether the service holds that drain while the candidate is active
 (`predictor.remap_hold`): the verdict goes into the card (`remap_hold`) with its evidence, and the
-scoring loop applies it with the model, unless the operator set GPUHEALTH_REMAP_HOLD_RISK.
+scoring loop applies it with the model, unless the operator set GPUHEALTH_REMAP_HOLD_RISK. The
+comparison judges each model as it would serve: the candidate with that verdict, the model it
+would replace with the verdict it serves with now (`Verdict.served` says so where either holds).
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ from typing import Any
 
 import pandas as pd
 
-from predictor.evaluate import MODE_LEAD, evaluate
+from predictor.evaluate import MODE_LEAD, Scored, evaluate, score_rows, span_start
 from predictor.model import DAY, HOUR, MODES, RiskModel
-from predictor.remap_hold import operator_verdict, remap_hold_verdict
+from predictor.remap_hold import operator_verdict, remap_hold_verdict, thresholds_with
 from predictor.score import load_model
 from predictor.thresholds import Thresholds
 from service.model_card import json_safe
@@ -83,6 +85,8 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     """What the slice could not judge."""
     slice: dict[str, Any] = field(default_factory=dict)
+    served: str | None = None
+    """How each model was judged where a pending remap's drain is held for either (as each would serve)."""
     remap_hold: dict[str, Any] | None = None
     """What the fleet's outcomes on the slice say of a pending remap's drain (`remap_hold.RemapHoldVerdict`);
     None where the slice was not scored."""
@@ -139,16 +143,65 @@ def holdout_slice(store: Store, holdout: dict[str, Any]) -> tuple[pd.DataFrame, 
     return frame, store.failures_frame(), score_from
 
 
-def _baseline(store: Store, against: Path | None) -> tuple[str, Callable[[], RiskModel]]:
-    """The model a promotion would replace (its name, and how to load it): the active stored one, else the
-    file `serve` runs."""
+def _baseline(store: Store, against: Path | None) -> tuple[str, Callable[[], RiskModel], dict[str, Any] | None]:
+    """The model a promotion would replace (its name, how to load it, and the verdict on a pending remap's
+    drain it serves with): the active stored one, else the file `serve` runs (no verdict)."""
     active = store.active_model_info()
     if active is not None:
         version = active["version"]
-        return f"active model {version}", lambda: RiskModel.from_bytes(store.get_model(version)["data"], name=version)
+        load = lambda: RiskModel.from_bytes(store.get_model(version)["data"], name=version)  # noqa: E731
+        return f"active model {version}", load, active["card"].get("remap_hold")
     if against is not None:
-        return f"model file {against}", lambda: RiskModel.load(against)
-    return "shipped default model", load_model
+        return f"model file {against}", lambda: RiskModel.load(against), None
+    return "shipped default model", load_model, None
+
+
+def _hold_said(th: Thresholds) -> str:
+    if th.remap_hold_risk <= 0:
+        return "NVIDIA's drain at once"
+    return f"a pending remap's drain held while the ECC risk is under {th.remap_hold_risk:g}"
+
+
+def _report(
+    model: RiskModel, frame: pd.DataFrame, failures: pd.DataFrame, start: pd.Timestamp, th: Thresholds, rows: Scored
+) -> dict[str, Any]:
+    """The slice's evaluation of one model's scored rows, decided under `th`."""
+    return evaluate(model, frame, failures, lead=DAY, window=WINDOW, start=start, thresholds=th, scored=rows)
+
+
+def _served_reports(
+    verdict: Verdict,
+    models: dict[str, RiskModel],
+    base_hold: dict[str, Any] | None,
+    frame: pd.DataFrame,
+    failures: pd.DataFrame,
+    score_from: pd.Timestamp,
+    th: Thresholds,
+    scoring: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
+    """Each model's evaluation of the slice as it would serve: the candidate with the verdict its own
+    evaluation gives on a pending remap's drain (set in `verdict.remap_hold`), the baseline with the
+    verdict it serves with now (`base_hold`); the operator's `th` where they set the hold."""
+    scored, reports = {}, {}
+    for name, model in models.items():
+        scoring(name)
+        scored[name] = score_rows(model, frame, span_start(frame, WINDOW, score_from), frame["timestamp"].max(),
+                                  "1h", th, failures=failures)  # fmt: skip
+        reports[name] = _report(model, frame, failures, score_from, th, scored[name])
+    hold = reports["candidate"].get("remap_hold")
+    chosen = operator_verdict(th) if th.remap_hold_fixed else remap_hold_verdict(hold, WINDOW / DAY)
+    verdict.remap_hold = chosen.to_dict()
+    base_name = verdict.baseline
+    served = {"candidate": thresholds_with(th, verdict.remap_hold), base_name: thresholds_with(th, base_hold)}
+    for name, t in served.items():
+        if t != th:
+            reports[name] = _report(models[name], frame, failures, score_from, t, scored[name])
+    if served["candidate"] != th or served[base_name] != th:
+        verdict.served = (
+            f"compared as each would serve: the candidate with {_hold_said(served['candidate'])}, the {base_name} "
+            f"with {_hold_said(served[base_name])}"
+        )
+    return reports
 
 
 def judge(
@@ -165,7 +218,7 @@ def judge(
     info = store.model_info(version)
     if info["active"]:
         raise PromoteError(f"model {version} is already the active model")
-    base_name, load_base = _baseline(store, against)
+    base_name, load_base, base_hold = _baseline(store, against)
     verdict = Verdict(version, base_name, promoted=False, forced=False, at=datetime.now(UTC))
     holdout = info["card"].get("holdout")
     if not holdout:
@@ -178,16 +231,10 @@ def judge(
         verdict.refusals.append(f"the store no longer holds the holdout slice {holdout['start']} .. {holdout['end']}")
         return verdict
     models = {"candidate": RiskModel.from_bytes(store.get_model(version)["data"], name=version), base_name: load_base()}
-    reports = {}
-    for name, model in models.items():
-        say(f"scoring the holdout slice {holdout['start']} .. {holdout['end']} with the {name}")
-        reports[name] = evaluate(
-            model, frame, failures, lead=DAY, window=WINDOW, start=score_from, thresholds=thresholds
-        )
+    span = f"{holdout['start']} .. {holdout['end']}"
+    reports = _served_reports(verdict, models, base_hold, frame, failures, score_from, thresholds or Thresholds(),
+                              lambda name: say(f"scoring the holdout slice {span} with the {name}"))  # fmt: skip
     cand = reports["candidate"]
-    th = thresholds or Thresholds()
-    hold = operator_verdict(th) if th.remap_hold_fixed else remap_hold_verdict(cand.get("remap_hold"), WINDOW / DAY)
-    verdict.remap_hold = hold.to_dict()
     verdict.slice = {"start": holdout["start"], "end": holdout["end"], "scored_from": cand["span"][0],
                      "gpus": cand["gpus"], "failures": cand["failures"]}  # fmt: skip
     verdict.measures = compare(cand, reports[base_name], min_failures)

@@ -128,8 +128,8 @@ def test_promote_refuses_when_the_slice_is_gone(store: Store) -> None:
 def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Store) -> None:
     """64 healthy GPUs, a third with SBE bursts that each leave a weak row remapped, pending until the
     node reboots: NVIDIA drains each at once, and none fails. Promoting a candidate on that slice records
-    the fleet's verdict, the hold (its ECC risk, 0 everywhere, shows no wear), and a scoring loop with
-    the operator's default thresholds holds such a drain at watch once it loads the model."""
+    the fleet's verdict, the hold (its ECC risk, 0 everywhere, shows no wear), and once it is active a
+    scoring loop with the operator's default thresholds holds such a drain at watch."""
     domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
     frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
     assert fails.empty
@@ -138,8 +138,20 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
     holdout = {"days": 14, "start": (end - pd.Timedelta(days=14)).isoformat(), "end": end.isoformat(), "gpus": 64,
                "failures": {}}  # fmt: skip
     v = store.put_model(silent_model().to_bytes(), {"holdout": holdout})["version"]
-    verdict = promote(store, v)
-    assert verdict.promoted and not verdict.forced, verdict.refusals
+    # Each is judged as it would serve: the candidate, held, raises no alert and the slice has no failure,
+    # so nothing is judged and promote refuses; the verdict is in the promotion entry, not yet in force.
+    refused = promote(store, v)
+    assert not refused.promoted and refused.refusals == [
+        "the holdout slice judges no measure: too few failures and alerts in it"
+    ]
+    assert refused.served == (
+        "compared as each would serve: the candidate with a pending remap's drain held while the ECC risk is "
+        "under 0.3, the shipped default model with NVIDIA's drain at once"
+    )
+    card = store.model_info(v)["card"]
+    assert card["promotion"]["remap_hold"]["hold"] and "remap_hold" not in card
+    verdict = promote(store, v, force=True)
+    assert verdict.promoted and verdict.forced
     hold = verdict.remap_hold
     assert hold is not None and hold["hold"] and (hold["risk"], hold["decided_by"]) == (0.3, "fleet outcomes")
     ev = hold["evidence"]
