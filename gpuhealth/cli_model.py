@@ -192,8 +192,10 @@ def _print_verdict(v: Verdict) -> None:
     if v.served:
         err.print(escape(v.served), highlight=False)
     if v.remap_hold is not None:
+        from predictor.remap_hold import hold_said
+
         hold = v.remap_hold
-        what = f"held while the ECC risk is under {hold['risk']:g}" if hold["hold"] else "NVIDIA's drain at once"
+        what = hold_said(hold["risk"] if hold["hold"] else 0.0)
         err.print(f"a pending remap's drain with this model: {what} ({escape(hold['reasons'][0])})", highlight=False)
     if v.forced:
         err.print(

@@ -341,7 +341,7 @@ def evaluate(
     y = labels[list(MODES)].max(axis=1).to_numpy()
     report["sample_average_precision"] = float(average_precision_score(y, rows["risk"])) if y.any() else float("nan")
     if "remap_alone" in rows.columns and rows["remap_alone"].any():
-        whatif = remap_hold_whatif(rows, th, judging)
+        whatif = remap_hold_whatif(rows, th, judging, (per_system["model"], per_failure["model"]))
         report["remap_hold"] = {**whatif, "verdict": remap_hold_verdict(whatif, window / DAY).to_dict()}
     if downtime is not None:
         inputs = downtime_inputs(rows, judged, failures, window, lead, begin, scored.every, t1)
@@ -436,13 +436,16 @@ REMAP_HOLD_WHATIF = 0.3
 run had it off (`remap_hold_whatif`): the level docs/model.md measures."""
 
 
-def remap_hold_whatif(rows: pd.DataFrame, th: Thresholds, judging: Judging) -> dict[str, Any]:
+def remap_hold_whatif(
+    rows: pd.DataFrame, th: Thresholds, judging: Judging, run: tuple[dict[str, Any], pd.DataFrame]
+) -> dict[str, Any]:
     """The pending remap's drain decided the other way (NVIDIA's at once where `th` holds it, held at
     REMAP_HOLD_WHATIF where it does not; `Thresholds.remap_hold_risk`), judged as model + rules is,
     and how many of the GPUs a pending remap alone would drain failed of ECC within the window after
-    it: what tells an operator which world their fleet is in (a remap on a healthy GPU, or wear)."""
+    it: what tells an operator which world their fleet is in (a remap on a healthy GPU, or wear).
+    `run`: model + rules' measures of `rows` as run (`judging.measure(rows, "alert")`)."""
     other = replace(th, remap_hold_risk=0.0 if th.remap_hold_risk > 0 else REMAP_HOLD_WHATIF)
-    run, c_run = judging.measure(rows, "alert")
+    measured, c_run = run
     measures, c_other = judging.measure(apply_waits(rows, other), "alert")
     was, now = c_run["caught"].to_numpy(dtype=bool), c_other["caught"].to_numpy(dtype=bool)
     alone = rows.loc[rows["remap_alone"].to_numpy(dtype=bool), ["gpu_uuid", "cutoff"]]
@@ -457,18 +460,13 @@ def remap_hold_whatif(rows: pd.DataFrame, th: Thresholds, judging: Judging) -> d
         "hold_risk_other": other.remap_hold_risk,
         "pending_remap_gpus": len(span),
         "pending_remap_gpus_failed_ecc": int(wore),
-        "false_episodes_run": run["episodes"] - run["true_episodes"],
+        "false_episodes_run": measured["episodes"] - measured["true_episodes"],
         "false_episodes_other": measures["episodes"] - measures["true_episodes"],
         # Per failure the span judges, at its mode's lead: caught as run and not the other way, and back.
-        "catches_lost": _by_mode(c_run.loc[was & ~now, "mode"]),
-        "catches_gained": _by_mode(c_run.loc[now & ~was, "mode"]),
+        "catches_lost": failure_counts(c_run[was & ~now]),
+        "catches_gained": failure_counts(c_run[now & ~was]),
         "other": {k: measures[k] for k in keep},
     }
-
-
-def _by_mode(modes: pd.Series) -> dict[str, int]:
-    """How many of each failure mode (only those present)."""
-    return {str(k): int(v) for k, v in modes.value_counts().sort_index().items()}
 
 
 def _recalls(c: pd.DataFrame, lead: pd.Timedelta) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pandas as pd
 from predictor.downtime import downtime_markdown, plot_downtime
 from predictor.evaluate import FIELD_RATE, HOUR
 from predictor.model import MODES
-from predictor.remap_hold import modes_said
+from predictor.remap_hold import hold_said, modes_said
 
 
 def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth evaluation") -> list[Path]:
@@ -100,10 +100,6 @@ def causes_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hold(level: float) -> str:
-    return "NVIDIA's drain at once" if level <= 0 else f"held while the ECC risk is under {level:g}"
-
-
 def remap_hold_markdown(report: dict[str, Any]) -> str:
     """The pending remap's drain the other way (`evaluate.remap_hold_whatif`), where the span had one."""
     w = report.get("remap_hold")
@@ -121,7 +117,7 @@ def remap_hold_markdown(report: dict[str, Any]) -> str:
         "favour the hold, the service holds with the promoted model; GPUHEALTH_REMAP_HOLD_RISK sets it by hand "
         '(docs/model.md, "Learning from your own fleet"). Model + rules:',
         "",
-        f"| | as run: {_hold(w['hold_risk_run'])} | the other way: {_hold(w['hold_risk_other'])} |",
+        f"| | as run: {hold_said(w['hold_risk_run'])} | the other way: {hold_said(w['hold_risk_other'])} |",
         "|---|---|---|",
     ]
     for key, label in [

@@ -56,6 +56,11 @@ def _drain(why: str, evidence: dict[str, Any]) -> RemapHoldVerdict:
     return RemapHoldVerdict(False, 0.0, "fleet outcomes", [f"NVIDIA's drain stands: {why}"], evidence)
 
 
+def hold_said(level: float) -> str:
+    """A hold level in words: "held while the ECC risk is under 0.3", or "NVIDIA's drain at once" (0)."""
+    return "NVIDIA's drain at once" if level <= 0 else f"held while the ECC risk is under {level:g}"
+
+
 def modes_said(by_mode: Mapping[str, int]) -> str:
     """Counts per failure mode in words ("1 ecc, 2 pcie"); "none" where there are none."""
     return ", ".join(f"{n} {mode}" for mode, n in sorted(by_mode.items())) or "none"
@@ -95,9 +100,8 @@ def remap_hold_verdict(whatif: Mapping[str, Any] | None, window_days: float = 7.
 
 def operator_verdict(th: Thresholds) -> RemapHoldVerdict:
     """The verdict where the operator set GPUHEALTH_REMAP_HOLD_RISK: theirs, whatever the fleet says."""
-    hold = th.remap_hold_risk > 0
-    what = f"held while the ECC risk is under {th.remap_hold_risk:g}" if hold else "NVIDIA's drain at once"
-    return RemapHoldVerdict(hold, th.remap_hold_risk, "operator", [f"GPUHEALTH_REMAP_HOLD_RISK is set: {what}"])
+    said = f"GPUHEALTH_REMAP_HOLD_RISK is set: {hold_said(th.remap_hold_risk)}"
+    return RemapHoldVerdict(th.remap_hold_risk > 0, th.remap_hold_risk, "operator", [said])
 
 
 def thresholds_with(th: Thresholds, verdict: Mapping[str, Any] | None) -> Thresholds:

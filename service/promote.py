@@ -36,7 +36,7 @@ import pandas as pd
 
 from predictor.evaluate import MODE_LEAD, Scored, evaluate, score_rows, span_start
 from predictor.model import DAY, HOUR, MODES, RiskModel
-from predictor.remap_hold import operator_verdict, remap_hold_verdict, thresholds_with
+from predictor.remap_hold import hold_said, operator_verdict, remap_hold_verdict, thresholds_with
 from predictor.score import load_model
 from predictor.thresholds import Thresholds
 from service.model_card import json_safe
@@ -157,9 +157,8 @@ def _baseline(store: Store, against: Path | None) -> tuple[str, Callable[[], Ris
 
 
 def _hold_said(th: Thresholds) -> str:
-    if th.remap_hold_risk <= 0:
-        return "NVIDIA's drain at once"
-    return f"a pending remap's drain held while the ECC risk is under {th.remap_hold_risk:g}"
+    said = hold_said(th.remap_hold_risk)
+    return said if th.remap_hold_risk <= 0 else f"a pending remap's drain {said}"
 
 
 def _report(

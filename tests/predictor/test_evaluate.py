@@ -482,8 +482,9 @@ def test_the_evaluation_weighs_the_pending_remaps_drain_the_other_way() -> None:
     judging = Judging(fail, fail, WEEK, DAY, t[-1], 30.0)
     for th, other in ((Thresholds(), 0.3), (Thresholds(remap_hold_risk=0.3), 0.0)):
         decided = apply_waits(rows, th)
-        run, _ = judging.measure(decided, "alert")
-        w = remap_hold_whatif(decided, th, judging)
+        measured = judging.measure(decided, "alert")
+        run = measured[0]
+        w = remap_hold_whatif(decided, th, judging, measured)
         assert (w["hold_risk_run"], w["hold_risk_other"]) == (th.remap_hold_risk, other)
         assert (w["pending_remap_gpus"], w["pending_remap_gpus_failed_ecc"]) == (2, 1)
         at_once, held = (run, w["other"]) if other else (w["other"], run)
