@@ -289,17 +289,19 @@ class RiskModel:
         p = Path(path)
         if not p.exists():
             raise ModelError(f"{p}: no such model file (train one with `gpuhealth train`)")
+        from skops.io.exceptions import UntrustedTypesFoundException
+
+        # One pass: skops audits every type against the allow-list before it builds any object
+        # (`audit_tree` before `construct`), so a file with another type builds nothing. Only a
+        # refused file is read again, to name every type it holds that is not on the list. By
+        # exact name (skops compares full names as sets): a prefix such as "numpy." would also
+        # trust numpy functions, which FunctionTransformers can chain into running any code.
         try:
-            untrusted = needed_types(p)
+            obj = sio.load(p, trusted=list(TRUSTED_TYPES))
+        except UntrustedTypesFoundException:
+            raise ModelError(_refusal(p, sorted(set(needed_types(p)) - set(TRUSTED_TYPES)))) from None
         except Exception as err:  # skops raises several kinds for a file that is not a model
             raise ModelError(f"{p}: not a gpuhealth model file ({type(err).__name__}: {err})") from err
-        # By exact name: a prefix such as "numpy." also trusts numpy functions, which
-        # FunctionTransformers can chain into running any code when the model scores.
-        refused = sorted(set(untrusted) - set(TRUSTED_TYPES))
-        if refused:
-            raise ModelError(_refusal(p, refused))
-        # The allow-list, not what the check saw: a file swapped in since is still refused.
-        obj = sio.load(p, trusted=list(TRUSTED_TYPES))
         try:
             meta = json.loads(obj["meta_json"])
             heads = {m: obj["heads"][m] for m in MODES}
