@@ -1,4 +1,4 @@
-"""`gpuhealth model …` (list, show, promote, prune) and `gpuhealth train --db`: models from the fleet's history."""
+"""`gpuhealth model …` (list, show, add, promote, prune) and `gpuhealth train --db`: models from the fleet's history."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from service.promote import Verdict
 
 model_app = typer.Typer(
-    help="Risk models trained on the fleet's own history (gpuhealth train --db): list, show, promote, prune.",
+    help="Risk models trained on the fleet's own history (gpuhealth train --db) or added from a file: list, show, add, "
+    "promote, prune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -136,6 +137,47 @@ def show_cmd(
     if info is None:
         raise fail("no stored model is active: `gpuhealth model list` shows the stored ones", code=1)
     typer.echo(json.dumps(dict(info), indent=2, default=str))
+
+
+@model_app.command("add")
+def add_cmd(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="a model file (.skops): another release's shipped model, one trained "
+            "elsewhere, or the one serve runs now"
+        ),
+    ],
+    db: DbOption = None,
+    holdout_days: Annotated[
+        float, typer.Option(min=0, help="promote judges it on the fleet's newest this many days")
+    ] = 14.0,
+) -> None:
+    """Store a model file as an inactive candidate, to be judged by `gpuhealth model promote` on the
+    fleet's newest days like a model `gpuhealth train --db` made.
+
+    Loaded first with every check a load makes (trusted types only, the same scikit-learn): a file that
+    would not load is never stored. Promoting the model serve already runs changes no scores, but lets
+    the fleet's own outcomes decide its pending-remap drain (the card's remap_hold).
+    """
+    from predictor.model import ModelError
+    from service.training import TrainingError, store_model_file
+    from store import StoreError
+
+    with _store(db) as store:
+        try:
+            added = store_model_file(store, path, holdout_days)
+        except (TrainingError, ModelError, StoreError, OSError) as e:
+            raise fail(str(e)) from None
+    held = added.card["holdout"]
+    failures = ", ".join(f"{k} {n}" for k, n in sorted(held["failures"].items())) or "none"
+    err.print(
+        f"stored model {added.info['version']} (inactive) from {escape(str(path))}\n"
+        f"holdout {held['start']} .. {held['end']}: {held['gpus']} GPUs, failures {failures}\n"
+        f"next: gpuhealth model promote {added.info['version']} --db …",
+        highlight=False,
+    )
+    typer.echo(added.info["version"])
 
 
 @model_app.command("promote")

@@ -16,9 +16,11 @@ a few weeks of history already move the model as much as the whole prior; raise
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -234,3 +236,55 @@ def training_card(
             "meta": model.meta,
         }
     )
+
+
+def store_model_file(
+    store: Store, path: str | Path, holdout_days: float = 14.0, *, now: datetime | None = None
+) -> Trained:
+    """A model file stored as an inactive candidate, judged by promote on the newest `holdout_days` of
+    the fleet's history: another release's shipped model, one trained elsewhere (`train --families`),
+    or the model serve runs now, so that the fleet's own outcomes decide its pending-remap drain.
+
+    The file is loaded first with every check of `RiskModel.load` (only the trusted types, the same
+    scikit-learn): a file that would not load is never stored. A model whose metadata says it was
+    trained on a fleet's own history (`train --db`) up to a time inside that slice is refused: promote
+    must judge it on days it never saw."""
+    p = Path(path)
+    if not holdout_days > 0:
+        raise TrainingError("--holdout-days must be above 0: promote judges a model on the fleet's newest days")
+    model = RiskModel.load(p)  # every check of a load; the bytes stored are the ones checked
+    data = p.read_bytes()
+    newest = store.newest_sample_time()
+    if newest is None:
+        raise TrainingError(
+            f"{store.url} holds no history: promote would have nothing to judge {p.name} on; run `gpuhealth serve` "
+            "(or import history) first"
+        )
+    frame = fleet_history(store, since=newest - timedelta(days=holdout_days), until=newest)
+    if len(frame) == 0:
+        raise TrainingError(f"{store.url} holds no hourly history in its newest {holdout_days:g} days to judge on")
+    _, _, holdout = split_holdout(frame, store.failures_frame(), holdout_days)
+    assert holdout is not None  # holdout_days > 0
+    start = pd.Timestamp(holdout["start"])
+    for s in model.meta.get("training_sets") or []:
+        span = s.get("span") or []
+        if s.get("name") == FLEET_SET and len(span) == 2 and pd.Timestamp(span[1]) > start:
+            raise TrainingError(
+                f"{p.name} was trained on a fleet's own history up to {pd.Timestamp(span[1]):%Y-%m-%d %H:%M}, inside "
+                f"the newest {holdout_days:g} days ({start:%Y-%m-%d %H:%M} on): promote must judge a model on days "
+                "it never saw; lower --holdout-days or let the fleet's history pass its training"
+            )
+    card = json_safe(
+        {
+            "format": CARD_FORMAT,
+            "trained_by": "a model file (gpuhealth model add)",
+            "source": {"file": p.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)},
+            "trained_on": trained_on(model.meta),
+            "holdout": holdout,
+            "validation": model.meta.get("validation", {}),
+            "promotion": None,
+            "meta": model.meta,
+        }
+    )
+    info = store.put_model(data, card, created_at=now or datetime.now(UTC))
+    return Trained(model, card, info)

@@ -90,6 +90,29 @@ def test_promote_refusal_exits_1_and_force_activates(url: str) -> None:
     assert f"FORCED: model {v} is active although promote refused it" in " ".join(r.stderr.split())
 
 
+def test_add_stores_a_model_file_as_a_candidate_and_says_what_promote_will_judge(url: str, tmp_path: Path) -> None:
+    from simulator.fleet import SimConfig
+    from simulator.run import simulate
+
+    path = tiny_model("release").save(tmp_path / "release.skops")
+    assert "holds no history" in error_line(["model", "add", str(path), "--db", url])
+    assert "no such model file" in error_line(["model", "add", str(tmp_path / "none.skops"), "--db", url])
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
+    store = Store.open(url)
+    try:
+        store.ingest(frame)
+    finally:
+        store.close()
+    r = runner.invoke(app, ["model", "add", str(path), "--db", url, "--holdout-days", "2"])
+    assert r.exit_code == 0, r.stderr
+    version = r.stdout.strip()
+    said = " ".join(r.stderr.split())
+    assert f"stored model {version} (inactive) from {path}" in said and "2 GPUs, failures none" in said
+    assert f"next: gpuhealth model promote {version}" in said
+    listing = json.loads(runner.invoke(app, ["model", "list", "--db", url, "--format", "json"]).stdout)
+    assert [(m["version"], m["active"], m["promotion"]) for m in listing] == [(version, False, "not tried")]
+
+
 def test_prune_lists_what_goes_and_keeps_the_active_model(url: str) -> None:
     store = Store.open(url)
     try:

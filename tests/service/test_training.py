@@ -4,17 +4,27 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
 from core.hourly import to_hours
+from predictor.model import ModelError
 from predictor.remap_hold import MIN_REMAP_GPUS
 from predictor.thresholds import Thresholds
 from service.promote import PromoteError, compare, promote
 from service.scorer import Scorer
-from service.training import TrainingError, TrainOptions, fleet_history, split_holdout, train_from_store
+from service.training import (
+    FLEET_SET,
+    TrainingError,
+    TrainOptions,
+    fleet_history,
+    split_holdout,
+    store_model_file,
+    train_from_store,
+)
 from simulator.domain import Domain
 from simulator.fleet import SimConfig
 from simulator.run import simulate
@@ -165,3 +175,58 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
     records = Scorer(store, tiny_model("file"), Thresholds(), 3600).run_once(at=end.to_pydatetime())
     decided = {str(r["gpu_uuid"]): r["decision"] for r in records}
     assert {decided[u] for u in pending} == {"watch"}
+
+
+def test_a_model_file_is_stored_as_a_candidate_judged_on_the_fleets_newest_days(store: Store, tmp_path: Path) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=3, seed=2), days=6, interval_s=3600)
+    store.ingest(frame)
+    end = frame["timestamp"].max()
+    gpu = str(frame["gpu_uuid"].iloc[0])
+    store.add_failure(gpu_uuid=gpu, failed_at=(end - pd.Timedelta(days=1)).to_pydatetime(), mode="pcie")
+    store.add_failure(gpu_uuid=gpu, failed_at=(end - pd.Timedelta(days=4)).to_pydatetime(), mode="ecc")
+    path = tiny_model("release").save(tmp_path / "release.skops")
+    added = store_model_file(store, path, holdout_days=2)
+    info = store.model_info(added.info["version"])
+    assert not info["active"] and store.active_model_version() is None
+    card = info["card"]
+    held = card["holdout"]
+    assert pd.Timestamp(held["end"]) == end and pd.Timestamp(held["start"]) == end - pd.Timedelta(days=2)
+    assert held["failures"] == {"pcie": 1} and held["gpus"] == 3  # the ECC failure is older than the slice
+    assert card["trained_by"] == "a model file (gpuhealth model add)" and card["promotion"] is None
+    assert card["source"]["file"] == "release.skops" and card["source"]["bytes"] == path.stat().st_size
+    assert store.get_model(added.info["version"])["data"] == path.read_bytes()
+    assert card["meta"]["tag"] == "release"
+
+
+def test_a_model_file_that_would_not_load_or_has_nothing_to_be_judged_on_is_not_stored(
+    store: Store, tmp_path: Path
+) -> None:
+    path = tiny_model("x").save(tmp_path / "x.skops")
+    with pytest.raises(TrainingError, match="holds no history"):
+        store_model_file(store, path)
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=3, interval_s=3600)
+    store.ingest(frame)
+    with pytest.raises(TrainingError, match="above 0"):
+        store_model_file(store, path, holdout_days=0)
+    broken = tmp_path / "broken.skops"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="not a gpuhealth model file"):
+        store_model_file(store, broken)
+    assert store.list_models() == []
+
+
+def test_a_model_trained_on_the_fleets_newest_days_is_not_judged_on_them(store: Store, tmp_path: Path) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=6, interval_s=3600)
+    store.ingest(frame)
+    end = frame["timestamp"].max()
+    model = tiny_model("db")
+    trained_until = end - pd.Timedelta(days=1)
+    model.meta["training_sets"] = [
+        {"name": "hot-aisle-1000", "span": [str(end - pd.Timedelta(days=60)), str(end)]},  # a prior fleet: any dates
+        {"name": FLEET_SET, "span": [str(frame["timestamp"].min()), str(trained_until)]},
+    ]
+    path = model.save(tmp_path / "db.skops")
+    with pytest.raises(TrainingError, match=r"trained on a fleet.s own history up to .* inside the newest 2 days"):
+        store_model_file(store, path, holdout_days=2)
+    assert store.list_models() == []
+    assert store_model_file(store, path, holdout_days=0.5).card["holdout"]["days"] == 0.5  # after its training
