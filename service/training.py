@@ -287,4 +287,13 @@ def store_model_file(
         }
     )
     info = store.put_model(data, card, created_at=now or datetime.now(UTC))
+    if info["card"] != card:  # the same archive was stored before: the store keeps its record as it was
+        held = info["card"].get("holdout") or {}
+        state = "the active model" if info["active"] else "an inactive model"
+        span = f"its holdout {held['start']} .. {held['end']}" if held else "no holdout"
+        raise TrainingError(
+            f"{p.name} is already stored as {state}, version {info['version']} (created "
+            f"{info['created_at']:%Y-%m-%d %H:%M}, {span}); a stored archive keeps its card: "
+            + ("it needs no promotion" if info["active"] else f"promote {info['version']}")
+        )
     return Trained(model, card, info)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -196,6 +197,12 @@ def test_a_model_file_is_stored_as_a_candidate_judged_on_the_fleets_newest_days(
     assert card["source"]["file"] == "release.skops" and card["source"]["bytes"] == path.stat().st_size
     assert store.get_model(added.info["version"])["data"] == path.read_bytes()
     assert card["meta"]["tag"] == "release"
+    # The same archive again: the store keeps its record and card, and says which version it is.
+    with pytest.raises(TrainingError, match=rf"already stored as an inactive model, version {info['version']} .*"
+                       rf"its holdout {re.escape(held['start'])}.*promote {info['version']}"):  # fmt: skip
+        store_model_file(store, path, holdout_days=4)
+    assert [m["version"] for m in store.list_models()] == [info["version"]]
+    assert store.model_info(info["version"])["card"] == card
 
 
 def test_a_model_file_that_would_not_load_or_has_nothing_to_be_judged_on_is_not_stored(
