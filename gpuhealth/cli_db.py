@@ -123,6 +123,8 @@ def import_cmd(
         # importing the same labels twice must not double the failures training sees
         seen = set(zip(known["gpu_uuid"], known["failed_at"], known["mode"], strict=True))
         for row in [] if labels is None else labels.to_dict("records"):
+            # The store keeps microseconds: a label's nanoseconds would never match its stored self.
+            row["failed_at"] = row["failed_at"].floor("us")
             if (row["gpu_uuid"], row["failed_at"], row["mode"]) in seen:
                 continue
             host, xid = row.get("hostname"), row.get("xid")

@@ -56,19 +56,27 @@ def test_db_import_then_prune(tmp_path: Path, sim_history: pd.DataFrame) -> None
     hfile = history.write(sim_history, tmp_path / "h.parquet")
     ffile = tmp_path / "f.csv"
     uuid = str(sim_history["gpu_uuid"].iloc[0])
-    ffile.write_text(f"gpu_uuid,failed_at,mode\n{uuid},2026-01-02T00:00:00Z,ecc\n")
+    # A time in nanoseconds (as the independent generator writes them): the store keeps microseconds,
+    # and importing the file again must still find the label already there.
+    ffile.write_text(
+        f"gpu_uuid,failed_at,mode\n{uuid},2026-01-02T00:00:00Z,ecc\n{uuid},2026-01-03T04:05:06.123456789Z,pcie\n"
+    )
     url = f"sqlite:///{tmp_path / 'g.db'}"
     for expected in (len(sim_history), 0):  # importing again adds nothing
         proc = _gpuhealth("import", "--history", str(hfile), "--failures", str(ffile), "--db", url)
         assert proc.returncode == 0, proc.stderr
-        assert f": {expected} new samples of {len(sim_history)}, 1 failure labels" in proc.stdout
+        assert f": {expected} new samples of {len(sim_history)}, 2 failure labels" in proc.stdout
+        assert "Warning" not in proc.stderr, proc.stderr
     proc = _gpuhealth("prune", "--db", url, "--retention", "1d")  # the simulated days are long past
     assert proc.returncode == 0, proc.stderr
     assert f"removed {len(sim_history)} raw samples" in proc.stdout
     store = Store.open(url)
     try:
         assert store.counts()["samples"] == 0
-        assert len(store.failures()) == 1 and store.failures()[0]["hostname"] is not None
+        failures = store.failures()
+        assert len(failures) == 2 and all(f["hostname"] is not None for f in failures)
+        assert {f["failed_at"].replace(tzinfo=None).isoformat() for f in failures} == {
+            "2026-01-02T00:00:00", "2026-01-03T04:05:06.123456"}  # fmt: skip
     finally:
         store.close()
     line = _one_line_error(_gpuhealth("prune", "--db", url, "--retention", "forever"))
