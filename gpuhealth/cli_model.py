@@ -150,7 +150,12 @@ def add_cmd(
     ],
     db: DbOption = None,
     holdout_days: Annotated[
-        float, typer.Option(min=0, help="promote judges it on the fleet's newest this many days")
+        float,
+        typer.Option(
+            min=0,
+            help="promote judges it on the fleet's newest this many days (a model that never saw this fleet: "
+            "a longer slice judges more modes)",
+        ),
     ] = 14.0,
 ) -> None:
     """Store a model file as an inactive candidate, to be judged by `gpuhealth model promote` on the
