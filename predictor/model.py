@@ -266,13 +266,12 @@ class RiskModel:
 
     @classmethod
     def from_bytes(cls, data: bytes, name: str = "model") -> RiskModel:
-        """Read a model from `to_bytes`' archive, with the same checks as `load`."""
-        import tempfile
+        """Read a model from `to_bytes`' archive, with the same checks as `load`; `name` says which in errors."""
+        import skops.io as sio
 
-        with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / f"{name}.skops"
-            p.write_bytes(data)
-            return cls.load(p)
+        return cls._checked(
+            name, lambda t: sio.loads(bytes(data), trusted=t), lambda: sio.get_untrusted_types(data=data)
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write the model with skops, metadata included."""
@@ -289,34 +288,40 @@ class RiskModel:
         p = Path(path)
         if not p.exists():
             raise ModelError(f"{p}: no such model file (train one with `gpuhealth train`)")
+        return cls._checked(str(p), lambda t: sio.load(p, trusted=t), lambda: needed_types(p))
+
+    @classmethod
+    def _checked(cls, shown: str, read: Callable[[list[str]], Any], types: Callable[[], list[str]]) -> RiskModel:
+        """A model read by `read(trusted)` (skops' load of a file or of bytes) under the allow-list; `shown`
+        names it in errors, `types()` lists what the archive holds beyond skops' defaults."""
         from skops.io.exceptions import UntrustedTypesFoundException
 
         # One pass: skops audits every type against the allow-list before it builds any object
-        # (`audit_tree` before `construct`), so a file with another type builds nothing. Only a
-        # refused file is read again, to name every type it holds that is not on the list. By
-        # exact name (skops compares full names as sets): a prefix such as "numpy." would also
-        # trust numpy functions, which FunctionTransformers can chain into running any code.
+        # (`audit_tree` before `construct`), so an archive with another type builds nothing. Only a
+        # refused one is read again, to name every type it holds that is not on the list. By exact
+        # name (skops compares full names as sets): a prefix such as "numpy." would also trust
+        # numpy functions, which FunctionTransformers can chain into running any code.
         try:
-            obj = sio.load(p, trusted=list(TRUSTED_TYPES))
+            obj = read(list(TRUSTED_TYPES))
         except UntrustedTypesFoundException:
-            raise ModelError(_refusal(p, sorted(set(needed_types(p)) - set(TRUSTED_TYPES)))) from None
+            raise ModelError(_refusal(shown, sorted(set(types()) - set(TRUSTED_TYPES)))) from None
         except Exception as err:  # skops raises several kinds for a file that is not a model
-            raise ModelError(f"{p}: not a gpuhealth model file ({type(err).__name__}: {err})") from err
+            raise ModelError(f"{shown}: not a gpuhealth model file ({type(err).__name__}: {err})") from err
         try:
             meta = json.loads(obj["meta_json"])
             heads = {m: obj["heads"][m] for m in MODES}
         except (TypeError, KeyError, IndexError, ValueError) as err:
-            raise ModelError(f"{p}: a skops file, but not a gpuhealth model (no heads and metadata)") from err
+            raise ModelError(f"{shown}: a skops file, but not a gpuhealth model (no heads and metadata)") from err
         trained = meta.get("sklearn_version")
         if trained != sklearn.__version__:
             raise ModelError(
-                f"{p} was trained with scikit-learn {trained}, this is {sklearn.__version__}: "
+                f"{shown} was trained with scikit-learn {trained}, this is {sklearn.__version__}: "
                 f"retrain it (`gpuhealth train` / `make model`) or install scikit-learn=={trained}"
             )
         return cls(heads=heads, meta=meta)
 
 
-def _refusal(path: Path, refused: list[str]) -> str:
+def _refusal(path: Path | str, refused: list[str]) -> str:
     """The one-line error for a model file holding types outside the allow-list."""
     names = ", ".join(refused[:REFUSED_SHOWN])
     if len(refused) > REFUSED_SHOWN:

@@ -252,8 +252,10 @@ def store_model_file(
     p = Path(path)
     if not holdout_days > 0:
         raise TrainingError("--holdout-days must be above 0: promote judges a model on the fleet's newest days")
-    model = RiskModel.load(p)  # every check of a load; the bytes stored are the ones checked
+    if not p.is_file():
+        raise TrainingError(f"{p}: no such model file")
     data = p.read_bytes()
+    model = RiskModel.from_bytes(data, name=str(p))  # every check of a load, on the very bytes stored
     newest = store.newest_sample_time()
     if newest is None:
         raise TrainingError(
@@ -287,8 +289,10 @@ def store_model_file(
         }
     )
     info = store.put_model(data, card, created_at=now or datetime.now(UTC))
-    if info["card"] != card:  # the same archive was stored before: the store keeps its record as it was
-        held = info["card"].get("holdout") or {}
+    stored = info["card"]
+    if (stored.get("source"), stored.get("holdout")) != (card["source"], card["holdout"]):
+        # The same archive was stored before (put_model keeps the first record of an archive as it was).
+        held = stored.get("holdout") or {}
         state = "the active model" if info["active"] else "an inactive model"
         span = f"its holdout {held['start']} .. {held['end']}" if held else "no holdout"
         raise TrainingError(

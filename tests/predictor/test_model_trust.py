@@ -101,6 +101,13 @@ def test_gadget_chain_is_refused_before_it_can_run(tmp_path: Path, features: pd.
         RiskModel.load(path)
     assert "\n" not in str(err.value)
     assert not marker.exists()
+    # The same archive from the store (serve's reload, promote, `model add`): refused, named by version.
+    expected = (
+        f"20261206-0000-evil: refusing to load: it contains types gpuhealth does not trust: {', '.join(untrusted)} ("
+    )
+    with pytest.raises(ModelError, match=re.escape(expected)):
+        RiskModel.from_bytes(path.read_bytes(), name="20261206-0000-evil")
+    assert not marker.exists()
 
     # The chain is real: the old prefix rule refused none of it, and scoring ran its code.
     assert old_rule(untrusted) == untrusted
