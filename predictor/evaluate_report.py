@@ -114,8 +114,9 @@ def remap_hold_markdown(report: dict[str, Any]) -> str:
         f"{w['pending_remap_gpus_failed_ecc']} of them failed of ECC within {report['window_days']:g} days after "
         "it. NVIDIA drains such a GPU at once; the hold keeps the drain at watch while the ECC risk shows no "
         "wear. `gpuhealth model promote` weighs the same on its holdout slice and, where the fleet's outcomes "
-        "favour the hold, the service holds with the promoted model; GPUHEALTH_REMAP_HOLD_RISK sets it by hand "
-        '(docs/model.md, "Learning from your own fleet"). Model + rules:',
+        "favour the hold, the service holds with the promoted model (a fleet that trains no model: `gpuhealth "
+        "model add` the one it runs, then promote it); GPUHEALTH_REMAP_HOLD_RISK sets it by hand "
+        '(docs/closed-loop.md, "The fleet decides a pending remap\'s drain"). Model + rules:',
         "",
         f"| | as run: {hold_said(w['hold_risk_run'])} | the other way: {hold_said(w['hold_risk_other'])} |",
         "|---|---|---|",
