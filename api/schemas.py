@@ -271,6 +271,14 @@ class Holdout(BaseModel):
     failures: dict[str, int] = Field(default_factory=dict)
 
 
+class AddedFrom(BaseModel):
+    """The model file a stored model was added from (`gpuhealth model add`)."""
+
+    file: str = Field(description="the file's name")
+    sha256: str
+    bytes: int
+
+
 class PromotionMeasure(BaseModel):
     name: str = Field(description="recall_ecc, recall_thermal, recall_pcie (per incident) or precision (episodes)")
     candidate: float | None = None
@@ -310,7 +318,13 @@ class ModelCard(BaseModel):
     """The risk model the scoring loop uses now, where it came from, what it learned and how it measured."""
 
     version: str | None = Field(None, description="the stored model's version; null for a model file")
-    source: Literal["store", "file"] = Field(description="store: trained here and promoted; file: shipped or --model")
+    source: Literal["store", "file"] = Field(
+        description="store: stored (trained here, or added from a file) and promoted; file: shipped or --model"
+    )
+    trained_by: str | None = Field(
+        None, description="how a stored model came to be: gpuhealth train --db, or a model file (gpuhealth model add)"
+    )
+    added_from: AddedFrom | None = Field(None, description="the file a stored model was added from")
     created_at: datetime | None = None
     activated_at: datetime | None = None
     loaded_at: datetime | None = Field(None, description="when the scoring loop loaded it")

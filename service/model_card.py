@@ -92,6 +92,8 @@ def describe(
         "loaded_at": loaded_at,
         "pending_version": pending_version,
         "load_error": load_error,
+        "trained_by": card.get("trained_by"),
+        "added_from": card.get("source"),
         "trained_on": card.get("trained_on") or trained_on(meta),
         "holdout": card.get("holdout"),
         "validation": json_safe(card.get("validation") or meta.get("validation") or {}),

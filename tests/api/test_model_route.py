@@ -108,6 +108,13 @@ def test_without_a_scoring_loop_the_store_answers(store: Store) -> None:
     body = client.get("/v1/model").json()
     assert (body["source"], body["version"], body["loaded_at"]) == ("store", version, None)
     assert body["remap_hold"]["risk"] == 0.3 and body["remap_hold_risk"] is None  # no loop: nothing applied
+    assert (body["trained_by"], body["added_from"]) == (None, None)  # a card without them
+    added = {**CARD, "trained_by": "a model file (gpuhealth model add)",
+             "source": {"file": "default.skops", "sha256": "ab" * 32, "bytes": 1_600_000}}  # fmt: skip
+    store.activate_model(store.put_model(b"another archive", added, created_at=AT)["version"], AT)
+    body = client.get("/v1/model").json()
+    assert body["trained_by"] == "a model file (gpuhealth model add)"
+    assert body["added_from"] == {"file": "default.skops", "sha256": "ab" * 32, "bytes": 1_600_000}
 
 
 def test_closed_reads_need_the_token(store: Store, file_model: RiskModel) -> None:
