@@ -1,4 +1,4 @@
-"""`gpuhealth model …` (list, show, add, promote, prune) and `gpuhealth train --db`: models from the fleet's history."""
+"""`gpuhealth model …` (list, show, add, promote, hold, prune) and `gpuhealth train --db`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 model_app = typer.Typer(
     help="Risk models trained on the fleet's own history (gpuhealth train --db) or added from a file: list, show, add, "
-    "promote, prune.",
+    "promote, hold, prune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -224,6 +224,46 @@ def promote_cmd(
     _print_verdict(verdict)
     if not verdict.promoted:
         raise typer.Exit(REFUSED_EXIT)
+
+
+@model_app.command("hold")
+def hold_cmd(
+    db: DbOption = None,
+    days: Annotated[float, typer.Option(min=1, help="judge on the fleet's newest this many days")] = 28.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the verdict; record nothing")] = False,
+) -> None:
+    """Judge again, on the fleet's newest days, whether the active model's pending-remap drain is held.
+
+    Promote decides it once, on the candidate's holdout; a fleet changes, and a hold that outlived its
+    evidence drains wearing memory late. Scored with the active model and NVIDIA's drain, decided as
+    promote decides; recorded in the model's card (remap_hold, remap_hold_history) and applied by a
+    running `gpuhealth serve` at its next round, without reloading the model. Run it after recording
+    the failures of the last weeks (nightly, beside or instead of `train --db`).
+    """
+    from predictor.model import ModelError
+    from predictor.remap_hold import hold_said
+    from predictor.thresholds import Thresholds
+    from service.promote import PromoteError, judge_hold
+    from store import StoreError
+
+    s: Settings = get_settings()
+    with _store(db) as store:
+        try:
+            judged = judge_hold(store, days=days, thresholds=Thresholds.from_settings(s), record=not dry_run,
+                                progress=_say)  # fmt: skip
+        except (PromoteError, ModelError, StoreError) as e:
+            raise fail(str(e)) from None
+    before = judged.before
+    was = "none (NVIDIA's drain at once)" if before is None else hold_said(before["risk"] if before["hold"] else 0.0)
+    now = judged.after
+    err.print(
+        f"model {escape(judged.version)}, a pending remap's drain: was {was}; the fleet's newest days "
+        f"({judged.slice['start']} .. {judged.slice['end']}) say {hold_said(now['risk'] if now['hold'] else 0.0)} "
+        f"({escape(now['reasons'][0])})",
+        highlight=False,
+    )
+    err.print("dry run: nothing recorded" if not judged.recorded else "recorded in its card; serve applies it at its "
+              "next round (GPUHEALTH_REMAP_HOLD_RISK, where set, stands over it)", highlight=False)  # fmt: skip
 
 
 def _print_verdict(v: Verdict) -> None:

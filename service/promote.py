@@ -168,6 +168,13 @@ def _report(
     return evaluate(model, frame, failures, lead=DAY, window=WINDOW, start=start, thresholds=th, scored=rows)
 
 
+def fleet_verdict(report: dict[str, Any], th: Thresholds) -> dict[str, Any]:
+    """What a model's evaluation of a slice (scored with NVIDIA's drain, `th`) says of holding a pending
+    remap's drain: the fleet's outcomes' verdict, or the operator's where they set the hold."""
+    chosen = operator_verdict(th) if th.remap_hold_fixed else remap_hold_verdict(report.get("remap_hold"), WINDOW / DAY)
+    return chosen.to_dict()
+
+
 def _served_reports(
     verdict: Verdict,
     models: dict[str, RiskModel],
@@ -187,9 +194,7 @@ def _served_reports(
         scored[name] = score_rows(model, frame, span_start(frame, WINDOW, score_from), frame["timestamp"].max(),
                                   "1h", th, failures=failures)  # fmt: skip
         reports[name] = _report(model, frame, failures, score_from, th, scored[name])
-    hold = reports["candidate"].get("remap_hold")
-    chosen = operator_verdict(th) if th.remap_hold_fixed else remap_hold_verdict(hold, WINDOW / DAY)
-    verdict.remap_hold = chosen.to_dict()
+    verdict.remap_hold = fleet_verdict(reports["candidate"], th)
     base_name = verdict.baseline
     served = {"candidate": thresholds_with(th, verdict.remap_hold), base_name: thresholds_with(th, base_hold)}
     for name, t in served.items():
@@ -277,3 +282,89 @@ def promote(
     else:
         store.update_model_card(version, card)
     return verdict
+
+
+HOLD_DAYS = 28.0
+"""`gpuhealth model hold`'s default span: the fleet's newest four weeks."""
+
+
+@dataclass
+class HoldJudged:
+    """`judge_hold`'s answer: the active model's hold before and as the fleet's newest days judge it."""
+
+    version: str
+    before: dict[str, Any] | None
+    after: dict[str, Any]
+    slice: dict[str, Any]
+    recorded: bool
+
+
+def judge_hold(
+    store: Store,
+    *,
+    days: float = HOLD_DAYS,
+    thresholds: Thresholds | None = None,
+    record: bool = True,
+    progress: Progress | None = None,
+    now: datetime | None = None,
+) -> HoldJudged:
+    """Judge again, on the fleet's newest `days`, whether the active stored model's pending-remap drain is held.
+
+    A verdict made at a promotion stands until the next one; a fleet changes (older memory wears, a new
+    GPU generation arrives), and a hold that outlived its evidence would drain wearing memory late. The
+    slice is scored with the active model and NVIDIA's drain, and decided as promote decides
+    (`fleet_verdict`). Days the model was trained on (a `train --db` model's span of this fleet) are left
+    out. With `record`, the card's `remap_hold` is replaced and the judgement appended to its
+    `remap_hold_history`; the scoring loop applies it at its next round, without reloading the model.
+    """
+    say = progress or (lambda _msg: None)
+    th = thresholds or Thresholds()
+    if th.remap_hold_fixed:
+        raise PromoteError(
+            "GPUHEALTH_REMAP_HOLD_RISK is set: the operator's hold stands over any verdict of the fleet's outcomes; "
+            "unset it to let them decide"
+        )
+    info = store.active_model_info()
+    if info is None:
+        raise PromoteError(
+            "no stored model is active, so none carries a hold to judge: `gpuhealth model add` the model serve runs, "
+            "then `gpuhealth model promote` it"
+        )
+    version, card = info["version"], info["card"]
+    newest = store.newest_sample_time()
+    if newest is None:
+        raise PromoteError(f"{store.url} holds no history to judge the hold on")
+    end = pd.Timestamp(newest)
+    start = end - pd.Timedelta(days=days)
+    trained = ((card.get("trained_on") or {}).get("fleet") or {}).get("span") or []
+    if len(trained) == 2 and pd.Timestamp(trained[1]) > start:
+        start = pd.Timestamp(trained[1])
+    if end - start < WINDOW:
+        raise PromoteError(
+            f"model {version} was trained on this fleet's history up to {start:%Y-%m-%d %H:%M}: the days since are "
+            f"fewer than the {WINDOW / DAY:g}-day window a drain's outcome needs; judge its hold later"
+        )
+    frame, failures, score_from = holdout_slice(store, {"start": start.isoformat(), "end": end.isoformat()})
+    if len(frame):  # features need a window of history before the first round scored
+        score_from = max(score_from, span_start(frame, WINDOW))
+    if len(frame) == 0 or score_from >= frame["timestamp"].max():
+        raise PromoteError(
+            f"{store.url} holds too little history to judge the hold on: {WINDOW / DAY:g} days to build features "
+            "on, then the days to judge"
+        )
+    model = RiskModel.from_bytes(store.get_model(version)["data"], name=version)
+    say(f"scoring {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} with the active model {version}")
+    rows = score_rows(model, frame, span_start(frame, WINDOW, score_from), frame["timestamp"].max(), "1h", th,
+                      failures=failures)  # fmt: skip
+    report = _report(model, frame, failures, score_from, th, rows)
+    after = fleet_verdict(report, th)
+    at = now or datetime.now(UTC)
+    slice_ = json_safe({"start": start, "end": end, "scored_from": report["span"][0], "gpus": report["gpus"],
+                        "failures": report["failures"]})  # fmt: skip
+    if record:
+        history = [
+            *(card.get("remap_hold_history") or []),
+            {"at": at.isoformat(), "slice": slice_, "remap_hold": after},
+        ]
+        store.update_model_card(version, {**card, "remap_hold": json_safe(after), "remap_hold_history": history})
+    return HoldJudged(version, card.get("remap_hold"), after, slice_, record)

@@ -85,9 +85,9 @@ def _remap_hold_said(th: Thresholds) -> str:
     if th.remap_hold_fixed:
         who = "GPUHEALTH_REMAP_HOLD_RISK"
     elif th.remap_hold_risk > 0:
-        who = "the fleet's outcomes at the model's promotion"
+        who = "the fleet's outcomes, in the model's card"
     else:
-        who = "NVIDIA's; the model's promotion did not find a hold serves this fleet"
+        who = "NVIDIA's; the fleet's outcomes in the model's card did not find a hold serves this fleet"
     if th.remap_hold_risk <= 0:
         return f"a pending remap drains at once ({who})"
     return f"a pending remap's drain waits while the ECC risk is under {th.remap_hold_risk:g} ({who})"
@@ -142,6 +142,9 @@ class Scorer(Worker):
         except StoreError as err:  # e.g. a database not yet upgraded to the models table
             log.warning("could not ask the store for the active model: %s", err)
             return False
+        if version is not None and version == st.version:
+            self._refresh_hold(version)
+            return False
         if version is None or version == st.version or version == st.failed_version:
             return False
         try:
@@ -169,6 +172,26 @@ class Scorer(Worker):
         )  # fmt: skip
         log.info("scoring with the active model %s from the store now; %s", version, _remap_hold_said(self.thresholds))
         return True
+
+    def _refresh_hold(self, version: str) -> None:
+        """Apply the loaded model's hold of a pending remap's drain anew where its card's changed since
+        (`gpuhealth model hold` judged it again on the fleet's newest days): no reload of the model."""
+        st = self.model_state
+        try:
+            info = self.store.active_model_info()
+        except StoreUnavailable:
+            raise
+        except StoreError as err:
+            log.warning("could not read the active model's card: %s", err)
+            return
+        if info is None or info["version"] != version:
+            return  # changed between the two reads: the next round loads the new one
+        hold = info["card"].get("remap_hold")
+        if hold == st.remap_hold:
+            return
+        self.thresholds = thresholds_with(self.base_thresholds, hold)
+        self.model_state = replace(st, remap_hold=hold, remap_hold_risk=self.thresholds.remap_hold_risk)
+        log.info("the active model %s's hold was judged again; %s", version, _remap_hold_said(self.thresholds))
 
     def run_once(self, at: datetime | None = None) -> list[dict[str, Any]]:
         """One scoring round; returns the records stored (empty when there is no history yet)."""

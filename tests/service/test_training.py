@@ -15,7 +15,7 @@ from core.hourly import to_hours
 from predictor.model import ModelError
 from predictor.remap_hold import MIN_REMAP_GPUS
 from predictor.thresholds import Thresholds
-from service.promote import PromoteError, compare, promote
+from service.promote import PromoteError, compare, judge_hold, promote
 from service.scorer import Scorer
 from service.training import (
     FLEET_SET,
@@ -237,3 +237,72 @@ def test_a_model_trained_on_the_fleets_newest_days_is_not_judged_on_them(store: 
         store_model_file(store, path, holdout_days=2)
     assert store.list_models() == []
     assert store_model_file(store, path, holdout_days=0.5).card["holdout"]["days"] == 0.5  # after its training
+
+
+def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store: Store) -> None:
+    """A model promoted with NVIDIA's drain on a fleet whose remaps then turn out healthy (every pending
+    remap a healthy GPU's weak row): `judge_hold` finds the hold on the newest days, records it in the
+    card with its history, and the running loop holds those drains at its next round without a reload."""
+    domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
+    frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
+    assert fails.empty
+    store.ingest(frame)
+    end = frame["timestamp"].max()
+    drain = {"hold": False, "risk": 0.0, "decided_by": "fleet outcomes", "reasons": ["NVIDIA's drain stands: …"],
+             "evidence": {}}  # fmt: skip
+    with pytest.raises(PromoteError, match="no stored model is active"):
+        judge_hold(store)
+    v = store.put_model(silent_model().to_bytes(), {"holdout": None, "remap_hold": drain})["version"]
+    store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
+    with pytest.raises(PromoteError, match="GPUHEALTH_REMAP_HOLD_RISK is set"):
+        judge_hold(store, thresholds=Thresholds(remap_hold_risk=0.0, remap_hold_fixed=True))
+
+    # The loop, at day 6, loads the model and drains what is pending then (a drain stands until the
+    # reset takes the remap, so those stay drained whatever the hold).
+    scorer = Scorer(store, tiny_model("file"), Thresholds(), 3600)
+    then = frame["timestamp"][frame["timestamp"] <= frame["timestamp"].min() + pd.Timedelta(days=6)].max()
+
+    def pending_at(t: pd.Timestamp) -> set[str]:
+        rows = frame[frame["timestamp"] == t]
+        return set(rows.loc[rows["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
+
+    decided = {str(r["gpu_uuid"]): r["decision"] for r in scorer.run_once(at=then.to_pydatetime())}
+    assert {decided[u] for u in pending_at(then)} == {"drain"} and scorer.model_state.reloads == 1
+    # Pending at the end, and not drained at the first round (a drain stands while the last round's
+    # decision is one: with rounds days apart, a reset in between is not seen).
+    pending = pending_at(end) - {u for u, d in decided.items() if d == "drain"}
+    assert pending, "remaps pending at the end on GPUs the first round did not drain"
+
+    dry = judge_hold(store, days=14, record=False)
+    assert dry.before == drain and dry.after["hold"] and dry.after["risk"] == 0.3 and not dry.recorded
+    assert store.model_info(v)["card"]["remap_hold"] == drain  # a dry run records nothing
+    judged = judge_hold(store, days=14, now=datetime(2026, 2, 1, tzinfo=UTC))
+    ev = judged.after["evidence"]
+    assert ev["pending_remap_gpus"] >= MIN_REMAP_GPUS and ev["failed_ecc"] == 0 and ev["catches_lost_by_hold"] == {}
+    card = store.model_info(v)["card"]
+    assert card["remap_hold"] == judged.after
+    assert [h["at"] for h in card["remap_hold_history"]] == ["2026-02-01T00:00:00+00:00"]
+    assert pd.Timestamp(card["remap_hold_history"][0]["slice"]["end"]) == end
+
+    decided = {str(r["gpu_uuid"]): r["decision"] for r in scorer.run_once(at=end.to_pydatetime())}
+    assert {decided[u] for u in pending} == {"watch"}
+    assert scorer.model_state.reloads == 1 and scorer.model_state.remap_hold_risk == 0.3  # no reload
+
+
+def test_a_hold_is_judged_only_on_days_the_model_did_not_train_on(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
+    store.ingest(frame)
+    end = frame["timestamp"].max()
+    trained = {"fleet": {"span": [str(frame["timestamp"].min()), str(end - pd.Timedelta(days=3))]}}
+    v = store.put_model(tiny_model("db").to_bytes(), {"holdout": None, "trained_on": trained})["version"]
+    store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
+    with pytest.raises(PromoteError, match=r"trained on this fleet's history up to .*fewer than the 7-day window"):
+        judge_hold(store, days=28)
+
+
+def test_a_hold_needs_a_week_of_features_then_days_to_judge(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=6, interval_s=3600)
+    store.ingest(frame)
+    store.activate_model(store.put_model(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
+    with pytest.raises(PromoteError, match="too little history to judge the hold on"):
+        judge_hold(store, days=28)
