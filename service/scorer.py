@@ -136,16 +136,20 @@ class Scorer(Worker):
         """
         st = self.model_state
         try:
-            version = self.store.active_model_version()
+            # The row without its archive: the version, and the card whose hold may have been judged again.
+            active = self.store.active_model_info()
         except StoreUnavailable:
             raise
         except StoreError as err:  # e.g. a database not yet upgraded to the models table
             log.warning("could not ask the store for the active model: %s", err)
             return False
-        if version is not None and version == st.version:
-            self._refresh_hold(version)
+        if active is None:
             return False
-        if version is None or version == st.version or version == st.failed_version:
+        version = active["version"]
+        if version == st.version:
+            self._apply_hold(version, active["card"].get("remap_hold"))
+            return False
+        if version == st.failed_version:
             return False
         try:
             stored = self.store.get_model(version)
@@ -173,20 +177,10 @@ class Scorer(Worker):
         log.info("scoring with the active model %s from the store now; %s", version, _remap_hold_said(self.thresholds))
         return True
 
-    def _refresh_hold(self, version: str) -> None:
+    def _apply_hold(self, version: str, hold: dict[str, Any] | None) -> None:
         """Apply the loaded model's hold of a pending remap's drain anew where its card's changed since
         (`gpuhealth model hold` judged it again on the fleet's newest days): no reload of the model."""
         st = self.model_state
-        try:
-            info = self.store.active_model_info()
-        except StoreUnavailable:
-            raise
-        except StoreError as err:
-            log.warning("could not read the active model's card: %s", err)
-            return
-        if info is None or info["version"] != version:
-            return  # changed between the two reads: the next round loads the new one
-        hold = info["card"].get("remap_hold")
         if hold == st.remap_hold:
             return
         self.thresholds = thresholds_with(self.base_thresholds, hold)
