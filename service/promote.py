@@ -41,7 +41,7 @@ from predictor.score import load_model
 from predictor.thresholds import Thresholds
 from service.model_card import json_safe
 from service.scorer import SCORE_WINDOW
-from service.training import fleet_history
+from service.training import fleet_history, fleet_trained_until
 from store import Store
 
 Progress = Callable[[str], None]
@@ -170,9 +170,20 @@ def _report(
 
 def fleet_verdict(report: dict[str, Any], th: Thresholds) -> dict[str, Any]:
     """What a model's evaluation of a slice (scored with NVIDIA's drain, `th`) says of holding a pending
-    remap's drain: the fleet's outcomes' verdict, or the operator's where they set the hold."""
-    chosen = operator_verdict(th) if th.remap_hold_fixed else remap_hold_verdict(report.get("remap_hold"), WINDOW / DAY)
-    return chosen.to_dict()
+    remap's drain: the verdict the evaluation made of the fleet's outcomes, or the operator's where they
+    set the hold."""
+    if th.remap_hold_fixed:
+        return operator_verdict(th).to_dict()
+    whatif = report.get("remap_hold")  # absent where no GPU was drained for a pending remap alone
+    return dict(whatif["verdict"]) if whatif else remap_hold_verdict(None).to_dict()
+
+
+def _score_slice(
+    model: RiskModel, frame: pd.DataFrame, failures: pd.DataFrame, score_from: pd.Timestamp, th: Thresholds
+) -> Scored:
+    """One model's rows over the slice, hourly from `score_from` (decided under `th`; `_report` judges them)."""
+    begin = span_start(frame, WINDOW, score_from)
+    return score_rows(model, frame, begin, frame["timestamp"].max(), "1h", th, failures=failures)
 
 
 def _served_reports(
@@ -191,8 +202,7 @@ def _served_reports(
     scored, reports = {}, {}
     for name, model in models.items():
         scoring(name)
-        scored[name] = score_rows(model, frame, span_start(frame, WINDOW, score_from), frame["timestamp"].max(),
-                                  "1h", th, failures=failures)  # fmt: skip
+        scored[name] = _score_slice(model, frame, failures, score_from, th)
         reports[name] = _report(model, frame, failures, score_from, th, scored[name])
     verdict.remap_hold = fleet_verdict(reports["candidate"], th)
     base_name = verdict.baseline
@@ -336,9 +346,9 @@ def judge_hold(
         raise PromoteError(f"{store.url} holds no history to judge the hold on")
     end = pd.Timestamp(newest)
     start = end - pd.Timedelta(days=days)
-    trained = ((card.get("trained_on") or {}).get("fleet") or {}).get("span") or []
-    if len(trained) == 2 and pd.Timestamp(trained[1]) > start:
-        start = pd.Timestamp(trained[1])
+    trained = fleet_trained_until(card.get("meta") or {})
+    if trained is not None and trained > start:
+        start = trained
     if end - start < WINDOW:
         raise PromoteError(
             f"model {version} was trained on this fleet's history up to {start:%Y-%m-%d %H:%M}: the days since are "
@@ -354,9 +364,7 @@ def judge_hold(
         )
     model = RiskModel.from_bytes(store.get_model(version)["data"], name=version)
     say(f"scoring {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} with the active model {version}")
-    rows = score_rows(model, frame, span_start(frame, WINDOW, score_from), frame["timestamp"].max(), "1h", th,
-                      failures=failures)  # fmt: skip
-    report = _report(model, frame, failures, score_from, th, rows)
+    report = _report(model, frame, failures, score_from, th, _score_slice(model, frame, failures, score_from, th))
     after = fleet_verdict(report, th)
     at = now or datetime.now(UTC)
     slice_ = json_safe({"start": start, "end": end, "scored_from": report["span"][0], "gpus": report["gpus"],

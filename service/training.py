@@ -17,7 +17,7 @@ a few weeks of history already move the model as much as the whole prior; raise
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -238,6 +238,16 @@ def training_card(
     )
 
 
+def fleet_trained_until(meta: Mapping[str, Any]) -> pd.Timestamp | None:
+    """The newest time of a fleet's own history a model trained on (`train --db`'s `fleet` set, in the
+    model's metadata), None for a model that trained on none: judging it there would judge it in sample."""
+    for s in meta.get("training_sets") or []:
+        span = s.get("span") or []
+        if s.get("name") == FLEET_SET and len(span) == 2:
+            return pd.Timestamp(span[1])
+    return None
+
+
 def store_model_file(
     store: Store, path: str | Path, holdout_days: float = 14.0, *, now: datetime | None = None
 ) -> Trained:
@@ -268,14 +278,13 @@ def store_model_file(
     _, _, holdout = split_holdout(frame, store.failures_frame(), holdout_days)
     assert holdout is not None  # holdout_days > 0
     start = pd.Timestamp(holdout["start"])
-    for s in model.meta.get("training_sets") or []:
-        span = s.get("span") or []
-        if s.get("name") == FLEET_SET and len(span) == 2 and pd.Timestamp(span[1]) > start:
-            raise TrainingError(
-                f"{p.name} was trained on a fleet's own history up to {pd.Timestamp(span[1]):%Y-%m-%d %H:%M}, inside "
-                f"the newest {holdout_days:g} days ({start:%Y-%m-%d %H:%M} on): promote must judge a model on days "
-                "it never saw; lower --holdout-days or let the fleet's history pass its training"
-            )
+    trained = fleet_trained_until(model.meta)
+    if trained is not None and trained > start:
+        raise TrainingError(
+            f"{p.name} was trained on a fleet's own history up to {trained:%Y-%m-%d %H:%M}, inside "
+            f"the newest {holdout_days:g} days ({start:%Y-%m-%d %H:%M} on): promote must judge a model on days "
+            "it never saw; lower --holdout-days or let the fleet's history pass its training"
+        )
     card = json_safe(
         {
             "format": CARD_FORMAT,

@@ -293,8 +293,9 @@ def test_a_hold_is_judged_only_on_days_the_model_did_not_train_on(store: Store) 
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
     store.ingest(frame)
     end = frame["timestamp"].max()
-    trained = {"fleet": {"span": [str(frame["timestamp"].min()), str(end - pd.Timedelta(days=3))]}}
-    v = store.put_model(tiny_model("db").to_bytes(), {"holdout": None, "trained_on": trained})["version"]
+    trained = {"training_sets": [{"name": FLEET_SET, "span": [str(frame["timestamp"].min()),
+                                                             str(end - pd.Timedelta(days=3))]}]}  # fmt: skip
+    v = store.put_model(tiny_model("db").to_bytes(), {"holdout": None, "meta": trained})["version"]
     store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
     with pytest.raises(PromoteError, match=r"trained on this fleet's history up to .*fewer than the 7-day window"):
         judge_hold(store, days=28)
