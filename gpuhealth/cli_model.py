@@ -241,7 +241,7 @@ def hold_cmd(
     the failures of the last weeks (nightly, beside or instead of `train --db`).
     """
     from predictor.model import ModelError
-    from predictor.remap_hold import hold_said
+    from predictor.remap_hold import hold_said, verdict_level
     from predictor.thresholds import Thresholds
     from service.promote import PromoteError, judge_hold
     from store import StoreError
@@ -254,11 +254,11 @@ def hold_cmd(
         except (PromoteError, ModelError, StoreError) as e:
             raise fail(str(e)) from None
     before = judged.before
-    was = "none (NVIDIA's drain at once)" if before is None else hold_said(before["risk"] if before["hold"] else 0.0)
+    was = "none (NVIDIA's drain at once)" if before is None else hold_said(verdict_level(before))
     now = judged.after
     err.print(
         f"model {escape(judged.version)}, a pending remap's drain: was {was}; the fleet's newest days "
-        f"({judged.slice['start']} .. {judged.slice['end']}) say {hold_said(now['risk'] if now['hold'] else 0.0)} "
+        f"({judged.slice['start']} .. {judged.slice['end']}) say {hold_said(verdict_level(now))} "
         f"({escape(now['reasons'][0])})",
         highlight=False,
     )
@@ -279,10 +279,10 @@ def _print_verdict(v: Verdict) -> None:
     if v.served:
         err.print(escape(v.served), highlight=False)
     if v.remap_hold is not None:
-        from predictor.remap_hold import hold_said
+        from predictor.remap_hold import hold_said, verdict_level
 
         hold = v.remap_hold
-        what = hold_said(hold["risk"] if hold["hold"] else 0.0)
+        what = hold_said(verdict_level(hold))
         err.print(f"a pending remap's drain with this model: {what} ({escape(hold['reasons'][0])})", highlight=False)
     if v.forced:
         err.print(

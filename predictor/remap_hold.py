@@ -61,6 +61,12 @@ def hold_said(level: float) -> str:
     return "NVIDIA's drain at once" if level <= 0 else f"held while the ECC risk is under {level:g}"
 
 
+def verdict_level(verdict: Mapping[str, Any]) -> float:
+    """The ECC risk under which a verdict (`RemapHoldVerdict.to_dict`, a card's `remap_hold`) holds the
+    drain: its `risk` where it holds, 0 (NVIDIA's drain at once) where it does not."""
+    return float(verdict["risk"]) if verdict.get("hold") else 0.0
+
+
 def modes_said(by_mode: Mapping[str, int]) -> str:
     """Counts per failure mode in words ("1 ecc, 2 pcie"); "none" where there are none."""
     return ", ".join(f"{n} {mode}" for mode, n in sorted(by_mode.items())) or "none"
@@ -108,4 +114,4 @@ def thresholds_with(th: Thresholds, verdict: Mapping[str, Any] | None) -> Thresh
     """`th` with a stored verdict's hold (a model card's `remap_hold`), unless the operator set it."""
     if th.remap_hold_fixed or not verdict or verdict.get("decided_by") != "fleet outcomes":
         return th
-    return replace(th, remap_hold_risk=float(verdict["risk"]) if verdict.get("hold") else 0.0)
+    return replace(th, remap_hold_risk=verdict_level(verdict))
