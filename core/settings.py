@@ -1,11 +1,14 @@
-"""Settings from flags, environment variables (GPUHEALTH_*) or a .env file."""
+"""Settings from flags, environment variables (GPUHEALTH_*) or a .env file.
+
+Each setting's description is its line in docs/configuration.md (`gpuhealth docs settings`): one line,
+with its source where it has one; the why of a default goes in the docs the description names."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -14,112 +17,319 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUHEALTH_", env_file=".env", extra="ignore")
 
-    backend: Literal["auto", "nvml", "dcgm", "sim", "replay"] = "auto"
-    listen: str = "0.0.0.0:9400"  # dcgm-exporter's default port, so scrape configs carry over
-    web_config_file: str | None = None  # exporter-toolkit web config for the collector: TLS, basic auth
-    interval: str = "10s"  # sampling interval
-    hostname: str | None = None  # host label value; default: this machine's hostname
-    hostname_label: Literal["Hostname", "hostname"] = "Hostname"  # dcgm-exporter <2026 / newer
-    fields: str = "default"  # "default", "all" or a comma list of catalogue short names
-    collectors: str | None = None  # a dcgm-exporter counters CSV choosing the fields (its DCGM_EXPORTER_COLLECTORS)
-    log_level: str = "INFO"
-    watch_threshold: float = 0.3  # risk >= this: watch (policy choice)
-    demote_threshold: float = 0.7  # risk >= this: demote (product brief: "warning", interruptible only)
-    demote_for: str = "3h"  # ... once the risk has held that long (an alert rule's `for:`); 0 = at once
-    demote_for_ecc: str = "12h"  # ... the same, where the riskiest head is ECC (memory wears out over days)
-    demote_for_pcie: str = "3h"  # ... and where it is PCIe (longer: fewer alarms on bursty links, less lead)
-    demote_for_pcie_habit: str = "6h"  # ... where it is PCIe on a link replaying out of habit (under pcie_surprise_z)
-    pcie_surprise_z: float = 3.0  # a link's replaying hours over 6 h under this σ of its own month: habit; 0 = never
-    demote_for_light_load: str = "12h"  # ... where it is thermal on a GPU at light load (heat judged by extrapolation)
-    light_load_share: float = 0.5  # light load: 6 h power under this share of the heat baseline's; 0 = never
-    light_load_spread_z: float = 2.0  # ... only the thermal wait where the memory spread is this many σ; 0 = never
-    thermal_corroborate_z: float = 1.0  # thermal demote waits longer where its node and spread z are both under this
-    demote_for_uncorroborated: str = "6h"  # ... that long; 0 = never
-    thermal_agree_z: float = 2.0  # thermal demote at once where the memory spread is this many σ wide; 0 = never
-    thermal_agree_heat_z: float = 1.0  # ... and the core's heat this many σ against its own past and its node
-    thermal_spread_z: float = 4.0  # ... or where the memory-core spread alone is this many σ wide; 0 = never
-    thermal_agree_vs_node_z: float = 3.0  # ... or its heat over its node's this many σ of its own spread; 0 = never
-    thermal_heat_z: float = 4.0  # thermal demote on heat alone: core heat this many σ over its past and node (0: never)
-    thermal_heat_vs_node_z: float = 5.0  # ... or its heat over its node's this many σ of its own spread (0: never)
-    thermal_heat_vs_node_excess_z: float = 2.0  # ... with its heat over its past and node at this many σ
-    demote_for_heat: str = "6h"  # ... counted in every round this long (not at light load), whatever the risk
-    probation_risk: float = 0.1  # after a drain/RMA lets a GPU go: demoted while its risk is at or above this ...
-    probation_for: str = "30d"  # ... for at most this long after it (0 = no probation)
-    remap_hold_risk: float = 0.0  # a pending remap's drain waits at watch while ECC risk is under this (0 = never)
-    remap_hold_for: str = "0"  # ... until ECC risk has held it this long; once drained, the drain stands
-    remap_hold_clear: str = "24h"  # ... and only if ECC risk has not held it within this long before
-    release_threshold: float | None = None  # a standing demote holds while risk >= this (unset: watch; demote: no hold)
+    backend: Literal["auto", "nvml", "dcgm", "sim", "replay"] = Field(
+        default="auto", description="Where samples come from; auto: DCGM if installed, else NVML."
+    )
+    listen: str = Field(
+        default="0.0.0.0:9400",
+        description=(
+            "HOST:PORT of the collector's /metrics and /healthz (dcgm-exporter's port: scrape configs carry over)."
+        ),
+    )
+    web_config_file: str | None = Field(
+        default=None,
+        description="exporter-toolkit web config for the collector's port: TLS, client certificates, basic auth.",
+    )
+    interval: str = Field(default="10s", description="Sampling interval; a scrape always gets the latest snapshot.")
+    hostname: str | None = Field(default=None, description="Value of the host label; unset: this machine's hostname.")
+    hostname_label: Literal["Hostname", "hostname"] = Field(
+        default="Hostname",
+        description="Name of the host label: Hostname (dcgm-exporter before 2026) or hostname (newer).",
+    )
+    fields: str = Field(
+        default="default", description='Fields exported: "default", "all" or a comma list of catalogue short names.'
+    )
+    collectors: str | None = Field(
+        default=None,
+        description=(
+            "A dcgm-exporter counters CSV choosing the fields (its DCGM_EXPORTER_COLLECTORS); fields add to it."
+        ),
+    )
+    log_level: str = Field(default="INFO", description="Log level: DEBUG, INFO, WARNING or ERROR.")
+    watch_threshold: float = Field(default=0.3, description="Risk at or above this: watch (policy choice).")
+    demote_threshold: float = Field(
+        default=0.7, description='Risk at or above this: demote, interruptible work only (product brief: "warning").'
+    )
+    demote_for: str = Field(
+        default="3h",
+        description="A model demote stands once its risk has held this long (an alert rule's `for:`); 0: at once.",
+    )
+    demote_for_ecc: str = Field(
+        default="12h", description="The demote's wait where the riskiest head is ECC (memory wears out over days)."
+    )
+    demote_for_pcie: str = Field(
+        default="3h",
+        description=(
+            "The demote's wait where the riskiest head is PCIe (longer: fewer alarms on bursty links, less lead)."
+        ),
+    )
+    demote_for_pcie_habit: str = Field(
+        default="6h", description="The PCIe wait on a link that replays out of habit (see pcie_surprise_z)."
+    )
+    pcie_surprise_z: float = Field(
+        default=3.0,
+        description=(
+            "A link whose replaying hours over 6 h stand under this many σ of "
+            "its own month replays out of habit; 0: never."
+        ),
+    )
+    demote_for_light_load: str = Field(
+        default="12h",
+        description=(
+            "The wait of a thermal demote of a GPU at light load (heat judged "
+            "by extrapolation), or until its load returns."
+        ),
+    )
+    light_load_share: float = Field(
+        default=0.5, description="Light load: 6 h power under this share of the heat baseline's; 0: never."
+    )
+    light_load_spread_z: float = Field(
+        default=2.0,
+        description=(
+            "At light load, only the thermal wait (demote_for) where the "
+            "memory-core spread is this many σ out; 0: never."
+        ),
+    )
+    thermal_corroborate_z: float = Field(
+        default=1.0,
+        description=(
+            "A thermal demote waits demote_for_uncorroborated where its "
+            "node and spread z are both under this; 0: never."
+        ),
+    )
+    demote_for_uncorroborated: str = Field(
+        default="6h", description="The wait of a thermal demote that no reading of the GPU's own cooling corroborates."
+    )
+    thermal_agree_z: float = Field(
+        default=2.0,
+        description="A thermal demote stands at once where the memory-core spread is this many σ wide; 0: never.",
+    )
+    thermal_agree_heat_z: float = Field(
+        default=1.0,
+        description="With thermal_agree_z: the core's heat must also stand this many σ over its own past and its node.",
+    )
+    thermal_spread_z: float = Field(
+        default=4.0,
+        description="A thermal demote stands at once where the memory-core spread alone is this many σ wide; 0: never.",
+    )
+    thermal_agree_vs_node_z: float = Field(
+        default=3.0,
+        description=(
+            "A thermal demote stands at once where its heat over its node's is this many σ of its own spread; 0: never."
+        ),
+    )
+    thermal_heat_z: float = Field(
+        default=4.0,
+        description=(
+            "Demote on heat alone: core heat this many σ over its own past and its node for demote_for_heat; 0: never."
+        ),
+    )
+    thermal_heat_vs_node_z: float = Field(
+        default=5.0,
+        description=(
+            "A round also counts toward heat alone where its heat over its "
+            "node's is this many σ of its own spread; 0: never."
+        ),
+    )
+    thermal_heat_vs_node_excess_z: float = Field(
+        default=2.0,
+        description="With thermal_heat_vs_node_z: its heat must also stand this many σ over its own past and its node.",
+    )
+    demote_for_heat: str = Field(
+        default="6h",
+        description=(
+            "Heat alone demotes, whatever the risk, once it has stood in every round this long (not at light load)."
+        ),
+    )
+    probation_risk: float = Field(
+        default=0.1,
+        description="After a drain or RMA lets a GPU go, it stays demoted while its risk is at or above this.",
+    )
+    probation_for: str = Field(
+        default="30d", description="The probation lasts at most this long after the drain or RMA; 0: no probation."
+    )
+    remap_hold_risk: float = Field(
+        default=0.0,
+        description=(
+            "A pending remap's drain waits at watch while ECC risk is under "
+            "this; 0: never; unset: as the promoted model chose."
+        ),
+    )
+    remap_hold_for: str = Field(
+        default="0",
+        description=(
+            "The remap hold ends once ECC risk has held remap_hold_risk this long; once drained, the drain stands."
+        ),
+    )
+    remap_hold_clear: str = Field(
+        default="24h",
+        description="The remap hold applies only if ECC risk has not held remap_hold_risk within this long before.",
+    )
+    release_threshold: float | None = Field(
+        default=None,
+        description=(
+            "A standing demote is held while risk stays at or above this; "
+            "unset: watch_threshold; demote_threshold: no hold."
+        ),
+    )
 
     # The service (`gpuhealth serve`): store, scoring loop and API.
-    db: str = "sqlite:///gpuhealth.db"  # SQLAlchemy URL; PostgreSQL: postgresql+psycopg://user:pw@host/db
-    api_listen: str = "0.0.0.0:8080"
-    token: str | None = None  # bearer token for write endpoints; without one (or empty), writes are refused (403)
-    read_open: bool = True  # reads without a token; False: reads, /docs and /openapi.json need the token too
-    metrics_open: bool | None = None  # /metrics without a token; unset: as read_open (Prometheus can send it)
-    score_interval: str = "5m"
+    db: str = Field(
+        default="sqlite:///gpuhealth.db",
+        description="SQLAlchemy URL of the store: sqlite:///FILE or postgresql+psycopg://user:pw@host/db.",
+    )
+    api_listen: str = Field(
+        default="0.0.0.0:8080", description="HOST:PORT of the service's API, /metrics, /healthz, /readyz and /docs."
+    )
+    token: str | None = Field(
+        default=None, description="Bearer token for write endpoints; without one (or empty), writes are refused (403)."
+    )
+    read_open: bool = Field(
+        default=True, description="Reads without a token; false: reads, /docs and /openapi.json need the token too."
+    )
+    metrics_open: bool | None = Field(
+        default=None, description="/metrics without a token; unset: as read_open (Prometheus can send the token)."
+    )
+    score_interval: str = Field(default="5m", description="How often every GPU is scored.")
+    model: str | None = Field(default=None, description="Risk model file (.skops); unset: the shipped model.")
+    max_request_bytes: int = Field(default=1_048_576, description="Larger request bodies get 413.")
+    # Slow or many clients (uvicorn): a body must arrive within body_timeout; an idle keep-alive
+    # connection closes after keep_alive_timeout; past max_connections, new requests get 503.
+    body_timeout: str = Field(default="10s", description="A request body must arrive within this, else 408.")
+    keep_alive_timeout: str = Field(
+        default="5s", description="An idle keep-alive connection closes after this (uvicorn's default)."
+    )
+    max_connections: int = Field(
+        default=1000,
+        description="Past this many connections and tasks at once, new requests get 503 (uvicorn's limit_concurrency).",
+    )
+    buffer_samples: int = Field(default=200_000, description="Samples held in memory while the database is down.")
     # Retention (store.retention.Retention says why each default): raw samples, then hourly roll-ups;
     # raw risk scores, then hourly; hourly roll-ups of both; closed decisions; alerts; probe results.
     # Failure and RMA records are kept for good (they are training labels).
-    retention: str = "35d"
-    score_retention: str = "7d"
-    hourly_retention: str = "400d"
-    decision_retention: str = "365d"
-    alert_retention: str = "90d"
-    probe_retention: str = "90d"
-    action_retention: str = "365d"  # the actuator's audit
-    model: str | None = None  # risk model file (.skops); default: the shipped model
-    max_request_bytes: int = 1_048_576
-    # Slow or many clients (uvicorn): a body must arrive within body_timeout; an idle keep-alive
-    # connection closes after keep_alive_timeout; past max_connections, new requests get 503.
-    body_timeout: str = "10s"
-    keep_alive_timeout: str = "5s"  # uvicorn's default
-    max_connections: int = 1000  # uvicorn's limit_concurrency: connections and tasks at once
-    buffer_samples: int = 200_000  # samples held in memory while the database is down
+    retention: str = Field(default="35d", description="Raw samples are kept this long; their hourly roll-ups stay.")
+    score_retention: str = Field(
+        default="7d", description="Raw risk scores are kept this long; their hourly roll-ups stay."
+    )
+    hourly_retention: str = Field(
+        default="400d", description="Hourly roll-ups of samples and scores are kept this long."
+    )
+    decision_retention: str = Field(
+        default="365d", description="Closed decisions are kept this long after they closed."
+    )
+    alert_retention: str = Field(
+        default="90d", description="Alerts from Alertmanager are kept this long after last received."
+    )
+    probe_retention: str = Field(default="90d", description="Probe results are kept this long.")
+    action_retention: str = Field(default="365d", description="The actuator's audit is kept this long.")
+
     # Fleet mode (`serve --source prometheus`): samples pulled from Prometheus, not collected here.
-    source: Literal["local", "prometheus"] = "local"
-    prometheus_url: str | None = None  # e.g. http://prometheus:9090
-    pull_every: str = "1m"
-    pull_step: str = "5m"  # the resolution stored and scored (the shipped model learned from hourly data)
-    backfill: str = "2d"  # how far the first pull, and a catch-up after an outage, reaches back
+    source: Literal["local", "prometheus"] = Field(
+        default="local", description="local: collect on this box; prometheus: pull the fleet from prometheus_url."
+    )
+    prometheus_url: str | None = Field(default=None, description="Prometheus base URL, e.g. http://prometheus:9090.")
+    pull_every: str = Field(default="1m", description="How often to pull from Prometheus.")
+    pull_step: str = Field(
+        default="5m", description="The resolution stored and scored (the shipped model learned from hourly data)."
+    )
+    backfill: str = Field(
+        default="2d", description="How far the first pull, and a catch-up after an outage, reaches back."
+    )
     # Several replicas of fleet mode on one PostgreSQL split the fleet by hostname (service/replicas.py).
     # On PostgreSQL they are on by default; on SQLite only when one of these is set.
-    replica_id: str | None = None  # unique per replica; default: hostname-pid
-    lease_seconds: float | None = None  # unset: 60 s; a dead replica's hosts move to the others within it
+    replica_id: str | None = Field(
+        default=None, description="This replica's unique name among those sharing the database; unset: hostname-pid."
+    )
+    lease_seconds: float | None = Field(
+        default=None,
+        description=(
+            "How long a dead replica's hosts stay its own (unset: 60 s); on SQLite, setting it turns replicas on."
+        ),
+    )
 
     # The actuator (`serve --actuate`, `gpuhealth actuate --once`): decisions acted on by the scheduler.
-    actuate: Literal["off", "dry-run", "on"] = "off"  # dry-run records what it would do and touches nothing
-    actuate_target: Literal["slurm", "kubernetes", "sim"] | None = None  # sim: the simulated fleet, in memory
-    actuate_interval: str = "1m"  # one reconciliation pass per interval (backing off while the scheduler is down)
-    actuate_settle: str = "1h"  # a node is lowered (ours undone) once its lower state held this long
-    breaker_max_fraction: float = 0.10  # at most this share of the nodes newly demoted or drained per window …
-    breaker_max_nodes: int = 5  # … and at most this many (the 400-server trace: 3 per hour at most)
-    breaker_window: str = "1h"
-    unmanaged_nodes: str = (
-        ""  # nodes never touched: "gpu[001-004],login1" (Kubernetes also: gpuhealth.io/managed=false)
+    actuate: Literal["off", "dry-run", "on"] = Field(
+        default="off",
+        description="Whether to act on the scheduler; dry-run records what it would do and touches nothing.",
     )
-    slurm_reliable_feature: str = "reliable"  # the feature non-interruptible jobs ask for (--constraint)
-    slurm_demoted_weight: int = 1000  # Slurm uses low weights first: a demoted node is used last
-    slurm_bin_dir: str | None = None  # where scontrol and squeue are; default: PATH
-    kube_server: str | None = None  # API server URL without credentials (tests); default: in-cluster or kubeconfig
-    kubeconfig: str | None = None
-    kube_event_namespace: str = "default"  # where the actuator's Events about nodes go
+    actuate_target: Literal["slurm", "kubernetes", "sim"] | None = Field(
+        default=None, description="The scheduler acted on; sim: the simulated fleet, in memory."
+    )
+    actuate_interval: str = Field(
+        default="1m", description="One reconciliation pass per interval (backing off while the scheduler is down)."
+    )
+    actuate_settle: str = Field(
+        default="1h", description="A node is lowered (ours undone) once its lower state has held this long."
+    )
+    breaker_max_fraction: float = Field(
+        default=0.10,
+        description="The breaker: at most this share of the nodes newly demoted or drained per breaker_window.",
+    )
+    breaker_max_nodes: int = Field(
+        default=5,
+        description="The breaker: also at most this many nodes (at least 1; the 400-server trace: 3 an hour at most).",
+    )
+    breaker_window: str = Field(default="1h", description="The breaker's window.")
+    unmanaged_nodes: str = Field(
+        default="",
+        description='Nodes never touched: "gpu[001-004],login1" (Kubernetes also: gpuhealth.io/managed=false).',
+    )
+    slurm_reliable_feature: str = Field(
+        default="reliable",
+        description="The feature non-interruptible jobs ask for (--constraint); a demoted node loses it.",
+    )
+    slurm_demoted_weight: int = Field(
+        default=1000, description="A demoted node's weight (Slurm uses low weights first: it is used last)."
+    )
+    slurm_bin_dir: str | None = Field(default=None, description="Where scontrol and squeue are; unset: PATH.")
+    kube_server: str | None = Field(
+        default=None,
+        description="API server URL without credentials (tests); unset: kubeconfig, else in-cluster or ~/.kube/config.",
+    )
+    kubeconfig: str | None = Field(
+        default=None, description="The actuator's kubeconfig file; unset: in-cluster, else ~/.kube/config."
+    )
+    kube_event_namespace: str = Field(default="default", description="Where the actuator's Events about nodes go.")
 
     # Probes (CUDA stress kernels) run by the collector on idle GPUs.
-    probe_every: str = "6h"  # "0" turns the scheduler off
-    probe_budget: str = "60s"  # per GPU per run
-    probe_tests: str = "gemm,memtest,bandwidth,pcie"
-    probe_idle_util_pct: float = 5.0  # a GPU busier than this is never probed
+    probe_every: str = Field(
+        default="6h", description='How often each idle GPU is probed; "0" turns the scheduler off.'
+    )
+    probe_budget: str = Field(default="60s", description="Time budget per GPU per run.")
+    probe_tests: str = Field(
+        default="gemm,memtest,bandwidth,pcie",
+        description="The probes run: a comma list of gemm, gemm_fp32, memtest, bandwidth, pcie.",
+    )
+    probe_idle_util_pct: float = Field(
+        default=5.0, description="A GPU busier than this (utilisation, %) is never probed."
+    )
 
     # Kubernetes labels through Node Feature Discovery (`collect --nfd-features-dir`, collector/nfd.py):
     # the collector asks the central service for this node's decisions and writes NFD's local feature file.
-    nfd_features_dir: str | None = None  # e.g. /etc/kubernetes/node-feature-discovery/features.d; unset: off
-    nfd_interval: str = "60s"  # how often to ask; labels expire after 3 intervals
-    service_url: str | None = None  # the central `gpuhealth serve` as a node reaches it, e.g. http://gpuhealth:8080
-    service_token: str | None = None  # bearer token for the service's reads, when it closes them (read_open=False)
+    nfd_features_dir: str | None = Field(
+        default=None,
+        description=(
+            "NFD's features.d to write the node's labels in, e.g. /etc/kubernetes/node-feature-discovery/features.d."
+        ),
+    )
+    nfd_interval: str = Field(
+        default="60s", description="How often to ask the service; labels expire after 3 intervals."
+    )
+    service_url: str | None = Field(
+        default=None, description="The central `gpuhealth serve` as a node reaches it, e.g. http://gpuhealth:8080."
+    )
+    service_token: str | None = Field(
+        default=None, description="Bearer token for the service's reads, when it closes them (read_open false)."
+    )
 
     # Workload labels on the collector's series (collector/attribution.py), as dcgm-exporter's.
-    pod_resources_socket: str | None = None  # the kubelet's; unset: its default path when it exists; "": off
-    hpc_job_mapping_dir: str | None = None  # Slurm jobs per GPU, written by deploy/slurm's prolog; unset: off
+    pod_resources_socket: str | None = Field(
+        default=None,
+        description='The kubelet\'s pod-resources socket; unset: its default path when it exists; "": off.',
+    )
+    hpc_job_mapping_dir: str | None = Field(
+        default=None, description="Slurm jobs per GPU, written by deploy/slurm's prolog; unset: off."
+    )
 
     @field_validator("token", "service_token")
     @classmethod

@@ -21,6 +21,7 @@ from gpuhealth.cli_backend import (
 )
 from gpuhealth.cli_collect import register_collect
 from gpuhealth.cli_db import db_app
+from gpuhealth.cli_docs import register_docs_settings
 from gpuhealth.cli_history import history_app
 from gpuhealth.cli_model import register_model
 from gpuhealth.cli_probe import register_probe
@@ -35,7 +36,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-docs_app = typer.Typer(help="Generate documentation from the catalogue.", no_args_is_help=True)
+docs_app = typer.Typer(help="Generate documentation from the catalogue and the settings.", no_args_is_help=True)
 app.add_typer(docs_app, name="docs")
 app.add_typer(history_app, name="history")
 app.add_typer(alerts_app, name="alerts")
@@ -47,6 +48,7 @@ register_probe(app)
 register_serve(app)
 register_actuate(app)
 register_model(app)
+register_docs_settings(docs_app, app)
 err = Console(stderr=True)
 
 DEFAULT_METRICS_DOC = Path("docs/metrics.md")
