@@ -87,7 +87,7 @@ def parse_node_line(line: str) -> SlurmNode:
         name=fields["NodeName"],
         state=fields.get("State", ""),
         reason="" if reason == "(null)" else reason,
-        weight=int(weight) if weight.isdigit() else None,
+        weight=int(weight) if weight.isascii() and weight.isdigit() else None,
         available=_features(fields.get("AvailableFeatures", "")),
         active=_features(fields.get("ActiveFeatures", "")),
     )
@@ -124,12 +124,15 @@ class SlurmTarget:
 
     def _run(self, args: Sequence[str], what: str) -> str:
         try:
+            # Job names and drain reasons are anyone's bytes (`sbatch --job-name=$'r\xe9sum\xe9'`):
+            # an odd byte is read as U+FFFD, never a failed pass.
             done = subprocess.run(
-                list(args), env=self.env, capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
+                list(args), env=self.env, capture_output=True, encoding="utf-8", errors="replace",
+                timeout=self.timeout_s, check=False,
+            )  # fmt: skip
         except subprocess.TimeoutExpired as err:
             raise TargetUnavailable(f"{what}: no answer within {self.timeout_s:g} s") from err
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: a NUL in an argument
             raise TargetError(f"{what}: cannot run {args[0]}: {err}") from err
         if done.returncode != 0:
             msg = (done.stderr or done.stdout).strip().splitlines()

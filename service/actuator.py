@@ -119,6 +119,7 @@ class Actuator(Worker):
         """With replicas: asked once a pass, which nodes this one acts on now (the hostnames of its shards)."""
         self.state = ActuatorState()
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
 
     @property
     def mode(self) -> Mode:
@@ -131,9 +132,9 @@ class Actuator(Worker):
         with self._lock:
             try:
                 report = self._pass()
-            except (TargetUnavailable, StoreError) as err:
+            except Exception as err:  # GET /v1/actuator says why, whatever it was
                 self.state.failures += 1
-                self.state.last_error = str(err)
+                self.state.last_error = str(err) if isinstance(err, TargetUnavailable | StoreError) else _err(err)
                 raise
             self.state.passes += 1
             self.state.last_pass = time.time()
@@ -176,9 +177,9 @@ class Actuator(Worker):
         fresh = [h for h, at in released.items() if h not in changed_at or changed_at[h] < at]
         steps = plan(desired, observed, now=now, settle=self.config.settle, lowering=clocks, held=held, released=fresh)
         breaker = act.breaker(name)
-        outcomes, last = self._apply(steps, observed, controls, breaker_open=breaker["breaker_open"], now=now,
-                                     reset_at=breaker["reset_at"], nodes=len(observed))  # fmt: skip
-        self._audit(outcomes, last, now)
+        last = act.last_actions(name, [s.hostname for s in steps])
+        outcomes = self._apply(steps, observed, controls, breaker_open=breaker["breaker_open"], now=now,
+                               reset_at=breaker["reset_at"], nodes=len(observed), last=last)  # fmt: skip
         return PassReport(now, len(observed), outcomes, self.state.breaker_open)
 
     def _apply(
@@ -191,7 +192,25 @@ class Actuator(Worker):
         reset_at: datetime | None,
         nodes: int,
         now: datetime,
-    ) -> tuple[list[Outcome], dict[str, ActionRow]]:
+        last: Mapping[str, ActionRow],
+    ) -> list[Outcome]:
+        out, go = self._gate(steps, breaker_open=breaker_open, reset_at=reset_at, nodes=nodes, now=now, last=last)
+        for o in out.values():
+            self._record(o, last.get(o.step.hostname), now)
+        out.update(self._run_steps(go, observed, controls, last, now))
+        return [out[k] for k in range(len(steps))]
+
+    def _gate(
+        self,
+        steps: list[Step],
+        *,
+        breaker_open: bool,
+        reset_at: datetime | None,
+        nodes: int,
+        now: datetime,
+        last: Mapping[str, ActionRow],
+    ) -> tuple[dict[int, Outcome], list[tuple[int, Step]]]:
+        """The breaker's verdict on each step: the blocked ones' outcomes, and the steps to take."""
         act = self.store.actuation
         name = self.target.name
         dry = self.mode == "dry-run"
@@ -201,7 +220,6 @@ class Actuator(Worker):
         recent = act.escalated_nodes(name, since, counted)
         # Nodes whose last change by us took work off them already: marks lost under us (a slurmctld
         # restart puts slurm.conf's features back) are put back without counting as new.
-        last = act.last_actions(name, [s.hostname for s in steps])
         already = {h for h, r in last.items() if r["result"] in counted and r["to_state"] in ESCALATIONS}
         budget = policy.budget(nodes, len(recent))
         self.state.breaker_open = breaker_open
@@ -227,21 +245,48 @@ class Actuator(Worker):
                     continue
                 budget -= 1
             go.append((k, step))
+        return out, go
+
+    def _run_steps(
+        self,
+        go: list[tuple[int, Step]],
+        observed: Mapping[str, Observed],
+        controls: Mapping[str, Any],
+        last: Mapping[str, ActionRow],
+        now: datetime,
+    ) -> dict[int, Outcome]:
+        """Take the steps, each audited as soon as it is done: a step applied is recorded whatever the others do."""
+        lost: list[StoreError] = []
 
         def one(item: tuple[int, Step]) -> tuple[int, Outcome]:
             k, step = item
-            workloads = tuple(self._workloads(step.hostname))
-            if dry:
-                return k, Outcome(step, "planned", None, workloads)
-            return k, self._apply_one(step, observed[step.hostname], controls.get(step.hostname), workloads)
+            o = self._step(step, observed[step.hostname], controls.get(step.hostname))
+            try:
+                self._record(o, last.get(step.hostname), now)
+            except StoreError as err:
+                lost.append(err)
+            return k, o
 
         # Nodes are independent: a few at once, as a controller's workers (the breaker has decided already).
         if len(go) > 1 and self.config.workers > 1:
             with ThreadPoolExecutor(min(self.config.workers, len(go)), thread_name_prefix="gpuhealth-act") as pool:
-                out.update(pool.map(one, go))
+                done = dict(pool.map(one, go))
         else:
-            out.update(map(one, go))
-        return [out[k] for k in range(len(steps))], last
+            done = dict(map(one, go))
+        if lost:  # the database went away mid-pass: the pass failed (the next one sees the scheduler's state)
+            raise lost[0]
+        return done
+
+    def _step(self, step: Step, obs: Observed, control: Mapping[str, Any] | None) -> Outcome:
+        """One node's step, whatever happens: an unexpected error is this node's `failed` outcome."""
+        workloads = tuple(self._workloads(step.hostname))
+        if self.mode == "dry-run":
+            return Outcome(step, "planned", None, workloads)
+        try:
+            return self._apply_one(step, obs, control, workloads)
+        except Exception as err:  # an odd byte or a bug on one node must not stop the fleet's pass
+            log.exception("actuator: %s → %s on %s failed", step.from_state, step.to_state, step.hostname)
+            return Outcome(step, "failed", f"unexpected error: {_err(err)}", workloads)
 
     def _apply_one(self, step: Step, obs: Observed, control: Mapping[str, Any] | None, workloads: tuple[str, ...]
                    ) -> Outcome:  # fmt: skip
@@ -255,42 +300,43 @@ class Actuator(Worker):
             # The rest of the pass would fail the same way; the next pass starts from what is then seen.
             log.warning("actuator: %s unreachable while changing %s: %s", self.target.name, step.hostname, err)
             return Outcome(step, "failed", f"unreachable: {err}", workloads)
-        if done.forget_saved:
-            self.store.actuation.set_saved(step.hostname, None)
-        elif done.saved is not None:
-            self.store.actuation.set_saved(step.hostname, done.saved)
+        note = done.note
         try:
-            self.target.announce(step, done.result, done.note)
-        except (TargetError, TargetUnavailable) as err:  # an Event lost is not an action lost
-            log.info("actuator: no event for %s: %s", step.hostname, err)
-        return Outcome(step, done.result, done.note, workloads)
+            if done.forget_saved:
+                self.store.actuation.set_saved(step.hostname, None)
+            elif done.saved is not None:
+                self.store.actuation.set_saved(step.hostname, done.saved)
+        except StoreError as err:  # the step is applied all the same: say so, with what was not kept
+            log.error("actuator: %s changed, but not what to put back (%s): %s", step.hostname, done.saved, err)
+            note = "; ".join(filter(None, [note, f"what to put back later was not stored ({done.saved}): {err}"]))
+        try:
+            self.target.announce(step, done.result, note)
+        except Exception as err:  # an Event lost is not an action lost
+            log.info("actuator: no event for %s: %s", step.hostname, _err(err))
+        return Outcome(step, done.result, note, workloads)
 
     def _workloads(self, hostname: str) -> list[str]:
         try:
             return self.target.workloads(hostname)
         except (TargetError, TargetUnavailable) as err:
             return [f"(unknown: {err})"]
+        except Exception as err:  # the audit says what ran when it can; a step never waits for it
+            return [f"(unknown: {_err(err)})"]
 
-    def _audit(self, outcomes: list[Outcome], last: Mapping[str, ActionRow], now: datetime) -> None:
-        """Record each outcome, but a repeat of the node's last record (the same pass again) only once."""
-        if not outcomes:
-            return
-        act = self.store.actuation
+    def _record(self, o: Outcome, prev: ActionRow | None, now: datetime) -> None:
+        """Audit one outcome, unless it only repeats the node's last record (the same pass again)."""
+        s = o.step
         mode = "dry-run" if self.mode == "dry-run" else "on"
-        rows = []
-        for o in outcomes:
-            s = o.step
+        with self._count_lock:
             self.state.actions[(s.action, o.result)] += 1
-            prev = last.get(s.hostname)
-            if prev is not None and _same(prev, s, o, mode):
-                continue
-            rows.append({
-                "at": now, "target": self.target.name, "mode": mode, "hostname": s.hostname, "action": s.action,
-                "from_state": s.from_state, "to_state": s.to_state, "why": s.why, "gpu_uuid": s.gpu_uuid,
-                "gpu_index": s.gpu_index, "result": o.result, "error": o.error, "workloads": list(o.workloads),
-                "escalates": s.escalates,
-            })  # fmt: skip
-        act.record(rows)
+        if prev is not None and _same(prev, s, o, mode):
+            return
+        self.store.actuation.record([{
+            "at": now, "target": self.target.name, "mode": mode, "hostname": s.hostname, "action": s.action,
+            "from_state": s.from_state, "to_state": s.to_state, "why": s.why, "gpu_uuid": s.gpu_uuid,
+            "gpu_index": s.gpu_index, "result": o.result, "error": o.error, "workloads": list(o.workloads),
+            "escalates": s.escalates,
+        }])  # fmt: skip
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -307,7 +353,6 @@ class Actuator(Worker):
                 wait = min(self.config.max_backoff_s, self.config.interval_s * 2 ** min(failures - 1, 10))
                 log.warning("actuator pass failed (%s); next try in %.0f s", err, wait)
             except Exception:  # a bug must not end the loop silently: log it and keep the pacing
-                self.state.failures += 1
                 log.exception("actuator pass failed")
                 wait = self.config.interval_s
 
@@ -333,6 +378,11 @@ def _same(prev: ActionRow, step: Step, o: Outcome, mode: str) -> bool:
         and prev["mode"] == mode
         and (prev["error"] or None) == (o.error or None)
     )
+
+
+def _err(err: BaseException) -> str:
+    """An unexpected error in one line: its type and its text, cut short."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"[:500]
 
 
 def _span(d: timedelta) -> str:

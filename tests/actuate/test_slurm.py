@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from actuate.slurm import DEMOTED_FEATURE, SlurmNode, SlurmTarget, parse_node_line
 
 LINE = (
@@ -39,3 +41,24 @@ def test_what_a_node_says_in_our_terms() -> None:
     assert (restarted.ours, restarted.pending, restarted.foreign) == ("drain", True, None)
     admin = target._observed(node(state="IDLE+DRAIN", reason="Reason=bios update [root@x] "))
     assert (admin.ours, admin.foreign) == ("ok", "drained: bios update")
+
+
+def tool(tmp_path: Path, name: str, out: bytes) -> str:
+    """A stand-in for scontrol or squeue: prints `out` as it is, keeps its arguments (one per line)."""
+    (tmp_path / f"{name}.out").write_bytes(out)
+    path = tmp_path / name
+    path.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {tmp_path}/{name}.args\ncat {tmp_path}/{name}.out\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_bytes_that_are_not_utf8_are_read_not_fatal(tmp_path: Path) -> None:
+    """A job named r\\xe9sum\\xe9 (any user can) or an admin's Latin-1 drain reason is read, not a crash."""
+    admin = LINE.format(avail="reliable", state="IDLE+DRAIN", weight=1, reason="Reason=r\xe9sum\xe9 [root@x] ")
+    target = SlurmTarget(
+        scontrol=tool(tmp_path, "scontrol", admin.encode("latin-1") + b"\n"),
+        squeue=tool(tmp_path, "squeue", b"42|alice|r\xe9sum\xe9\n"),
+    )
+    (observed,) = target.observe().values()
+    assert observed.foreign == "drained: r\ufffdsum\ufffd"
+    assert target.workloads("gh-node-2") == ["job 42 (alice, r\ufffdsum\ufffd)"]

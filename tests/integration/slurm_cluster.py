@@ -189,7 +189,9 @@ class SlurmCluster:
     ) -> subprocess.CompletedProcess[str]:
         """Run one of `tools` against this cluster; with `check`, fail (with the daemons' logs) unless it exits 0."""
         cmd = [self.tools.get(tool, tool), *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=self.env, cwd=self.jobs_dir)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, errors="replace", timeout=timeout, env=self.env, cwd=self.jobs_dir
+        )  # a job name or a drain reason may hold any byte
         if check and proc.returncode != 0:
             self.fail(f"{' '.join(cmd)} exited with {proc.returncode}\nstdout: {proc.stdout}\nstderr: {proc.stderr}")
         return proc

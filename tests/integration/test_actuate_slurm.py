@@ -109,6 +109,25 @@ def test_the_breaker_stops_the_drain_past_its_bound(slurm: SlurmCluster, store: 
     assert store.actuation.breaker("slurm")["breaker_open"]
 
 
+def test_a_job_named_with_a_latin1_byte_stops_nothing(slurm: SlurmCluster, store: Store) -> None:
+    """Any user can name a job r\\xe9sum\\xe9 (and an admin write a Latin-1 drain reason): the pass reads it,
+    drains every node it must in that pass, and audits each; it used to raise after draining, auditing none."""
+    latin1 = "r\udce9sum\udce9"  # sbatch gets the byte 0xe9 itself (os.fsencode)
+    job = slurm.submit("sleep 30", nodelist="gh-node-1", extra=[f"--job-name={latin1}"])
+    slurm.wait_for(lambda: slurm.job_state(job) == "RUNNING", 15, "the job running")
+    slurm.scontrol("update", "NodeName=gh-node-3", "State=DRAIN", f"Reason=admin: {latin1}")
+    act = actuator(store, slurm, Clock())
+    set_decisions(store, T0, slurm.nodes, {(n, 0): "drain" for n in slurm.nodes})
+    report = act.reconcile_once()
+    assert {o.step.hostname: o.result for o in report.outcomes} == dict.fromkeys(slurm.nodes, "applied")
+    rows = {r["hostname"]: r for r in store.actuation.actions()[0]}
+    assert {h: r["result"] for h, r in rows.items()} == dict.fromkeys(slurm.nodes, "applied")
+    assert rows["gh-node-1"]["workloads"] == [f"job {job} (root, r\ufffdsum\ufffd)"]
+    assert "someone else (admin: r\ufffdsum\ufffd)" in (rows["gh-node-3"]["error"] or "")
+    assert all("DRAIN" in slurm.node(n)["State"] for n in slurm.nodes)
+    assert act.state.last_error is None and len(store.actuation.escalated_nodes("slurm", T0)) == 3
+
+
 def test_slurmctld_restarted_mid_run_converges(slurm: SlurmCluster, store: Store) -> None:
     clock = Clock()
     act = actuator(store, slurm, clock)

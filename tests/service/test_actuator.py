@@ -210,3 +210,53 @@ def test_the_loop_backs_off_while_the_scheduler_is_down_and_converges_after(stor
     finally:
         act.stop()
     assert target.applied[("node-000", "drain")] == 1
+
+
+class Odd(Flaky):
+    """The in-memory scheduler with a bug on some nodes (an odd byte in their jobs or in the answer to a
+    step), checking at each step that the steps before it are in the audit already."""
+
+    def __init__(self, hosts: list[str], store: Store) -> None:
+        super().__init__(hosts)
+        self.store = store
+        self.bug_on: set[str] = set()
+        self.odd_jobs_on: set[str] = set()
+        self.audited_before: dict[str, set[str]] = {}
+
+    def workloads(self, hostname: str) -> list[str]:
+        if hostname in self.odd_jobs_on:
+            raise UnicodeDecodeError("utf-8", b"r\xe9sum\xe9", 1, 2, "invalid continuation byte")
+        return [f"job 1 (alice, train on {hostname})"]
+
+    def apply(self, step: Step, observed: Observed, saved: Mapping[str, Any] | None) -> Applied:
+        rows, _ = self.store.actuation.actions()
+        self.audited_before[step.hostname] = {r["hostname"] for r in rows if r["result"] == "applied"}
+        if step.hostname in self.bug_on:
+            raise UnicodeDecodeError("utf-8", b"r\xe9sum\xe9", 1, 2, "invalid continuation byte")
+        return super().apply(step, observed, saved)
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_an_unexpected_error_on_one_node_is_that_nodes_failed_action(store: Store, workers: int) -> None:
+    """One node's odd input is its own `failed` action: every other step is applied and audited as it is
+    applied, and the pass goes on (it used to raise after draining the others, with nothing audited)."""
+    clock = Clock()
+    target = Odd(hosts(4), store)
+    act = Actuator(store, target, ActuatorConfig(mode="on", breaker=LENIENT, workers=workers), now=clock)
+    set_decisions(store, T0, hosts(4), {(h, 0): "drain" for h in hosts(4)})
+    target.bug_on, target.odd_jobs_on = {"node-001"}, {"node-002"}
+    report = act.reconcile_once()
+    got = {o.step.hostname: o.result for o in report.outcomes}
+    assert got == {"node-000": "applied", "node-001": "failed", "node-002": "applied", "node-003": "applied"}
+    rows = {r["hostname"]: r for r in store.actuation.actions()[0]}
+    assert {h: r["result"] for h, r in rows.items()} == got
+    assert "UnicodeDecodeError" in (rows["node-001"]["error"] or "")
+    assert rows["node-002"]["workloads"][0].startswith("(unknown: UnicodeDecodeError: 'utf-8' codec")
+    assert act.state.last_error is None and act.state.passes == 1
+    if workers == 1:  # one at a time, in order: each step finds the ones applied before it audited
+        assert target.audited_before == {
+            "node-000": set(), "node-001": {"node-000"}, "node-002": {"node-000"},
+            "node-003": {"node-000", "node-002"}}  # fmt: skip
+    clock.t += timedelta(minutes=1)
+    target.bug_on = set()
+    assert [(o.step.hostname, o.result) for o in act.reconcile_once().outcomes] == [("node-001", "applied")]
