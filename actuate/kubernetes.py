@@ -34,7 +34,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from actuate.plan import Observed, Step
-from actuate.target import MANAGED_LABEL, Applied, TargetError, TargetUnavailable
+from actuate.target import MANAGED_LABEL, Applied, TargetError, TargetUnavailable, printable
 from core.decisions import OUT_OF_SERVICE, SEVERITY
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,9 @@ class KubeTarget:
             GPU_LABEL: None if to == "ok" or step.gpu_index is None else str(step.gpu_index),
             RMA_LABEL: "true" if to == "rma" else None,
         }
-        want_ann: dict[str, str | None] = {REASON_ANNOTATION: None if to == "ok" else step.why[:REASON_CHARS]}
+        want_ann: dict[str, str | None] = {
+            REASON_ANNOTATION: None if to == "ok" else printable(step.why)[:REASON_CHARS]
+        }
         unschedulable = bool(spec and spec.unschedulable)
         ours_cordon = ann.get(CORDONED_ANNOTATION) == "true"
         cordon: bool | None = None
@@ -250,7 +252,7 @@ class KubeTarget:
                                 namespace=self.event_namespace),
             involvedObject=ObjectReference(kind="Node", name=step.hostname, apiVersion="v1"),
             reason=reason[:128],
-            message=message[:1024],
+            message=printable(message)[:1024],
             type="Warning" if SEVERITY[step.to_state] >= SEVERITY["drain"] else "Normal",
             source=EventSource(component="gpuhealth"),
             firstTimestamp=now,

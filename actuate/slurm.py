@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actuate.plan import Observed, Step
-from actuate.target import REASON_PREFIX, Applied, TargetError, TargetUnavailable
+from actuate.target import REASON_PREFIX, Applied, TargetError, TargetUnavailable, printable
 from core.decisions import OUT_OF_SERVICE, SEVERITY
 
 WATCH_FEATURE = "gpuhealth_watch"
@@ -221,7 +221,7 @@ class SlurmTarget:
         if step.to_state in OUT_OF_SERVICE:
             if node.drained and node.our_drain is None:
                 return f"left as it is: already drained by someone else ({node.reason or 'no reason'})"
-            reason = f"{REASON_PREFIX} {step.to_state} {step.why}"[:REASON_CHARS]
+            reason = printable(f"{REASON_PREFIX} {step.to_state} {step.why}")[:REASON_CHARS]
             if node.drained and node.reason == reason:
                 return None
             self._run(

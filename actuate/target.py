@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -56,6 +57,23 @@ class Target(Protocol):
     def announce(self, step: Step, result: str, note: str | None) -> None:
         """Tell the scheduler's users what was done (a Kubernetes Event); may do nothing."""
         ...
+
+
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Direction marks and overrides: text that reads other than it is in a terminal (CVE-2021-42574)."""
+
+
+def printable(text: str) -> str:
+    """`text` without control characters, for what we write on a node (a drain reason, an annotation, an
+    Event): a line break or tab becomes a space, other controls (NUL, ESC, DEL, C1) and direction
+    overrides go. A decision's reasons come from data we do not write ourselves."""
+    out = []
+    for ch in text:
+        if ch in "\t\n\r\v\f":
+            out.append(" ")
+        elif ch not in _BIDI and unicodedata.category(ch) != "Cc":
+            out.append(ch)
+    return "".join(out)
 
 
 _RANGE = re.compile(r"^(?P<pre>[^\[\]]*)\[(?P<body>[^\[\]]+)\](?P<post>.*)$")

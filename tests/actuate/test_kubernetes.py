@@ -20,6 +20,7 @@ from actuate.kubernetes import (
     KubeTarget,
     client_for,
 )
+from actuate.plan import Step
 from actuate.target import TargetUnavailable
 from service.actuator import Actuator, ActuatorConfig
 from store import Store
@@ -180,3 +181,15 @@ def test_the_breaker_stops_drains_past_its_bound(store: Store, kube: KubeApiServ
     assert sum(o.result == "applied" for o in report.outcomes) == 2 and report.breaker_open
     cordoned = [h for h in hosts if kube.node(h)["spec"].get("unschedulable")]
     assert len(cordoned) == 2
+
+
+def test_control_characters_never_reach_annotations_or_events(kube: KubeApiServer) -> None:
+    """A decision's reasons are data we did not write: no line break, escape, NUL or direction
+    override gets into the node's annotation or its Event (kubectl describe shows them as they are)."""
+    target = KubeTarget(client_for(kube.url, timeout_s=2.0))
+    step = Step("gpu-1", "ok", "drain", "GPU 0 drain: row\nremap\x1b[2J pending\x00\u202e", "GPU-gpu-1-0", 0)
+    assert target.apply(step, target.observe()["gpu-1"], None).result == "applied"
+    target.announce(step, "applied", "note\r\x07")
+    assert kube.node("gpu-1")["metadata"]["annotations"][REASON_ANNOTATION] == "GPU 0 drain: row remap[2J pending"
+    (event,) = kube.events
+    assert event["message"] == "ok → drain (applied): GPU 0 drain: row remap[2J pending; note "

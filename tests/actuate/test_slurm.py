@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from actuate.plan import Step
 from actuate.slurm import DEMOTED_FEATURE, SlurmNode, SlurmTarget, parse_node_line
 
 LINE = (
@@ -62,3 +63,11 @@ def test_bytes_that_are_not_utf8_are_read_not_fatal(tmp_path: Path) -> None:
     (observed,) = target.observe().values()
     assert observed.foreign == "drained: r\ufffdsum\ufffd"
     assert target.workloads("gh-node-2") == ["job 42 (alice, r\ufffdsum\ufffd)"]
+
+
+def test_control_characters_never_reach_scontrol(tmp_path: Path) -> None:
+    target = SlurmTarget(scontrol=tool(tmp_path, "scontrol", node().name.encode()))
+    why = "GPU 1 rma: row\nremap\x1b[31m failure\x00\u202e"
+    target._drain_state(node(), Step("gh-node-2", "ok", "rma", why))
+    args = (tmp_path / "scontrol.args").read_text().splitlines()
+    assert args[-1] == "Reason=gpuhealth: rma GPU 1 rma: row remap[31m failure"
