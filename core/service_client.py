@@ -2,10 +2,11 @@
 
 Used where a node acts on the service's decisions without Kubernetes or Slurm credentials:
 `gpuhealth collect --nfd-features-dir` (labels through Node Feature Discovery) and node-side
-health checks. One `GET /v1/nodes/{hostname}`, no retries: callers run on a loop and keep
-what they had when the service does not answer. Every failure is a `ServiceError` naming the
-URL; `ServiceUnavailable` (no answer, or a 5xx) and `UnknownNode` (404) are the two a caller
-tells apart.
+health checks. One `GET /v1/nodes/{hostname}`, no retries, all of it within one deadline and at
+most `max_bytes` long (`core.http_deadline`): callers run on a loop and keep what they had when
+the service does not answer. Every failure is a `ServiceError` naming the URL;
+`ServiceUnavailable` (no answer, or a 5xx) and `UnknownNode` (404) are the two a caller tells
+apart.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from urllib.parse import quote
 import httpx
 
 from core.decisions import DECISIONS, SEVERITY, worst
+from core.http_deadline import Answer, DeadlinePassed, TooLarge, read_capped
 
 DEFAULT_TIMEOUT_S = 5.0
-"""Connect and read timeout of one request: a node lookup is one indexed query on the service."""
+"""Deadline of the whole request, from connecting to the answer's last byte: a node lookup is one
+indexed query on the service. slurmd kills its HealthCheckProgram after 60 s."""
+DEFAULT_MAX_BYTES = 1 << 20
+"""The longest answer read: a node of 4 GPUs answers 1.5 KB (measured); 1 MiB is not a node's answer."""
 USER_AGENT = "gpuhealth-node"
 
 
@@ -121,20 +126,23 @@ def node_gpus(
     token: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
     client: httpx.Client | None = None,
 ) -> NodeView:
     """This node's GPUs and decisions from the service at `url` (e.g. http://gpuhealth:8080).
 
-    `token` is sent as a bearer token (needed when the service closes its reads). Raises
+    `token` is sent as a bearer token (needed when the service closes its reads). The whole
+    request ends within `timeout` seconds, and an answer over `max_bytes` is not read. Raises
     `UnknownNode` (404 for the node), `ServiceUnavailable` (no answer, 5xx) or `ServiceError`
     (anything else: a refused token, not a gpuhealth answer).
     """
     base = url.rstrip("/")
     where = f"{base}/v1/nodes/{quote(hostname, safe='')}"
-    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    # identity: a compressed answer could grow far past max_bytes in one chunk before it is counted
+    headers = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    resp = _get(where, headers, timeout, client)
+    resp = _get(where, headers, timeout, max_bytes, client)
     detail = _detail(resp)
     if resp.status_code == 200:
         return _node(_json(resp, where), where)
@@ -163,17 +171,19 @@ def node_gpus(
     raise ServiceError(message, url=where, status=resp.status_code, detail=detail)
 
 
-def _get(where: str, headers: dict[str, str], timeout: float, client: httpx.Client | None) -> httpx.Response:
-    """One GET; every transport failure becomes a one-line ServiceError naming the URL."""
+def _get(where: str, headers: dict[str, str], timeout: float, max_bytes: int, client: httpx.Client | None) -> Answer:
+    """One GET read in full; every transport failure becomes a one-line ServiceError naming the URL."""
     try:
         if client is not None:
-            return client.get(where, headers=headers, timeout=timeout)
+            return read_capped(client, where, headers=headers, timeout=timeout, max_bytes=max_bytes)
         with httpx.Client(timeout=timeout, follow_redirects=False) as own:
-            return own.get(where, headers=headers)
+            return read_capped(own, where, headers=headers, timeout=timeout, max_bytes=max_bytes)
+    except TooLarge as err:
+        raise ServiceError(f"{where}: {err}; not a gpuhealth node answer", url=where, status=err.status) from None
+    except (DeadlinePassed, httpx.TimeoutException) as err:
+        raise ServiceUnavailable(f"{where}: no answer within {timeout:g}s", url=where) from err
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as err:
         raise ServiceError(f"{where}: not an http(s) URL ({_one_line(err)})", url=where) from err
-    except httpx.TimeoutException as err:
-        raise ServiceUnavailable(f"{where}: no answer within {timeout:g}s", url=where) from err
     except httpx.TransportError as err:  # refused, unresolvable, reset
         raise ServiceUnavailable(
             f"{where}: cannot connect ({_one_line(err) or type(err).__name__})", url=where
@@ -182,7 +192,7 @@ def _get(where: str, headers: dict[str, str], timeout: float, client: httpx.Clie
         raise ServiceError(f"{where}: {type(err).__name__}: {_one_line(err)}", url=where) from err
 
 
-def _json(resp: httpx.Response, where: str) -> Any:
+def _json(resp: Answer, where: str) -> Any:
     try:
         return json.loads(resp.content)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -191,7 +201,7 @@ def _json(resp: httpx.Response, where: str) -> Any:
                            status=resp.status_code) from None  # fmt: skip
 
 
-def _detail(resp: httpx.Response) -> str | None:
+def _detail(resp: Answer) -> str | None:
     """The service's one-line reason (`{"detail": "..."}`) of an error answer, if it sent one."""
     if resp.status_code == 200:
         return None
@@ -203,7 +213,7 @@ def _detail(resp: httpx.Response) -> str | None:
     return _one_line(detail) if isinstance(detail, str) else None
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
+def _retry_after(resp: Answer) -> float | None:
     try:
         value = float(resp.headers.get("retry-after", ""))
     except ValueError:

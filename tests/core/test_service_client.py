@@ -48,6 +48,13 @@ class Answer:
     """JSON-encoded unless bytes."""
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    drip_s: float = 0.0
+    """Send the body one byte at a time, this long apart (the head too when `drip_head`)."""
+    drip_head: bool = False
+    pad: int = 0
+    """Spaces after the body (valid JSON still), sent 64 KiB at a time."""
+    length: bool = True
+    """Send a Content-Length (else the body ends when the connection closes, HTTP/1.0 style)."""
 
 
 @dataclass
@@ -63,6 +70,8 @@ class StubService:
         self.answer = Answer(body={"hostname": "node-a", "gpus": []})
         self.answers: dict[str, Answer] = {}
         self.seen: list[Seen] = []
+        self.sent_pad = 0
+        """Padding bytes written so far (the client may have stopped reading long before)."""
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -73,14 +82,24 @@ class StubService:
                     time.sleep(a.delay_s)
                 data = a.body if isinstance(a.body, bytes) else json.dumps(a.body).encode()
                 try:
-                    self.send_response(a.status)
+                    if a.drip_head:  # the status line byte by byte; the headers follow it as usual
+                        drip(self.wfile, f"HTTP/1.0 {a.status} OK\r\n".encode(), a.drip_s)
+                    else:
+                        self.send_response(a.status)
                     ctype = "application/json" if not isinstance(a.body, bytes) else "text/html"
                     for k, v in {"Content-Type": ctype, **a.headers}.items():
                         self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(data)))
+                    if a.length:
+                        self.send_header("Content-Length", str(len(data) + a.pad))
                     self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out
+                    if a.drip_s:
+                        drip(self.wfile, data, a.drip_s)
+                    else:
+                        self.wfile.write(data)
+                    for start in range(0, a.pad, 1 << 16):
+                        self.wfile.write(b" " * min(1 << 16, a.pad - start))
+                        stub.sent_pad = start + (1 << 16)
+                except (BrokenPipeError, ConnectionResetError):  # the client timed out or gave up
                     pass
 
             def log_message(self, *args: Any) -> None:
@@ -98,6 +117,13 @@ class StubService:
     def __exit__(self, *_: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def drip(out: Any, data: bytes, every_s: float) -> None:
+    for i in range(len(data)):
+        out.write(data[i : i + 1])
+        out.flush()
+        time.sleep(every_s)
 
 
 @pytest.fixture
@@ -251,6 +277,46 @@ def test_slow_service_is_unavailable_after_the_timeout(stub: StubService) -> Non
     with pytest.raises(ServiceUnavailable, match=r"no answer within 0.2s"):
         node_gpus(stub.url, "node-a", timeout=0.2)
     assert time.monotonic() - t0 < 0.9
+
+
+SMALL = {"hostname": "node-a", "gpus": []}
+
+
+@pytest.mark.parametrize("drip_head", [False, True], ids=["body", "head"])
+def test_a_dripping_answer_ends_at_one_deadline(stub: StubService, drip_head: bool) -> None:
+    """One byte every 0.5 s never trips a per-read timeout of 2 s; the deadline is for the whole request."""
+    stub.answer = Answer(body=SMALL, drip_s=0.5, drip_head=drip_head)
+    t0 = time.monotonic()
+    with pytest.raises(ServiceUnavailable, match=r"no answer within 2s"):
+        node_gpus(stub.url, "node-a", timeout=2.0)
+    assert time.monotonic() - t0 < 3.0
+
+
+MiB = 1 << 20
+
+
+def test_an_answer_announcing_more_than_the_cap_is_not_read(stub: StubService) -> None:
+    stub.answer = Answer(body=SMALL, pad=20 * MiB)
+    t0 = time.monotonic()
+    with pytest.raises(ServiceError, match=r"answer of 20971\d\d\d bytes is over the 1048576 bytes") as e:
+        node_gpus(stub.url, "node-a")
+    assert not isinstance(e.value, ServiceUnavailable) and e.value.status == 200
+    assert time.monotonic() - t0 < 2.0 and stub.sent_pad < 20 * MiB
+
+
+def test_an_answer_without_a_length_is_cut_at_the_cap(stub: StubService) -> None:
+    stub.answer = Answer(body=SMALL, pad=20 * MiB, length=False)
+    with pytest.raises(ServiceError, match=r"answer is over the 1048576 bytes") as e:
+        node_gpus(stub.url, "node-a")
+    assert not isinstance(e.value, ServiceUnavailable)
+    assert stub.sent_pad < 20 * MiB
+
+
+def test_the_cap_is_a_parameter(stub: StubService) -> None:
+    stub.answer = Answer(body=SMALL, pad=100, length=False)
+    with pytest.raises(ServiceError, match=r"over the 64 bytes"):
+        node_gpus(stub.url, "node-a", max_bytes=64)
+    assert node_gpus(stub.url, "node-a", max_bytes=200).hostname == "node-a"
 
 
 @pytest.mark.parametrize("url", ["ftp://gpuhealth:8080", "gpuhealth:8080"])
