@@ -21,7 +21,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("backend", "Collector (`gpuhealth collect`, and `serve` collecting on its own box)"),
     ("watch_threshold", "Decisions: thresholds, waits and holds"),
     ("db", "Service (`gpuhealth serve`): store, scoring and API"),
-    ("retention", "Retention (`gpuhealth db prune`, and the service daily)"),
+    ("retention", "Retention (applied by the service once an hour, and by `gpuhealth db prune`)"),
     ("source", "Fleet mode (`serve --source prometheus`) and replicas"),
     ("actuate", "Actuator (`serve --actuate`, `gpuhealth actuate`)"),
     ("probe_every", "Probes"),
