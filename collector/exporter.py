@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 
 from collector.attribution import LabelSet
 from collector.sampler import Sampler, Snapshot
-from collector.webconfig import WebConfigError, WebConfigFile, WebState, peer_allowed
+from collector.webconfig import AuthBusy, WebConfigError, WebConfigFile, WebState, peer_allowed
 from core.catalog import Field, LabelField, default_labels
 
 log = logging.getLogger(__name__)
@@ -283,6 +283,10 @@ class _HttpServer(ThreadingHTTPServer):
     listening socket would do), so a client that never finishes it cannot stall the others.
     """
 
+    request_queue_size = 128
+    """The listen backlog: socketserver's 5 overflowed under a burst of clients, and a connection
+    the kernel dropped waits a second for its SYN to be sent again (Go's servers use somaxconn)."""
+
     def __init__(self, address: tuple[str, int], handler: type[_SecuredHandler], web: WebConfigFile | None) -> None:
         self.web = web
         self.handler = handler
@@ -352,8 +356,13 @@ class _SecuredHandler(BaseHTTPRequestHandler):
         if self.web_broken:
             self._send(500, b"the collector's web config does not load; see its log\n")
             return False
-        if self.web is None or self.web.authorized(self.headers.get("Authorization")):
-            return True
+        try:
+            if self.web is None or self.web.authorized(self.headers.get("Authorization"), self.client_address[0]):
+                return True
+        except AuthBusy as err:  # a flood of unknown passwords: this one was not checked, try again
+            log.debug("basic auth from %s not checked: %s", self.client_address[0], err)
+            self._send(503, b"too many password checks at once; try again\n", extra=(("Retry-After", "1"),))
+            return False
         self._send(401, b"Unauthorized\n", extra=(("WWW-Authenticate", 'Basic realm="gpuhealth collector"'),))
         return False
 

@@ -21,7 +21,7 @@ import re
 import secrets
 import ssl
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +296,10 @@ def _canonical(kind: str, value: str) -> str:
     return value
 
 
+class AuthBusy(RuntimeError):
+    """Credentials not seen before could not be checked in time: too many others wait for bcrypt."""
+
+
 class BasicAuth:
     """Checks `Authorization: Basic` against bcrypt hashes, caching outcomes like exporter-toolkit.
 
@@ -304,22 +308,44 @@ class BasicAuth:
     is an HMAC under a key drawn at start, so the cache holds no password or fast hash of
     one, and its lookups reveal nothing an attacker can steer. Unknown users are checked
     against a decoy hash of the same cost, so timing does not tell which users exist.
+
+    Successes and failures are cached apart, so wrong passwords, however many, never evict
+    a verified one: a known scraper is answered from the cache, without waiting for bcrypt.
+    Credentials not seen before wait for bcrypt a bounded time, in a bounded queue where each
+    client address holds at most two places, so one flooding client cannot keep a new scraper
+    (or one after a restart, when nothing is cached) out; past these bounds `check` raises
+    AuthBusy (the endpoint answers 503) instead of queueing.
     """
 
     CACHE_SIZE = 100
-    """exporter-toolkit's cache size: a few scrapers with a few users fit many times over."""
+    """Verified credentials kept (exporter-toolkit's size): a few scrapers with a few users fit many times over."""
+    FAILURE_CACHE_SIZE = 100
+    """Refused credentials kept, so that a scraper left with an old password does not pay bcrypt every scrape."""
+    HASH_QUEUE = 8
+    """Checks that may wait for bcrypt at once; a flood's further attempts are turned away at once."""
+    HASH_QUEUE_PER_CLIENT = 2
+    """Places in that queue one client address may hold: a scraper asks one at a time."""
+    HASH_WAIT_S = 2.0
+    """How long a check waits for bcrypt: about 20 checks at cost 10, well inside a 10 s scrape timeout."""
     _DECOY = "fZPlRQ4CRkjyubha9O/KW.5GFsI/1AjCfqNLF1o89qlRsjfprSpNe"
     """Salt and digest of a bcrypt hash of a throwaway phrase; the cost is set to match the users'."""
 
     def __init__(self) -> None:
         self._key = secrets.token_bytes(32)
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
+        self._ok: OrderedDict[bytes, None] = OrderedDict()
+        self._failed: OrderedDict[bytes, None] = OrderedDict()
         self._cache_lock = threading.Lock()
         # One bcrypt at a time: a flood of wrong passwords costs one core, not all of them.
-        self._bcrypt_lock = threading.Lock()
+        self._bcrypt = _Turns()
+        self._queued: dict[str, int] = {}
+        """Checks waiting for (or running) bcrypt, by client address; guarded by _cache_lock."""
 
-    def check(self, users: Mapping[str, bytes], authorization: str | None) -> bool:
-        """True when `authorization` (the header's value) names a user of `users` with its password."""
+    def check(self, users: Mapping[str, bytes], authorization: str | None, client: str = "") -> bool:
+        """True when `authorization` (the header's value) names a user of `users` with its password.
+
+        Raises AuthBusy when the credentials are not cached and `client` (its address) cannot
+        have bcrypt in time.
+        """
         creds = _parse_basic(authorization)
         if creds is None or not users:
             return False
@@ -328,23 +354,83 @@ class BasicAuth:
         hashed = known if known is not None else self._decoy(users)
         message = b"".join(_length_prefixed(v) for v in (user.encode(), hashed, password))
         key = hmac.digest(self._key, message, "sha256")
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        # bcrypt reads 72 bytes at most; htpasswd and Go truncate longer passwords the same way.
+        ok = self._hash_check(password[:72], hashed, client) and known is not None
         with self._cache_lock:
-            ok = self._cache.get(key)
-            if ok is not None:
-                self._cache.move_to_end(key)
-        if ok is None:
-            with self._bcrypt_lock:
-                # bcrypt reads 72 bytes at most; htpasswd and Go truncate longer passwords the same way.
-                ok = _checkpw(password[:72], hashed) and known is not None
-            with self._cache_lock:
-                self._cache[key] = ok
-                while len(self._cache) > self.CACHE_SIZE:
-                    self._cache.popitem(last=False)
+            cache, size = (self._ok, self.CACHE_SIZE) if ok else (self._failed, self.FAILURE_CACHE_SIZE)
+            cache[key] = None
+            while len(cache) > size:
+                cache.popitem(last=False)
         return ok
+
+    def _cached(self, key: bytes) -> bool | None:
+        with self._cache_lock:
+            for cache, outcome in ((self._ok, True), (self._failed, False)):
+                if key in cache:
+                    cache.move_to_end(key)
+                    return outcome
+        return None
+
+    def _hash_check(self, password: bytes, hashed: bytes, client: str) -> bool:
+        with self._cache_lock:
+            if sum(self._queued.values()) >= self.HASH_QUEUE:
+                raise AuthBusy(f"{self.HASH_QUEUE} password checks already wait for bcrypt")
+            if self._queued.get(client, 0) >= self.HASH_QUEUE_PER_CLIENT:
+                raise AuthBusy(f"{self.HASH_QUEUE_PER_CLIENT} password checks of this client already wait")
+            self._queued[client] = self._queued.get(client, 0) + 1
+        try:
+            if not self._bcrypt.acquire(timeout=self.HASH_WAIT_S):
+                raise AuthBusy(f"bcrypt was not free within {self.HASH_WAIT_S:g}s")
+            try:
+                return _checkpw(password, hashed)
+            finally:
+                self._bcrypt.release()
+        finally:
+            with self._cache_lock:
+                self._queued[client] -= 1
+                if not self._queued[client]:
+                    del self._queued[client]
 
     def _decoy(self, users: Mapping[str, bytes]) -> bytes:
         cost = max(int(h[4:6]) for h in users.values())
         return f"$2y${cost:02d}${self._DECOY}".encode()
+
+
+class _Turns:
+    """A lock taken in order of arrival: threading.Lock lets a newcomer barge in ahead of a waiter,
+    so a flooding client's next attempt could take bcrypt again and again before a scraper's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: deque[threading.Event] = deque()
+        self._busy = False
+
+    def acquire(self, timeout: float) -> bool:
+        """Take the lock within `timeout` seconds, after those who asked before; False when it did not come."""
+        with self._lock:
+            if not self._busy:
+                self._busy = True
+                return True
+            turn = threading.Event()
+            self._waiting.append(turn)
+        if turn.wait(timeout):
+            return True
+        with self._lock:
+            if turn.is_set():  # handed over just as the wait ran out
+                return True
+            self._waiting.remove(turn)
+            return False
+
+    def release(self) -> None:
+        """Hand the lock to the longest waiting, or free it."""
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()  # still busy: it is theirs now
+            else:
+                self._busy = False
 
 
 def _length_prefixed(value: bytes) -> bytes:
@@ -382,9 +468,9 @@ class WebState:
     context: ssl.SSLContext | None
     auth: BasicAuth
 
-    def authorized(self, authorization: str | None) -> bool:
-        """True when no users are configured or the header carries valid credentials."""
-        return not self.config.users or self.auth.check(self.config.users, authorization)
+    def authorized(self, authorization: str | None, client: str = "") -> bool:
+        """True when no users are configured or the header carries valid credentials; AuthBusy: not checked."""
+        return not self.config.users or self.auth.check(self.config.users, authorization, client)
 
 
 class WebConfigFile:
