@@ -29,7 +29,7 @@ def service_account() -> dict[str, Any]:
 def args() -> list[str]:
     """`gpuhealth serve`: fleet mode, the actuator in dry-run on Kubernetes, the write token from a file.
 
-    `dry-run` is args[6]: the README's overlay that turns the actuator on replaces it by index.
+    `dry-run` is args[6]: docs/deploy.md's overlay that turns the actuator on replaces it by index.
     """
     return [
         "serve",
@@ -59,7 +59,7 @@ def container() -> dict[str, Any]:
         "args": args(),
         "env": [
             {"name": "GPUHEALTH_DB", "valueFrom": db},
-            # An environment variable, not a flag: an overlay patches it by name (README).
+            # An environment variable, not a flag: an overlay patches it by name (docs/deploy.md).
             {"name": "GPUHEALTH_PROMETHEUS_URL", "value": c.PROMETHEUS_URL},
         ],
         "ports": [{"name": "http", "containerPort": c.SERVICE_PORT, "protocol": "TCP"}],

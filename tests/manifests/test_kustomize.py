@@ -1,4 +1,4 @@
-"""`kubectl kustomize` builds deploy/kubernetes/ and the README's overlay, offline.
+"""`kubectl kustomize` builds deploy/kubernetes/ and the overlay of docs/deploy.md, offline.
 
 kubectl (skipped locally without it, a failure under CI=true) is looked up as $KUBECTL, then on
 PATH; e.g. `KUBECTL=kubectl.1.27 pytest tests/manifests`
@@ -43,11 +43,11 @@ def test_kustomize_builds_every_object_unchanged(kubectl: str) -> None:
         assert o == mine[_key(o)], _key(o)
 
 
-def test_the_readmes_overlay_builds(kubectl: str, tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    text = readme.split("# my-cluster/kustomization.yaml\n", 1)[1].split("```", 1)[0]
+def test_the_deploy_pages_overlay_builds(kubectl: str, tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "deploy.md").read_text()
+    text = page.split("# my-cluster/kustomization.yaml\n", 1)[1].split("```", 1)[0]
     overlay = yaml.safe_load(text)
-    overlay["resources"] = [os.path.relpath(OUT, tmp_path)]  # the README's ../gpuhealth is the checkout
+    overlay["resources"] = [os.path.relpath(OUT, tmp_path)]  # the page's ../gpuhealth is the checkout
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     (dep,) = [o for o in _kustomize(kubectl, tmp_path) if o["kind"] == "Deployment"]
     (ctr,) = dep["spec"]["template"]["spec"]["containers"]

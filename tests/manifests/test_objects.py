@@ -103,7 +103,7 @@ def test_service_reads_its_secrets_and_runs_as_nobody(objects: list[dict[str, An
     args = ctr["args"]
     assert args[:3] == ["serve", "--source", "prometheus"]
     assert args[args.index("--actuate") + 1] == "dry-run"
-    assert args[6] == "dry-run"  # the README's overlay that turns the actuator on replaces args/6
+    assert args[6] == "dry-run"  # docs/deploy.md's overlay that turns the actuator on replaces args/6
     assert _env(ctr)["GPUHEALTH_PROMETHEUS_URL"].startswith("http://")
     assert args[args.index("--actuate-target") + 1] == "kubernetes"
     token_file = args[args.index("--token-file") + 1]
@@ -179,7 +179,7 @@ def test_environment_names_settings(objects: list[dict[str, Any]]) -> None:
 
 
 def _json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 `replace` (all the README's overlay uses), on a copy."""
+    """RFC 6902 `replace` (all docs/deploy.md's overlay uses), on a copy."""
     out = copy.deepcopy(obj)
     for op in ops:
         assert op["op"] == "replace"
@@ -196,9 +196,9 @@ def _json_patch(obj: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any
     return out
 
 
-def test_the_readmes_overlay_turns_the_actuator_on(objects: list[dict[str, Any]]) -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("# my-cluster/kustomization.yaml\n", 1)[1].split("```", 1)[0]
+def test_the_deploy_pages_overlay_turns_the_actuator_on(objects: list[dict[str, Any]]) -> None:
+    page = (ROOT / "docs" / "deploy.md").read_text()
+    block = page.split("# my-cluster/kustomization.yaml\n", 1)[1].split("```", 1)[0]
     (patch,) = yaml.safe_load(block)["patches"]
     assert patch["target"] == {"kind": "Deployment", "name": "gpuhealth"}
     dep = _json_patch(one(objects, "Deployment", "gpuhealth"), yaml.safe_load(patch["patch"]))
