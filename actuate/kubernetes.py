@@ -47,7 +47,7 @@ REASON_ANNOTATION = f"{DOMAIN}/reason"
 CORDONED_ANNOTATION = f"{DOMAIN}/cordoned"
 DRAIN_ANNOTATION = f"{DOMAIN}/drain"
 DEMOTED_TAINT = {"key": f"{DOMAIN}/demoted", "value": "true", "effect": "NoSchedule"}
-"""Interruptible work carries the toleration (README: a pod spec and a Kueue queue that do)."""
+"""Interruptible work carries the toleration (docs/actuation.md: a pod spec and a Kueue queue that do)."""
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 """`nvidia.com/gpu` and the MIG resources (`nvidia.com/mig-1g.10gb`): a pod asking for one uses a GPU."""
 CONFLICT_RETRIES = 5

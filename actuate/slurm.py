@@ -9,7 +9,7 @@ Our marks on a node, and only ours, say what we did, so a pass reads them back f
 | drain, rma | as demote | as demote | `DRAIN`, reason `gpuhealth: drain GPU 3: …` |
 
 Non-interruptible jobs ask for `--constraint=reliable`, so a demoted node runs only work that may
-be interrupted (README: a job script). A drain lets running jobs finish; new ones do not start.
+be interrupted (docs/actuation.md: a job script). A drain lets running jobs finish; new ones do not start.
 A drain whose reason does not start with `gpuhealth:` is someone else's (NHC's rule): we never
 resume it, and never overwrite its reason. The weight a node had before we raised it is returned
 in `Applied.saved` and put back when we let the node go.
