@@ -29,6 +29,11 @@ indexed query on the service. slurmd kills its HealthCheckProgram after 60 s."""
 DEFAULT_MAX_BYTES = 1 << 20
 """The longest answer read: a node of 4 GPUs answers 1.5 KB (measured); 1 MiB is not a node's answer."""
 USER_AGENT = "gpuhealth-node"
+MAX_GPU_INDEX = 2**31 - 1
+"""The largest GPU index believed (NVML's indices are unsigned ints; the store's column is int32)."""
+_PARSE_ERRORS = (ValueError, RecursionError)
+"""What json.loads raises on what is not JSON for us: bad syntax or UTF-8, an integer over Python's
+4300 digits (ValueError), arrays nested deeper than the interpreter's stack (RecursionError)."""
 
 
 class ServiceError(Exception):
@@ -195,7 +200,7 @@ def _get(where: str, headers: dict[str, str], timeout: float, max_bytes: int, cl
 def _json(resp: Answer, where: str) -> Any:
     try:
         return json.loads(resp.content)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except _PARSE_ERRORS:
         kind = resp.headers.get("content-type", "no content type")
         raise ServiceError(f"{where}: not JSON (HTTP {resp.status_code}, {kind})", url=where,
                            status=resp.status_code) from None  # fmt: skip
@@ -207,7 +212,7 @@ def _detail(resp: Answer) -> str | None:
         return None
     try:
         body = json.loads(resp.content)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except _PARSE_ERRORS:
         return None
     detail = body.get("detail") if isinstance(body, dict) else None
     return _one_line(detail) if isinstance(detail, str) else None
@@ -241,30 +246,63 @@ def _node(body: Any, where: str) -> NodeView:
         return NodeView(hostname, gpus, _time(body.get("last_seen"), "last_seen"))
     except _Bad as err:
         raise ServiceError(f"{where}: not a gpuhealth node answer: {err}", url=where, status=200) from None
+    except (ValueError, TypeError, ArithmeticError, RecursionError) as err:  # a shape no check above foresaw
+        what = _one_line(f"{type(err).__name__}: {err}")[:120]
+        raise ServiceError(f"{where}: not a gpuhealth node answer: {what}", url=where, status=200) from None
 
 
 def _gpu(g: Any, i: int) -> GpuView:
     if not isinstance(g, dict) or not isinstance(g.get("uuid"), str):
         raise _Bad(f"gpus[{i}] has no 'uuid'")
-    index, decision, risk, reasons = g.get("gpu_index"), g.get("decision"), g.get("risk"), g.get("reasons") or []
-    if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-        raise _Bad(f"gpus[{i}].gpu_index {index!r} is not an integer")
+    decision, reasons = g.get("decision"), g.get("reasons") or []
     if decision is not None and decision not in DECISIONS:
-        raise _Bad(f"gpus[{i}].decision {decision!r} is not one of {', '.join(DECISIONS)}")
-    if risk is not None and (not isinstance(risk, int | float) or isinstance(risk, bool)):
-        raise _Bad(f"gpus[{i}].risk {risk!r} is not a number")
+        raise _Bad(f"gpus[{i}].decision {_short(decision)} is not one of {', '.join(DECISIONS)}")
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise _Bad(f"gpus[{i}].reasons is not a list of strings")
     return GpuView(
         uuid=g["uuid"],
-        gpu_index=index,
+        gpu_index=_index(g.get("gpu_index"), f"gpus[{i}].gpu_index"),
         decision=decision,
-        risk=None if risk is None or not math.isfinite(risk) else float(risk),
+        risk=_risk(g.get("risk"), f"gpus[{i}].risk"),
         reasons=tuple(reasons),
         model_name=_str(g.get("model_name")),
         state=_str(g.get("state")),
         scored_at=_time(g.get("scored_at"), f"gpus[{i}].scored_at"),
     )
+
+
+def _index(v: Any, name: str) -> int | None:
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise _Bad(f"{name} {_short(v)} is not an integer")
+    if abs(v) > MAX_GPU_INDEX:
+        raise _Bad(f"{name} {_short(v)} is out of range")
+    return v
+
+
+def _risk(v: Any, name: str) -> float | None:
+    """A risk is a probability: a finite number in 0..1 (the service writes null for none)."""
+    if v is None:
+        return None
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        raise _Bad(f"{name} {_short(v)} is not a number")
+    try:
+        risk = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        raise _Bad(f"{name} {_short(v)} is not a number in 0..1") from None
+    if not 0.0 <= risk <= 1.0:  # NaN fails both comparisons
+        raise _Bad(f"{name} {_short(risk)} is not a number in 0..1")
+    return risk
+
+
+def _short(v: Any, limit: int = 40) -> str:
+    """`v` as repr, cut to `limit` characters: a hostile answer's value goes into a one-line error."""
+    try:
+        text = repr(v)
+    except ValueError:  # an int over Python's 4300 digits has no repr
+        return f"<{type(v).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def _str(v: Any) -> str | None:
@@ -277,4 +315,4 @@ def _time(v: Any, name: str) -> datetime | None:
     try:
         return datetime.fromisoformat(v)
     except (TypeError, ValueError):
-        raise _Bad(f"{name} {v!r} is not an ISO 8601 time") from None
+        raise _Bad(f"{name} {_short(v)} is not an ISO 8601 time") from None

@@ -261,6 +261,58 @@ def test_answers_that_are_not_a_node(stub: StubService, body: Any, needle: str) 
     assert needle in str(e.value) and stub.url in str(e.value)
 
 
+def raw_node(risk: str = "0.5", index: str = "0") -> bytes:
+    """A node answer with the risk and index written as given (JSON that json.dumps would not write)."""
+    gpu = f'{{"uuid": "GPU-0", "gpu_index": {index}, "decision": "drain", "risk": {risk}, "reasons": []}}'
+    return f'{{"hostname": "node-a", "gpus": [{gpu}]}}'.encode()
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (raw_node(risk="9" * 400), "gpus[0].risk 999"),  # OverflowError converting it to a float
+        (raw_node(risk="1e308"), "gpus[0].risk 1e+308 is not a number in 0..1"),
+        (raw_node(risk="-0.5"), "gpus[0].risk -0.5 is not a number in 0..1"),
+        (raw_node(risk="1.5"), "gpus[0].risk 1.5 is not a number in 0..1"),
+        (raw_node(risk="NaN"), "gpus[0].risk nan is not a number in 0..1"),
+        (raw_node(risk="Infinity"), "gpus[0].risk inf is not a number in 0..1"),
+        (raw_node(index="9" * 400), "gpus[0].gpu_index 999"),
+        (raw_node(index=str(2**40)), "gpus[0].gpu_index 1099511627776 is out of range"),
+        (raw_node(risk="9" * 5000), "not JSON"),  # ValueError: over Python's 4300 digits
+        (NESTED, "not JSON"),  # RecursionError
+        (b'{"hostname": "node-a", "gpus": ' + NESTED + b"}", "not JSON"),
+        (b"\xff\xfe{}", "not JSON"),
+    ],
+    ids=["risk-400-digits", "risk-1e308", "risk-negative", "risk-over-1", "risk-nan", "risk-inf", "index-400-digits",
+         "index-2**40", "risk-5000-digits", "nested", "nested-gpus", "not-utf8"],
+)  # fmt: skip
+def test_hostile_answers_are_errors_not_crashes(stub: StubService, body: bytes, needle: str) -> None:
+    stub.answer = Answer(200, body)
+    with pytest.raises(ServiceError) as e:
+        node_gpus(stub.url, "node-a")
+    assert not isinstance(e.value, ServiceUnavailable) and e.value.status == 200
+    assert needle in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 300
+
+
+def test_a_nested_error_answer_is_still_the_outage_it_says(stub: StubService) -> None:
+    stub.answer = Answer(503, NESTED)
+    with pytest.raises(ServiceUnavailable) as e:
+        node_gpus(stub.url, "node-a")
+    assert e.value.status == 503 and e.value.detail is None
+
+
+def test_the_edges_of_a_risk_and_an_index_are_answers(stub: StubService) -> None:
+    stub.answer = Answer(200, raw_node(risk="1", index="-1"))
+    (g,) = node_gpus(stub.url, "node-a").gpus
+    assert (g.risk, g.gpu_index) == (1.0, -1)
+    stub.answer = Answer(200, raw_node(risk="0", index=str(2**31 - 1)))
+    (g,) = node_gpus(stub.url, "node-a").gpus
+    assert (g.risk, g.gpu_index) == (0.0, 2**31 - 1)
+
+
 # -- no answer -----------------------------------------------------------------------------------
 
 

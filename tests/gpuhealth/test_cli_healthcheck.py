@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.core.test_service_client import Answer, StubService, node_body
+from tests.core.test_service_client import NESTED, Answer, StubService, node_body, raw_node
 from tests.gpuhealth.test_cli_actuate import gpuhealth
 
 
@@ -39,3 +39,15 @@ def test_a_dripping_service_ends_within_the_deadline(stub: StubService) -> None:
     code, stderr, took = healthcheck(stub)
     assert code == 2 and "no answer within 5s" in one_line(stderr)
     assert took < 30  # 5 s of deadline plus the interpreter's start on a busy machine
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [(raw_node(risk="9" * 400), "gpus[0].risk 999"), (NESTED, "not JSON"), (raw_node(risk="1e308"), "not a number")],
+    ids=["risk-400-digits", "nested", "risk-1e308"],
+)
+def test_a_hostile_answer_is_could_not_ask_not_drain(stub: StubService, body: bytes, needle: str) -> None:
+    stub.answer = Answer(200, body)
+    code, stderr, _ = healthcheck(stub)
+    line = one_line(stderr)
+    assert code == 2 and line.startswith("error: slurm-healthcheck: ") and needle in line
