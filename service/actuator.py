@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -146,6 +146,7 @@ class Actuator(Worker):
         act = self.store.actuation
         name = self.target.name
         observed = self.target.observe()
+        nodes = len(observed)
         if self.owns is not None:
             mine = self.owns()
             observed = {h: o for h, o in observed.items() if mine(h)}
@@ -176,10 +177,9 @@ class Actuator(Worker):
         changed_at = act.last_applied_at(name, list(released))
         fresh = [h for h, at in released.items() if h not in changed_at or changed_at[h] < at]
         steps = plan(desired, observed, now=now, settle=self.config.settle, lowering=clocks, held=held, released=fresh)
-        breaker = act.breaker(name)
         last = act.last_actions(name, [s.hostname for s in steps])
-        outcomes = self._apply(steps, observed, controls, breaker_open=breaker["breaker_open"], now=now,
-                               reset_at=breaker["reset_at"], nodes=len(observed), last=last)  # fmt: skip
+        # The breaker's bound is of the scheduler's nodes, whichever replica acts on which.
+        outcomes = self._apply(steps, observed, controls, nodes=nodes, now=now, last=last)
         return PassReport(now, len(observed), outcomes, self.state.breaker_open)
 
     def _apply(
@@ -188,64 +188,55 @@ class Actuator(Worker):
         observed: Mapping[str, Observed],
         controls: Mapping[str, Any],
         *,
-        breaker_open: bool,
-        reset_at: datetime | None,
         nodes: int,
         now: datetime,
         last: Mapping[str, ActionRow],
     ) -> list[Outcome]:
-        out, go = self._gate(steps, breaker_open=breaker_open, reset_at=reset_at, nodes=nodes, now=now, last=last)
+        out, go, reserved = self._gate(steps, nodes=nodes, now=now, last=last)
         for o in out.values():
             self._record(o, last.get(o.step.hostname), now)
-        out.update(self._run_steps(go, observed, controls, last, now))
+        out.update(self._run_steps(go, observed, controls, last, reserved, now))
         return [out[k] for k in range(len(steps))]
 
     def _gate(
-        self,
-        steps: list[Step],
-        *,
-        breaker_open: bool,
-        reset_at: datetime | None,
-        nodes: int,
-        now: datetime,
-        last: Mapping[str, ActionRow],
-    ) -> tuple[dict[int, Outcome], list[tuple[int, Step]]]:
-        """The breaker's verdict on each step: the blocked ones' outcomes, and the steps to take."""
+        self, steps: list[Step], *, nodes: int, now: datetime, last: Mapping[str, ActionRow]
+    ) -> tuple[dict[int, Outcome], list[tuple[int, Step]], dict[str, int]]:
+        """The breaker's verdict on each step: the blocked ones' outcomes, the steps to take, and the audit
+        rows the breaker wrote for the steps it counted (spent in the store, for every replica at once)."""
         act = self.store.actuation
         name = self.target.name
+        if not steps:
+            self.state.breaker_open = act.breaker(name)["breaker_open"]
+            return {}, [], {}
         dry = self.mode == "dry-run"
         policy = self.config.breaker
-        since = policy.since(now, reset_at)
         counted = ("planned",) if dry else ("applied", "pending")
-        recent = act.escalated_nodes(name, since, counted)
         # Nodes whose last change by us took work off them already: marks lost under us (a slurmctld
         # restart puts slurm.conf's features back) are put back without counting as new.
         already = {h for h, r in last.items() if r["result"] in counted and r["to_state"] in ESCALATIONS}
-        budget = policy.budget(nodes, len(recent))
-        self.state.breaker_open = breaker_open
+        new = [s for s in steps if s.escalates and s.hostname not in already]
+        why = f"more than {policy.limit(nodes)} of {nodes} nodes newly demoted or drained within {_span(policy.window)}"
+        spent = act.spend(
+            name, [self._row(s, "planned" if dry else "pending", None, (), now) for s in new],
+            window_start=now - policy.window, limit=policy.limit(nodes), counted=counted,
+            open_reason=None if dry else why, at=now,
+        )  # fmt: skip
+        if spent["opened"]:
+            log.error("actuator breaker opened: %s; no more actions until a reset", why)
+        self.state.breaker_open = spent["breaker_open"] or spent["opened"]
+        refused = set(spent["refused"])
+        stop = spent["breaker_open"]
         out: dict[int, Outcome] = {}
         go: list[tuple[int, Step]] = []
         for k, step in enumerate(steps):
-            if breaker_open:
+            if stop:
                 out[k] = Outcome(step, "blocked", "the breaker is open: POST /v1/actuator/reset after checking")
-                continue
-            if step.escalates and step.hostname not in recent and step.hostname not in already:
-                if budget <= 0:
-                    why = (
-                        f"more than {policy.limit(nodes)} of {nodes} nodes newly demoted or drained within "
-                        f"{_span(policy.window)}"
-                    )
-                    if dry:
-                        out[k] = Outcome(step, "blocked", f"the breaker would open: {why}")
-                        continue
-                    log.error("actuator breaker opened: %s; no more actions until a reset", why)
-                    act.open_breaker(name, at=now, reason=why)
-                    breaker_open = self.state.breaker_open = True
-                    out[k] = Outcome(step, "blocked", f"the breaker opened: {why}")
-                    continue
-                budget -= 1
-            go.append((k, step))
-        return out, go
+            elif step.hostname in refused:
+                out[k] = Outcome(step, "blocked", f"the breaker {'would open' if dry else 'opened'}: {why}")
+                stop = not dry  # open: nothing after it is done
+            else:
+                go.append((k, step))
+        return out, go, spent["reserved"]
 
     def _run_steps(
         self,
@@ -253,6 +244,7 @@ class Actuator(Worker):
         observed: Mapping[str, Observed],
         controls: Mapping[str, Any],
         last: Mapping[str, ActionRow],
+        reserved: Mapping[str, int],
         now: datetime,
     ) -> dict[int, Outcome]:
         """Take the steps, each audited as soon as it is done: a step applied is recorded whatever the others do."""
@@ -262,7 +254,7 @@ class Actuator(Worker):
             k, step = item
             o = self._step(step, observed[step.hostname], controls.get(step.hostname))
             try:
-                self._record(o, last.get(step.hostname), now)
+                self._record(o, last.get(step.hostname), now, reserved.get(step.hostname))
             except StoreError as err:
                 lost.append(err)
             return k, o
@@ -323,20 +315,29 @@ class Actuator(Worker):
         except Exception as err:  # the audit says what ran when it can; a step never waits for it
             return [f"(unknown: {_err(err)})"]
 
-    def _record(self, o: Outcome, prev: ActionRow | None, now: datetime) -> None:
-        """Audit one outcome, unless it only repeats the node's last record (the same pass again)."""
+    def _record(self, o: Outcome, prev: ActionRow | None, now: datetime, reserved: int | None = None) -> None:
+        """Audit one outcome (finish the row the breaker wrote for it), unless it only repeats the node's
+        last record (the same pass again)."""
         s = o.step
-        mode = "dry-run" if self.mode == "dry-run" else "on"
         with self._count_lock:
             self.state.actions[(s.action, o.result)] += 1
-        if prev is not None and _same(prev, s, o, mode):
-            return
-        self.store.actuation.record([{
-            "at": now, "target": self.target.name, "mode": mode, "hostname": s.hostname, "action": s.action,
-            "from_state": s.from_state, "to_state": s.to_state, "why": s.why, "gpu_uuid": s.gpu_uuid,
-            "gpu_index": s.gpu_index, "result": o.result, "error": o.error, "workloads": list(o.workloads),
-            "escalates": s.escalates,
-        }])  # fmt: skip
+        repeat = prev is not None and _same(prev, s, o, self._mode_word())
+        if reserved is not None:
+            self.store.actuation.finish(reserved, result=o.result, error=o.error, workloads=o.workloads, drop=repeat)
+        elif not repeat:
+            self.store.actuation.record([self._row(s, o.result, o.error, o.workloads, now)])
+
+    def _row(self, s: Step, result: str, error: str | None, workloads: Sequence[str], now: datetime) -> dict[str, Any]:
+        """The audit row of a step."""
+        return {
+            "at": now, "target": self.target.name, "mode": self._mode_word(), "hostname": s.hostname,
+            "action": s.action, "from_state": s.from_state, "to_state": s.to_state, "why": s.why,
+            "gpu_uuid": s.gpu_uuid, "gpu_index": s.gpu_index, "result": result, "error": error,
+            "workloads": list(workloads), "escalates": s.escalates,
+        }  # fmt: skip
+
+    def _mode_word(self) -> str:
+        return "dry-run" if self.mode == "dry-run" else "on"
 
     # -- the loop ---------------------------------------------------------------------------
 

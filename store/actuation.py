@@ -8,11 +8,13 @@ breaker, which must stay open across restarts until a person resets it.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from core.decisions import DECISIONS
 from store.engine import Database, not_closed
@@ -77,8 +79,38 @@ class BreakerState(TypedDict):
     reset_by: str | None
 
 
+class Spend(TypedDict):
+    """What `Actuation.spend` allowed."""
+
+    breaker_open: bool
+    """The breaker was open already (this pass or another replica opened it): every step is refused."""
+    reserved: dict[str, int]
+    """Hostname -> the audit row written for its step (`finish` says how it ended)."""
+    refused: list[str]
+    """Hostnames past the bound, in order."""
+    opened: bool
+    """This spend opened the breaker."""
+
+
 _ACTION_COLUMNS = tuple(c.name for c in T_ACTIONS.columns if c.name != "id")
 _NEW_ACTION = ("at", "target", "mode", "hostname", "action", "from_state", "to_state", "why", "result")
+BREAKER_LOCK = 4714
+"""The first key of the breaker's PostgreSQL advisory lock (the second is the target's); 4713 is the migrations'
+single-key lock, a key space of its own."""
+
+
+def _action(r: Mapping[str, Any]) -> dict[str, Any]:
+    """An audit row checked, with every column (an executemany takes its columns from the first row only)."""
+    missing = [k for k in _NEW_ACTION if r.get(k) is None]
+    if missing:
+        raise ValueError(f"action for {r.get('hostname')!r} lacks {', '.join(missing)}")
+    row = {c: r.get(c) for c in _ACTION_COLUMNS}
+    row["at"] = utc(row["at"], "action time")
+    row["result"] = choice(row["result"], ACTION_RESULTS, "action result")
+    row["from_state"] = choice(row["from_state"], DECISIONS, "from state")
+    row["to_state"] = choice(row["to_state"], DECISIONS, "to state")
+    row["escalates"] = bool(row["escalates"])
+    return row
 
 
 class Actuation:
@@ -119,19 +151,7 @@ class Actuation:
 
     def record(self, rows: Sequence[Mapping[str, Any]]) -> int:
         """Append actions to the audit; returns how many."""
-        clean = []
-        for r in rows:
-            missing = [k for k in _NEW_ACTION if r.get(k) is None]
-            if missing:
-                raise ValueError(f"action for {r.get('hostname')!r} lacks {', '.join(missing)}")
-            # Every row with every column: an executemany takes its columns from the first row only.
-            row = {c: r.get(c) for c in _ACTION_COLUMNS}
-            row["at"] = utc(row["at"], "action time")
-            row["result"] = choice(row["result"], ACTION_RESULTS, "action result")
-            row["from_state"] = choice(row["from_state"], DECISIONS, "from state")
-            row["to_state"] = choice(row["to_state"], DECISIONS, "to state")
-            row["escalates"] = bool(row["escalates"])
-            clean.append(row)
+        clean = [_action(r) for r in rows]
         if clean:
             with self.db.tx(write=True) as conn:
                 conn.execute(sa.insert(T_ACTIONS), clean)
@@ -195,14 +215,17 @@ class Actuation:
         self, target: str, since: datetime, results: Sequence[str] = ("applied", "pending")
     ) -> set[str]:
         """Nodes this target newly demoted or drained since `since` (with these results): the breaker's count."""
+        with self.db.tx() as conn:
+            return self._escalated(conn, target, utc(since, "since"), results)
+
+    def _escalated(self, conn: Connection, target: str, since: datetime, results: Sequence[str]) -> set[str]:
         a = T_ACTIONS.c
         q = (
             sa.select(a.hostname)
             .distinct()
-            .where(a.target == target, a.escalates, a.result.in_(list(results)), a.at >= utc(since, "since"))
+            .where(a.target == target, a.escalates, a.result.in_(list(results)), a.at >= since)
         )
-        with self.db.tx() as conn:
-            return {r[0] for r in conn.execute(q)}
+        return {r[0] for r in conn.execute(q)}
 
     # -- per-node controls ------------------------------------------------------------------
 
@@ -250,22 +273,97 @@ class Actuation:
     def breaker(self, target: str) -> BreakerState:
         """The breaker of `target` (closed when never opened)."""
         with self.db.tx() as conn:
-            q = sa.select(T_ACTUATOR_STATE).where(T_ACTUATOR_STATE.c.target == target)
-            row = conn.execute(q).mappings().first()
+            return self._breaker(conn, target)
+
+    def _breaker(self, conn: Connection, target: str) -> BreakerState:
+        q = sa.select(T_ACTUATOR_STATE).where(T_ACTUATOR_STATE.c.target == target)
+        row = conn.execute(q).mappings().first()
         if row is None:
             return BreakerState(
                 target=target, breaker_open=False, opened_at=None, reason=None, reset_at=None, reset_by=None
             )
         return cast(BreakerState, dict(row))
 
-    def _upsert_state(self, target: str, values: Mapping[str, Any]) -> None:
+    def _upsert_state(self, target: str, values: Mapping[str, Any], conn: Connection | None = None) -> None:
+        if conn is None:
+            with self.db.tx(write=True) as conn:
+                self._upsert_state(target, values, conn)
+            return
         ins = self.db.insert(T_ACTUATOR_STATE)
-        with self.db.tx(write=True) as conn:
-            conn.execute(
-                ins.values(target=target, **{"breaker_open": False, **values}).on_conflict_do_update(
-                    index_elements=["target"], set_=dict(values)
-                )
+        conn.execute(
+            ins.values(target=target, **{"breaker_open": False, **values}).on_conflict_do_update(
+                index_elements=["target"], set_=dict(values)
             )
+        )
+
+    def spend(
+        self,
+        target: str,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        window_start: datetime,
+        limit: int,
+        counted: Sequence[str],
+        open_reason: str | None,
+        at: datetime,
+    ) -> Spend:
+        """Spend the breaker's budget on these escalating steps, in their order, for every replica at once.
+
+        One transaction holding the target's breaker lock (PostgreSQL: an advisory lock; SQLite:
+        BEGIN IMMEDIATE) reads the breaker, counts the nodes newly taken off work since
+        `max(window_start, last reset)` (audit rows with a result in `counted`), and writes the
+        audit row of each step within `limit` (its result says it is under way: `pending`, or
+        `planned` in a dry run), so a second replica's count includes the first one's spend. A
+        node counted already costs nothing. Past the bound, with an `open_reason`, the breaker
+        opens in the same transaction and every later step is refused too.
+        """
+        clean = [_action(r) for r in rows]
+        with self.db.tx(write=True) as conn:
+            self._lock_breaker(conn, target)
+            state = self._breaker(conn, target)
+            if state["breaker_open"]:
+                return Spend(breaker_open=True, reserved={}, refused=[r["hostname"] for r in clean], opened=False)
+            since = utc(window_start, "window start")
+            if state["reset_at"] is not None and state["reset_at"] > since:
+                since = state["reset_at"]
+            recent = self._escalated(conn, target, since, counted)
+            budget = max(0, limit - len(recent))
+            reserved: dict[str, int] = {}
+            refused: list[str] = []
+            for r in clean:
+                host = r["hostname"]
+                if refused and open_reason is not None:  # the breaker opens: nothing after it
+                    refused.append(host)
+                    continue
+                if host not in recent:
+                    if budget <= 0:
+                        refused.append(host)
+                        continue
+                    budget -= 1
+                reserved[host] = conn.execute(sa.insert(T_ACTIONS).values(r).returning(T_ACTIONS.c.id)).scalar_one()
+            opened = bool(refused) and open_reason is not None
+            if opened:
+                values = {"breaker_open": True, "opened_at": utc(at, "time"), "reason": open_reason}
+                self._upsert_state(target, values, conn)
+        return Spend(breaker_open=False, reserved=reserved, refused=refused, opened=opened)
+
+    def _lock_breaker(self, conn: Connection, target: str) -> None:
+        """Hold the target's breaker until the transaction ends (SQLite's BEGIN IMMEDIATE holds the database)."""
+        if self.db.dialect == "postgresql":
+            key = zlib.crc32(target.encode()) - 2**31  # int4, as the two-key form takes
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(BREAKER_LOCK, key)))
+
+    def finish(self, action_id: int, *, result: str, error: str | None, workloads: Sequence[str], drop: bool = False
+               ) -> None:  # fmt: skip
+        """Say how a step whose row `spend` wrote ended; `drop`: delete the row (it only repeats the node's last)."""
+        a = T_ACTIONS.c
+        with self.db.tx(write=True) as conn:
+            if drop:
+                conn.execute(sa.delete(T_ACTIONS).where(a.id == action_id))
+                return
+            values = {"result": choice(result, ACTION_RESULTS, "action result"), "error": error,
+                      "workloads": list(workloads)}  # fmt: skip
+            conn.execute(sa.update(T_ACTIONS).where(a.id == action_id).values(values))
 
     def open_breaker(self, target: str, *, at: datetime, reason: str) -> None:
         """Open the breaker: the actuator of `target` acts no more until `reset_breaker`."""

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
+from actuate.breaker import BreakerPolicy
+from actuate.memory import MemoryTarget
+from actuate.plan import Observed, Step
+from actuate.target import Applied
+from service.actuator import Actuator, ActuatorConfig
 from store import Store, StoreError
+from store.actuation import Actuation
 from tests.fleet_decisions import set_decisions
 from tests.store.conftest import T0
 
@@ -68,3 +79,78 @@ def test_active_decisions_of_gpus_in_service(store: Store) -> None:
     store.upsert_gpus([{"uuid": "GPU-n1-1", "hostname": "n1", "gpu_index": 1, "seen_at": T0, "state": "retired"}])
     assert [d["hostname"] for d in store.actuation.active_decisions()] == ["n2"]
     assert store.actuation.hostnames() == ["n1", "n2"]
+
+
+class Replica(MemoryTarget):
+    """One replica's view of the scheduler: every pass starts with the other replica's (a barrier), and
+    a step takes a while, as `scontrol` does, so both passes are under way at once."""
+
+    def __init__(self, hosts: list[str], barrier: threading.Barrier) -> None:
+        super().__init__(lambda: hosts)
+        self.barrier = barrier
+
+    def observe(self) -> dict[str, Observed]:
+        self.barrier.wait(timeout=30)
+        return super().observe()
+
+    def apply(self, step: Step, observed: Observed, saved: Mapping[str, Any] | None) -> Applied:
+        time.sleep(0.3)
+        return super().apply(step, observed, saved)
+
+
+def test_two_replicas_passing_at_once_share_one_breaker_bound(store: Store, store_url: str) -> None:
+    """The breaker's count and its spend are one transaction across replicas: two replicas (two Stores on one
+    database), each acting on half of 10 nodes that all need draining, drain at most 2 under a bound of 2."""
+    hosts = [f"node-{i:02d}" for i in range(10)]
+    set_decisions(store, T0, hosts, {(h, 0): "drain" for h in hosts})
+    barrier = threading.Barrier(2)
+    policy = BreakerPolicy(max_fraction=1.0, max_nodes=2)
+    replicas, targets = [], []
+    for half in (0, 1):
+        targets.append(Replica(hosts, barrier))
+        mine = {h for i, h in enumerate(hosts) if i % 2 == half}
+        config = ActuatorConfig(mode="on", breaker=policy, workers=4)
+        owns = lambda m=mine: m.__contains__  # noqa: E731
+        replicas.append(Actuator(Store.open(store_url), targets[-1], config, now=lambda: T0, owns=owns))
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            reports = list(pool.map(lambda a: a.reconcile_once(), replicas))
+    finally:
+        for a in replicas:
+            a.store.close()
+    drained = sorted(h for t in targets for h in t.states)
+    applied = sorted(o.step.hostname for r in reports for o in r.outcomes if o.result == "applied")
+    assert len(drained) == 2 and applied == drained
+    assert store.actuation.escalated_nodes("sim", T0 - timedelta(hours=1)) == set(drained)
+    assert store.actuation.breaker("sim")["breaker_open"]
+    blocked = [o for r in reports for o in r.outcomes if o.result == "blocked"]
+    assert len(blocked) == 8 and store.actuation.actions(result="blocked")[1] == 8
+
+
+def test_the_count_and_the_spend_are_one_transaction(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However long a replica takes between counting and spending, a second one counts its spend: two
+    Stores on one database, each spending 2 under a bound of 2, reserve 2 in all and open the breaker once."""
+    count = Actuation._escalated
+
+    def slow(self: Actuation, *args: Any) -> set[str]:
+        seen = count(self, *args)
+        time.sleep(0.5)  # the other replica counts now, unless it waits for the lock
+        return seen
+
+    monkeypatch.setattr(Actuation, "_escalated", slow)
+    stores = [Store.open(store_url) for _ in range(2)]
+
+    def spend(k: int) -> dict[str, Any]:
+        rows = [action(f"r{k}-n{i}", "pending") | {"target": "sim"} for i in range(2)]
+        window = {"window_start": T0 - timedelta(hours=1), "limit": 2, "counted": ("applied", "pending")}
+        return dict(stores[k].actuation.spend("sim", rows, **window, open_reason="too many", at=T0))
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            spent = list(pool.map(spend, range(2)))
+    finally:
+        for s in stores:
+            s.close()
+    assert sum(len(s["reserved"]) for s in spent) == 2
+    assert sorted(len(s["refused"]) for s in spent) == [0, 2]
+    assert [s["opened"] for s in spent].count(True) == 1
