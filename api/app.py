@@ -22,10 +22,9 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, params
 from fastapi.routing import APIRoute
 
-from api import schemas
 from api.config import BODY_TIMEOUT_S, ApiConfig
-from api.deps import WRITE_QUEUE_S, WRITES_IN_FLIGHT, ReadAuth
-from api.errors import HANDLERS, RETRY_AFTER_S
+from api.deps import WRITE_QUEUE_S, WRITES_IN_FLIGHT, ReadAuth, WriteAuth
+from api.errors import HANDLERS, RETRY_AFTER_S, UNAVAILABLE, route_errors
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit
 from api.routes import actuator, alerts, decisions, failures, gpus, health, model, nodes
@@ -74,11 +73,7 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
         docs_url=None if closed else "/docs",
         redoc_url=None if closed else "/redoc",
         openapi_url=None if closed else "/openapi.json",
-        responses={
-            401: {"model": schemas.Problem, "description": "token missing"},
-            403: {"model": schemas.Problem, "description": "token wrong, or writes disabled"},
-            503: {"model": schemas.Problem, "description": "database unreachable or busy; retry after Retry-After"},
-        },
+        responses=UNAVAILABLE,  # each route adds what it can answer besides (`_add_routes`)
         exception_handlers=HANDLERS,
     )
     app.state.store = store
@@ -119,22 +114,25 @@ def _add_routes(app: FastAPI, router: APIRouter, dependencies: Sequence[params.D
 
     Not `app.include_router`: FastAPI (0.16x) keeps an included router apart and matches each
     request's path through it twice, which cost GET /v1/gpus/{uuid} about an eighth of its time.
-    The attributes copied are those FastAPI's own inclusion carries over.
+    The attributes copied are those FastAPI's own inclusion carries over. The errors the route
+    can answer for what it takes (a token, parameters, a body) are documented with its own.
     """
     for route in router.routes:
         if not isinstance(route, APIRoute):
             raise TypeError(f"{route!r}: only FastAPI routes are copied")
+        deps = [*dependencies, *route.dependencies]
+        gated = any(d in (ReadAuth, WriteAuth) for d in deps)
         app.router.add_api_route(
             route.path,
             route.endpoint,
             response_model=route.response_model,
             status_code=route.status_code,
             tags=route.tags,
-            dependencies=[*dependencies, *route.dependencies],
+            dependencies=deps,
             summary=route.summary,
             description=route.description,
             response_description=route.response_description,
-            responses=route.responses,
+            responses={**route_errors(route, gated), **route.responses},
             deprecated=route.deprecated,
             methods=route.methods,
             operation_id=route.operation_id,

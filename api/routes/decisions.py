@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from api import schemas
 from api.deps import StoreDep, WriteAuth
+from api.errors import problem
 from api.params import Limit, Offset
 from store import Decision, NotFound, StoreError, StoreUnavailable
 
@@ -37,7 +38,7 @@ def list_decisions(
 @writes.post(
     "/{decision_id}/ack",
     response_model=schemas.DecisionOut,
-    responses={404: {"model": schemas.Problem}, 409: {"model": schemas.Problem}},
+    responses={404: problem("no such decision"), 409: problem("the decision is closed")},
 )
 def ack_decision(
     store: StoreDep, decision_id: Annotated[int, Path(ge=1, le=2**62)], body: schemas.AckIn

@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from api import schemas
 from api.deps import MetricsDep, StoreDep, WriteAuth
+from api.errors import problem
 from api.params import Limit
 from store import Failure
 
@@ -11,7 +12,7 @@ reads = APIRouter(prefix="/v1/failures", tags=["failures"])
 writes = APIRouter(prefix="/v1/failures", tags=["failures"], dependencies=[WriteAuth])
 
 
-@writes.post("", response_model=schemas.FailureOut, status_code=201, responses={404: {"model": schemas.Problem}})
+@writes.post("", response_model=schemas.FailureOut, status_code=201, responses={404: problem("no such GPU")})
 def add_failure(store: StoreDep, metrics: MetricsDep, body: schemas.FailureIn) -> Failure:
     """Record a failure or RMA outcome (a label for the next training run)."""
     rec = store.add_failure(**body.model_dump())

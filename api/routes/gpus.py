@@ -9,10 +9,13 @@ from starlette.concurrency import run_in_threadpool
 
 from api import schemas
 from api.deps import StoreDep
+from api.errors import Responses, problem
 from api.params import Limit, Offset, Uuid
 from store import ProbeResult, Store, StoreUnavailable
 
 reads = APIRouter(prefix="/v1/gpus", tags=["gpus"])
+
+UNKNOWN_GPU: Responses = {404: problem("no such GPU")}
 
 gpu_detail = TypeAdapter(schemas.GpuDetail)
 
@@ -31,7 +34,7 @@ def list_gpus(
     return {"items": items, "total": total, "limit": limit, "offset": offset}
 
 
-@reads.get("/{uuid}", response_model=schemas.GpuDetail)
+@reads.get("/{uuid}", response_model=schemas.GpuDetail, responses=UNKNOWN_GPU)
 async def get_gpu(uuid: Uuid, request: Request) -> Response:
     """One GPU: identity, latest sample, risk per mode, decision and reasons."""
     # The hottest endpoint: the store is taken from the app's state, not through a dependency,
@@ -49,7 +52,7 @@ async def get_gpu(uuid: Uuid, request: Request) -> Response:
     return Response(gpu_detail.dump_json(gpu_detail.validate_python(item)), media_type="application/json")
 
 
-@reads.get("/{uuid}/risk", response_model=schemas.RiskHistory)
+@reads.get("/{uuid}/risk", response_model=schemas.RiskHistory, responses=UNKNOWN_GPU)
 def risk_history(
     store: StoreDep,
     uuid: Uuid,
@@ -62,7 +65,7 @@ def risk_history(
     return {"uuid": uuid, "points": points}
 
 
-@reads.get("/{uuid}/probes", response_model=list[schemas.ProbeOut])
+@reads.get("/{uuid}/probes", response_model=list[schemas.ProbeOut], responses=UNKNOWN_GPU)
 def probe_results(store: StoreDep, uuid: Uuid, limit: Limit = 100) -> list[ProbeResult]:
     """The GPU's latest probe results (GEMM, memtest, bandwidth, PCIe), newest first."""
     return store.probe_results(uuid, limit=limit)

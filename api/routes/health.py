@@ -44,7 +44,11 @@ async def docs_page() -> Response:
     return get_swagger_ui_html(openapi_url="/openapi.json", title="gpuhealth API")
 
 
-@probes.get("/healthz", response_model=schemas.Health)
+@probes.get(
+    "/healthz",
+    response_model=schemas.Health,
+    responses={503: {"model": schemas.Health, "description": "sampling is not current"}},
+)
 async def healthz(response: Response, config: ConfigDep) -> schemas.Health:
     """The process is alive; with an in-process collector, sampling is current too."""
     if config.collector_health is not None:
@@ -56,7 +60,11 @@ async def healthz(response: Response, config: ConfigDep) -> schemas.Health:
     return schemas.Health(status="ok", detail="api up")
 
 
-@probes.get("/readyz", response_model=schemas.Health)
+@probes.get(
+    "/readyz",
+    response_model=schemas.Health,
+    responses={503: {"model": schemas.Health, "description": "the database does not answer"}},
+)
 async def readyz(response: Response, store: StoreDep, request: Request) -> schemas.Health:
     """The database answers and (SQLite) takes writes."""
     # On threads of its own (`app.state.ping_pool`): a full thread pool (writes waiting on a

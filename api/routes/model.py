@@ -6,13 +6,18 @@ from fastapi import APIRouter
 
 from api import schemas
 from api.deps import ConfigDep, StoreDep
+from api.errors import problem
 from service.model_card import card_from_meta, describe
 from store import NotFound
 
 reads = APIRouter(prefix="/v1/model", tags=["model"])
 
 
-@reads.get("", response_model=schemas.ModelCard, responses={404: {"model": schemas.Problem}})
+@reads.get(
+    "",
+    response_model=schemas.ModelCard,
+    responses={404: problem("no model: none stored is active and no scoring loop runs")},
+)
 def get_model(store: StoreDep, config: ConfigDep) -> dict[str, Any]:
     """The model the scoring loop uses: a stored, promoted one (`gpuhealth model promote`) or a file.
 
