@@ -313,8 +313,8 @@ class BasicAuth:
     a verified one: a known scraper is answered from the cache, without waiting for bcrypt.
     Credentials not seen before wait for bcrypt a bounded time, in a bounded queue where each
     client address holds at most two places, so one flooding client cannot keep a new scraper
-    (or one after a restart, when nothing is cached) out; past these bounds `check` raises
-    AuthBusy (the endpoint answers 503) instead of queueing.
+    (or one after a restart, when nothing is cached) out; the same credentials asked for at once
+    share one check. Past these bounds `check` raises AuthBusy (the endpoint answers 503).
     """
 
     CACHE_SIZE = 100
@@ -339,6 +339,8 @@ class BasicAuth:
         self._bcrypt = _Turns()
         self._queued: dict[str, int] = {}
         """Checks waiting for (or running) bcrypt, by client address; guarded by _cache_lock."""
+        self._running: dict[bytes, threading.Event] = {}
+        """Credentials being checked (by cache key), set when their outcome is cached; guarded by _cache_lock."""
 
     def check(self, users: Mapping[str, bytes], authorization: str | None, client: str = "") -> bool:
         """True when `authorization` (the header's value) names a user of `users` with its password.
@@ -357,14 +359,28 @@ class BasicAuth:
         cached = self._cached(key)
         if cached is not None:
             return cached
-        # bcrypt reads 72 bytes at most; htpasswd and Go truncate longer passwords the same way.
-        ok = self._hash_check(password[:72], hashed, client) and known is not None
         with self._cache_lock:
-            cache, size = (self._ok, self.CACHE_SIZE) if ok else (self._failed, self.FAILURE_CACHE_SIZE)
-            cache[key] = None
-            while len(cache) > size:
-                cache.popitem(last=False)
-        return ok
+            running = self._running.get(key)
+            if running is None:
+                self._running[key] = threading.Event()
+        if running is not None:  # the same credentials are being checked (scrapes at once): share that
+            running.wait(2 * self.HASH_WAIT_S)
+            cached = self._cached(key)
+            if cached is None:
+                raise AuthBusy("the same credentials could not be checked in time")
+            return cached
+        try:
+            # bcrypt reads 72 bytes at most; htpasswd and Go truncate longer passwords the same way.
+            ok = self._hash_check(password[:72], hashed, client) and known is not None
+            with self._cache_lock:
+                cache, size = (self._ok, self.CACHE_SIZE) if ok else (self._failed, self.FAILURE_CACHE_SIZE)
+                cache[key] = None
+                while len(cache) > size:
+                    cache.popitem(last=False)
+            return ok
+        finally:
+            with self._cache_lock:
+                self._running.pop(key).set()
 
     def _cached(self, key: bytes) -> bool | None:
         with self._cache_lock:
