@@ -11,10 +11,12 @@ typed `counter`); keeping the exact names is the point of being compatible.
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,6 +44,12 @@ scrape-health and probe series change between scrapes."""
 HANDSHAKE_TIMEOUT_S = 10.0
 """A TLS client gets this long to finish its handshake (Prometheus's default scrape timeout), so a
 silent connection ties up its own thread only, and only for a while."""
+HEADER_TIMEOUT_S = 5.0
+"""A client gets this long (after the handshake) to send its request line and headers, however it
+spaces its bytes: without it each silent or dripping connection held a thread for good. As the
+service's (api/server.py): Prometheus and the kubelet send theirs within milliseconds."""
+IO_TIMEOUT_S = 10.0
+"""Each read or write after the head: a scraper that stops reading the answer lets go of its thread."""
 
 
 def gpu_labels(info_index: int, uuid: str, model: str, pci: str, host: str, host_label: str) -> dict[str, str]:
@@ -341,8 +349,30 @@ def _handshake(state: WebState, sock: socket.socket, peer: Any) -> ssl.SSLSocket
     return conn
 
 
+class _HeadDeadline(io.RawIOBase):
+    """A socket's reads, each allowed only what is left of one deadline while a request head is read."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+        super().__init__()
+        self._sock, self._timeout_s = sock, timeout_s
+        self.deadline: float | None = time.monotonic() + timeout_s
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete request head within {self._timeout_s:g}s")
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
 class _SecuredHandler(BaseHTTPRequestHandler):
     """A request handler that knows the web config version its connection is served under."""
+
+    timeout = IO_TIMEOUT_S
 
     def __init__(
         self, request: Any, client_address: Any, server: Any, web: WebState | None = None, broken: bool = False
@@ -350,6 +380,18 @@ class _SecuredHandler(BaseHTTPRequestHandler):
         self.web = web
         self.web_broken = broken
         super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the socket's own reader: the one below reads the head under a deadline
+        self._head = _HeadDeadline(self.connection, HEADER_TIMEOUT_S)
+        self.rfile = io.BufferedReader(self._head)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # reads the headers: the head is in (or refused) from here on
+        self._head.deadline = None
+        self.connection.settimeout(self.timeout)
+        return ok
 
     def allowed(self) -> bool:
         """Whether to serve the request; if not, the refusal has been sent."""

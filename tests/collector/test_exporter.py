@@ -2,14 +2,19 @@ from __future__ import annotations
 
 import gzip
 import math
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from collector import exporter
 from collector.backends.base import XidEvent
 from collector.backends.sim import SimBackend
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector, accepts_gzip, render
@@ -251,3 +256,35 @@ def test_metrics_gzip_only_when_asked() -> None:
     assert gz_headers["Content-Encoding"] == "gzip" and gz_headers["Vary"] == "Accept-Encoding"
     assert int(gz_headers["Content-Length"]) == len(packed) < len(plain) / 5
     assert gzip.decompress(packed) == plain  # one snapshot: the same text either way
+
+
+def test_silent_and_slow_connections_are_closed_after_the_head_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: each silent connection held a thread of the endpoint for good (1,001 of them: 1,001 threads)."""
+    monkeypatch.setattr(exporter, "HEADER_TIMEOUT_S", 1.0, raising=False)
+    srv = ExporterServer(CollectorRegistry(), lambda: (True, "ok"), "127.0.0.1", 0)
+    srv.start()
+    threads = threading.active_count()
+    try:
+        with ExitStack() as stack:
+            silent = [stack.enter_context(socket.create_connection(("127.0.0.1", srv.port))) for _ in range(50)]
+            slow = stack.enter_context(socket.create_connection(("127.0.0.1", srv.port)))
+            started = time.monotonic()
+            assert _get(f"http://127.0.0.1:{srv.port}/healthz")[0] == 200, "the others are served meanwhile"
+            cut_off_s = None
+            for byte in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100:  # in time for any per-read timeout
+                try:
+                    slow.sendall(bytes([byte]))
+                except OSError:
+                    cut_off_s = time.monotonic() - started
+                    break
+                time.sleep(0.1)
+            assert cut_off_s is not None and cut_off_s < 3.0, "a head sent a byte at a time has the same deadline"
+            for sock in silent:
+                sock.settimeout(5)
+                assert sock.recv(1) == b"", "closed by the endpoint, not by the client's timeout"
+        deadline = time.monotonic() + 5
+        while threading.active_count() > threads and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() <= threads, "their threads are gone"
+    finally:
+        srv.stop()
