@@ -312,6 +312,12 @@ class RiskModel:
             heads = {m: obj["heads"][m] for m in MODES}
         except (TypeError, KeyError, IndexError, ValueError) as err:
             raise ModelError(f"{shown}: a skops file, but not a gpuhealth model (no heads and metadata)") from err
+        if not isinstance(meta, dict):
+            kind = type(meta).__name__
+            kind = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            raise ModelError(
+                f"{shown}: a skops file, but not a gpuhealth model (its metadata is {kind}, not an object)"
+            )
         trained = meta.get("sklearn_version")
         if trained != sklearn.__version__:
             raise ModelError(

@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.history import HistoryError
 from predictor.evaluate import MODE_LEAD, Scored, evaluate, score_rows, span_start
 from predictor.model import DAY, HOUR, MODES, RiskModel
 from predictor.remap_hold import hold_said, operator_verdict, remap_hold_verdict, thresholds_with
@@ -41,7 +42,7 @@ from predictor.score import load_model
 from predictor.thresholds import Thresholds
 from service.model_card import json_safe
 from service.scorer import SCORE_WINDOW
-from service.training import fleet_history, fleet_trained_until
+from service.training import TrainingError, fleet_history, fleet_trained_until
 from store import Store
 
 Progress = Callable[[str], None]
@@ -246,8 +247,12 @@ def judge(
         return verdict
     models = {"candidate": RiskModel.from_bytes(store.get_model(version)["data"], name=version), base_name: load_base()}
     span = f"{holdout['start']} .. {holdout['end']}"
-    reports = _served_reports(verdict, models, base_hold, frame, failures, score_from, thresholds or Thresholds(),
-                              lambda name: say(f"scoring the holdout slice {span} with the {name}"))  # fmt: skip
+    try:
+        reports = _served_reports(verdict, models, base_hold, frame, failures, score_from, thresholds or Thresholds(),
+                                  lambda name: say(f"scoring the holdout slice {span} with the {name}"))  # fmt: skip
+    except HistoryError as err:  # e.g. a fleet younger than the slice and the alert window before it
+        verdict.refusals.append(f"the holdout slice {span} cannot be scored on this fleet's history: {err}")
+        return verdict
     cand = reports["candidate"]
     verdict.slice = {"start": holdout["start"], "end": holdout["end"], "scored_from": cand["span"][0],
                      "gpus": cand["gpus"], "failures": cand["failures"]}  # fmt: skip
@@ -345,15 +350,7 @@ def judge_hold(
     if newest is None:
         raise PromoteError(f"{store.url} holds no history to judge the hold on")
     end = pd.Timestamp(newest)
-    start = end - pd.Timedelta(days=days)
-    trained = fleet_trained_until(card.get("meta") or {})
-    if trained is not None and trained > start:
-        start = trained
-    if end - start < WINDOW:
-        raise PromoteError(
-            f"model {version} was trained on this fleet's history up to {start:%Y-%m-%d %H:%M}: the days since are "
-            f"fewer than the {WINDOW / DAY:g}-day window a drain's outcome needs; judge its hold later"
-        )
+    start = _unseen_since(version, card, end - pd.Timedelta(days=days), end)
     frame, failures, score_from = holdout_slice(store, {"start": start.isoformat(), "end": end.isoformat()})
     if len(frame):  # features need a window of history before the first round scored
         score_from = max(score_from, span_start(frame, WINDOW))
@@ -364,7 +361,11 @@ def judge_hold(
         )
     model = RiskModel.from_bytes(store.get_model(version)["data"], name=version)
     say(f"scoring {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} with the active model {version}")
-    report = _report(model, frame, failures, score_from, th, _score_slice(model, frame, failures, score_from, th))
+    try:
+        report = _report(model, frame, failures, score_from, th, _score_slice(model, frame, failures, score_from, th))
+    except HistoryError as err:  # e.g. days without a sample of any GPU (the collectors were down)
+        span = f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M}"
+        raise PromoteError(f"cannot score {span}: {err}; try other --days") from None
     after = fleet_verdict(report, th)
     at = now or datetime.now(UTC)
     slice_ = json_safe({"start": start, "end": end, "scored_from": report["span"][0], "gpus": report["gpus"],
@@ -376,3 +377,19 @@ def judge_hold(
         ]
         store.update_model_card(version, {**card, "remap_hold": json_safe(after), "remap_hold_history": history})
     return HoldJudged(version, card.get("remap_hold"), after, slice_, record)
+
+
+def _unseen_since(version: str, card: dict[str, Any], start: pd.Timestamp, end: pd.Timestamp) -> pd.Timestamp:
+    """Where a hold's slice begins: `start`, or later where the model trained on this fleet's days after it."""
+    try:
+        trained = fleet_trained_until(card.get("meta") or {})
+    except TrainingError as err:
+        raise PromoteError(f"model {version}'s card: {err}") from None
+    if trained is not None and trained > start:
+        start = trained
+    if end - start < WINDOW:
+        raise PromoteError(
+            f"model {version} was trained on this fleet's history up to {start:%Y-%m-%d %H:%M}: the days since are "
+            f"fewer than the {WINDOW / DAY:g}-day window a drain's outcome needs; judge its hold later"
+        )
+    return start

@@ -39,6 +39,7 @@ READ_BATCH_GPUS = 256
 """GPUs read from the store at a time: a year of hour rows of 256 GPUs is ~900 MB as float64."""
 FLEET_SET = "fleet"
 """The training set name of the fleet's own history (the prior's are the simulator's names)."""
+MALFORMED = "the model's metadata is malformed"
 
 
 class TrainingError(RuntimeError):
@@ -240,12 +241,41 @@ def training_card(
 
 def fleet_trained_until(meta: Mapping[str, Any]) -> pd.Timestamp | None:
     """The newest time of a fleet's own history a model trained on (`train --db`'s `fleet` set, in the
-    model's metadata), None for a model that trained on none: judging it there would judge it in sample."""
-    for s in meta.get("training_sets") or []:
-        span = s.get("span") or []
-        if s.get("name") == FLEET_SET and len(span) == 2:
-            return pd.Timestamp(span[1])
+    model's metadata), None for a model that trained on none: judging it there would judge it in sample.
+
+    Raises TrainingError naming the field where the training sets are not what `train` writes (a
+    list of objects, the fleet's `span` two times; a time without a zone is UTC, as the store's)."""
+    for i, s in enumerate(_training_sets(meta)):
+        if s.get("name") != FLEET_SET:
+            continue
+        span = s.get("span")
+        if not isinstance(span, list) or len(span) != 2:
+            raise TrainingError(f"{MALFORMED}: training_sets[{i}].span is not a list of two times")
+        try:
+            until = pd.Timestamp(span[1]) if isinstance(span[1], str | int | float) else pd.NaT
+        except (TypeError, ValueError, OverflowError):  # pandas' parse errors are ValueErrors
+            until = pd.NaT
+        if until is pd.NaT:
+            raise TrainingError(f"{MALFORMED}: training_sets[{i}].span[1] {repr(span[1])[:40]} is not a time")
+        return until if until.tzinfo is not None else until.tz_localize("UTC")
     return None
+
+
+def _training_sets(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The metadata's training sets (none for a model that predates them), each an object."""
+    sets = meta.get("training_sets") or []
+    if not isinstance(sets, list):
+        raise TrainingError(f"{MALFORMED}: training_sets is {_kind(sets)}, not a list")
+    for i, s in enumerate(sets):
+        if not isinstance(s, Mapping):
+            raise TrainingError(f"{MALFORMED}: training_sets[{i}] is {_kind(s)}, not an object")
+    return sets
+
+
+def _kind(v: Any) -> str:
+    """'an int', 'a str': the kind of a JSON value, for an error."""
+    name = type(v).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def store_model_file(
@@ -266,6 +296,10 @@ def store_model_file(
         raise TrainingError(f"{p}: no such model file")
     data = p.read_bytes()
     model = RiskModel.from_bytes(data, name=str(p))  # every check of a load, on the very bytes stored
+    try:
+        trained = fleet_trained_until(model.meta)
+    except TrainingError as err:
+        raise TrainingError(f"{p}: {err}") from None
     newest = store.newest_sample_time()
     if newest is None:
         raise TrainingError(
@@ -278,7 +312,6 @@ def store_model_file(
     _, _, holdout = split_holdout(frame, store.failures_frame(), holdout_days)
     assert holdout is not None  # holdout_days > 0
     start = pd.Timestamp(holdout["start"])
-    trained = fleet_trained_until(model.meta)
     if trained is not None and trained > start:
         raise TrainingError(
             f"{p.name} was trained on a fleet's own history up to {trained:%Y-%m-%d %H:%M}, inside "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -158,3 +159,51 @@ def test_prune_lists_what_goes_and_keeps_the_active_model(url: str) -> None:
     listing = json.loads(runner.invoke(app, ["model", "list", "--db", url, "--format", "json"]).stdout)
     assert [m["version"] for m in listing] == [made[3], made[0]]
     assert error_line(["model", "prune", "--keep", "0", "--db", url]).startswith("error: keep must be a whole number")
+
+
+def test_promote_on_a_fleet_younger_than_the_holdout_is_a_refusal_not_a_traceback(url: str, tmp_path: Path) -> None:
+    from simulator.fleet import SimConfig
+    from simulator.run import simulate
+
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
+    store = Store.open(url)
+    try:
+        store.ingest(frame)
+    finally:
+        store.close()
+    path = tiny_model("young").save(tmp_path / "young.skops")
+    r = runner.invoke(app, ["model", "add", str(path), "--db", url])  # the default 14-day holdout
+    assert r.exit_code == 0, r.stderr
+    version = r.stdout.strip()
+    r = runner.invoke(app, ["model", "promote", version, "--db", url])
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 1 and r.exception is not None and isinstance(r.exception, SystemExit), r.stderr
+    assert f"refused: model {version} stays inactive" in said and "cannot be scored on this fleet's history" in said
+    r = runner.invoke(app, ["model", "promote", version, "--db", url, "--force"])
+    assert r.exit_code == 0 and "Traceback" not in r.stderr, r.stderr
+    assert f"FORCED: model {version} is active although promote refused it" in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize(
+    ("meta", "needle"),
+    [({"training_sets": [1, 2]}, "the model's metadata is malformed: training_sets[0] is an int, not an object"),
+     (["not", "a", "mapping"], "a skops file, but not a gpuhealth model (its metadata is a list, not an object)")],
+    ids=["training-sets", "meta"],
+)  # fmt: skip
+def test_add_of_a_file_with_malformed_metadata_is_a_one_line_error(
+    url: str, tmp_path: Path, meta: Any, needle: str
+) -> None:
+    from simulator.fleet import SimConfig
+    from simulator.run import simulate
+
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=3, interval_s=3600)
+    store = Store.open(url)
+    try:
+        store.ingest(frame)
+    finally:
+        store.close()
+    model = tiny_model("odd")
+    model.meta = meta if isinstance(meta, list) else {**model.meta, **meta}
+    path = model.save(tmp_path / "odd.skops")
+    line = error_line(["model", "add", str(path), "--db", url])
+    assert "odd.skops" in line and needle in line

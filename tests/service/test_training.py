@@ -22,6 +22,7 @@ from service.training import (
     TrainingError,
     TrainOptions,
     fleet_history,
+    fleet_trained_until,
     split_holdout,
     store_model_file,
     train_from_store,
@@ -307,3 +308,77 @@ def test_a_hold_needs_a_week_of_features_then_days_to_judge(store: Store) -> Non
     store.activate_model(store.put_model(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
     with pytest.raises(PromoteError, match="too little history to judge the hold on"):
         judge_hold(store, days=28)
+
+
+def test_promote_on_a_fleet_younger_than_its_holdout_refuses_and_force_activates(store: Store) -> None:
+    """The slice's scoring starts a week before a 14-day holdout; a 4-day fleet has no GPU there to score."""
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
+    store.ingest(frame)
+    end = frame["timestamp"].max()
+    holdout = {"days": 14, "start": (end - pd.Timedelta(days=14)).isoformat(), "end": end.isoformat(), "gpus": 2,
+               "failures": {}}  # fmt: skip
+    v = store.put_model(tiny_model("young").to_bytes(), {"holdout": holdout})["version"]
+    verdict = promote(store, v)
+    assert not verdict.promoted and len(verdict.refusals) == 1
+    assert re.search(r"cannot be scored on this fleet's history: no GPU has samples .* \(data begins ",
+                     verdict.refusals[0]), verdict.refusals  # fmt: skip
+    assert store.model_info(v)["card"]["promotion"]["refusals"] == verdict.refusals
+    forced = promote(store, v, force=True)
+    assert forced.promoted and forced.forced and store.active_model_version() == v
+
+
+MALFORMED_SETS = [
+    ([1, 2], "training_sets[0] is an int, not an object"),
+    ([{"name": FLEET_SET, "span": ["2026-01-01", "2026-01-08"]}, "x"], "training_sets[1] is a str, not an object"),
+    ("fleet", "training_sets is a str, not a list"),
+    ({"name": FLEET_SET}, "training_sets is a dict, not a list"),
+    ([{"name": FLEET_SET, "span": "2026-01-01..2026-01-08"}], "training_sets[0].span is not a list of two times"),
+    ([{"name": FLEET_SET, "span": ["2026-01-01", "soon"]}], "training_sets[0].span[1] 'soon' is not a time"),
+    ([{"name": FLEET_SET, "span": ["2026-01-01", None]}], "training_sets[0].span[1] None is not a time"),
+    ([{"name": FLEET_SET, "span": ["2026-01-01", {"y": 1}]}], "training_sets[0].span[1] {'y': 1} is not a time"),
+]
+
+
+@pytest.mark.parametrize(("sets", "needle"), MALFORMED_SETS)
+def test_malformed_training_sets_are_an_error_naming_the_field(sets: Any, needle: str) -> None:
+    with pytest.raises(TrainingError) as e:
+        fleet_trained_until({"training_sets": sets})
+    assert "the model's metadata is malformed: " + needle in str(e.value)
+
+
+def test_training_sets_as_train_writes_them_and_naive_times() -> None:
+    assert fleet_trained_until({}) is None and fleet_trained_until({"training_sets": None}) is None
+    prior = {"name": "hot-aisle-1000", "span": ["2026-01-01 00:00:00+00:00", "2026-03-01 00:00:00+00:00"]}
+    assert fleet_trained_until({"training_sets": [prior]}) is None
+    fleet = {"name": FLEET_SET, "span": ["2026-01-01 00:00:00+00:00", "2026-02-01 06:00:00+00:00"]}
+    assert fleet_trained_until({"training_sets": [prior, fleet]}) == pd.Timestamp("2026-02-01 06:00", tz="UTC")
+    naive = {"name": FLEET_SET, "span": ["2026-01-01", "2026-02-01"]}  # UTC, as every time the store holds
+    assert fleet_trained_until({"training_sets": [naive]}) == pd.Timestamp("2026-02-01", tz="UTC")
+
+
+def test_a_model_file_with_malformed_training_sets_is_not_stored(store: Store, tmp_path: Path) -> None:
+    model = tiny_model("odd")
+    model.meta["training_sets"] = [1, 2]
+    path = model.save(tmp_path / "odd.skops")
+    with pytest.raises(TrainingError, match=r"odd\.skops: the model's metadata is malformed: training_sets\[0\]"):
+        store_model_file(store, path)  # said before "holds no history": it is the file that is wrong
+    assert store.list_models() == []
+
+
+def test_a_hold_on_a_card_with_malformed_training_sets_is_a_promote_error(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
+    store.ingest(frame)
+    v = store.put_model(tiny_model("db").to_bytes(), {"holdout": None, "meta": {"training_sets": ["x"]}})["version"]
+    store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
+    with pytest.raises(PromoteError, match=rf"model {v}'s card: the model's metadata is malformed: training_sets\[0\]"):
+        judge_hold(store, days=28)
+
+
+def test_a_hold_over_a_week_without_samples_is_a_promote_error(store: Store) -> None:
+    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=24, interval_s=3600)
+    t0 = frame["timestamp"].min()
+    down = (frame["timestamp"] >= t0 + pd.Timedelta(days=9)) & (frame["timestamp"] < t0 + pd.Timedelta(days=16))
+    store.ingest(frame[~down])  # the collectors were down a week
+    store.activate_model(store.put_model(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
+    with pytest.raises(PromoteError, match=r"cannot score .*: no GPU has samples within 24 h .*; try other --days"):
+        judge_hold(store, days=14, record=False)
