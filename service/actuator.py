@@ -361,10 +361,13 @@ class Actuator(Worker):
         """The loop in the calling thread (`gpuhealth actuate`), until `stop()` or Ctrl-C."""
         self._run()
 
-    def reset_breaker(self, by: str) -> None:
-        """Close the breaker (the API's POST /v1/actuator/reset); the next pass re-reads everything."""
-        self.store.actuation.reset_breaker(self.target.name, by=by, at=self.now())
+    def reset_breaker(self, by: str) -> bool:
+        """Close an open breaker (the API's POST /v1/actuator/reset); the next pass re-reads everything.
+        False, and nothing changed, when it is closed (a reset would restart its window)."""
+        if self.store.actuation.reset_breaker(self.target.name, by=by, at=self.now()) is None:
+            return False
         self.state.breaker_open = False
+        return True
 
 
 def _same(prev: ActionRow, step: Step, o: Outcome, mode: str) -> bool:

@@ -369,7 +369,13 @@ class Actuation:
         """Open the breaker: the actuator of `target` acts no more until `reset_breaker`."""
         self._upsert_state(target, {"breaker_open": True, "opened_at": utc(at, "time"), "reason": reason})
 
-    def reset_breaker(self, target: str, *, by: str, at: datetime) -> BreakerState:
-        """Close the breaker (a person's decision); the window counts again from now."""
-        self._upsert_state(target, {"breaker_open": False, "reset_at": utc(at, "time"), "reset_by": text(by, "by")})
-        return self.breaker(target)
+    def reset_breaker(self, target: str, *, by: str, at: datetime) -> BreakerState | None:
+        """Close an open breaker (a person's decision); the window counts again from now. None, and nothing
+        changed, when it is closed: a reset restarts the window, so resets must not lift the bound."""
+        c = T_ACTUATOR_STATE.c
+        values = {"breaker_open": False, "reset_at": utc(at, "time"), "reset_by": text(by, "by")}
+        with self.db.tx(write=True) as conn:
+            done = conn.execute(sa.update(T_ACTUATOR_STATE).where(c.target == target, c.breaker_open).values(values))
+            if done.rowcount == 0:
+                return None
+            return self._breaker(conn, target)

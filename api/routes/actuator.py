@@ -56,12 +56,18 @@ def get_actuator(store: StoreDep, config: ConfigDep) -> dict[str, Any]:
             "passes": st.passes, "failures": st.failures, "last_error": st.last_error}  # fmt: skip
 
 
-@actuator_writes.post("/reset", response_model=schemas.ActuatorOut, responses={409: {"model": schemas.Problem}})
+@actuator_writes.post(
+    "/reset",
+    response_model=schemas.ActuatorOut,
+    responses={409: {"model": schemas.Problem, "description": "No actuator runs here, or the breaker is closed"}},
+)
 def reset_breaker(store: StoreDep, config: ConfigDep, body: schemas.NodeControlIn) -> dict[str, Any]:
-    """Close the breaker after checking why it opened; the next pass re-reads every node (nothing is replayed)."""
+    """Close the breaker after checking why it opened; the next pass re-reads every node (nothing is replayed).
+    A closed breaker is not reset (409): a reset restarts the breaker's window."""
     if config.actuator is None:
         raise HTTPException(409, "no actuator runs in this service (serve --actuate dry-run|on)")
-    config.actuator.reset_breaker(body.by)
+    if not config.actuator.reset_breaker(body.by):
+        raise HTTPException(409, "the breaker is closed: nothing to reset (a reset would restart its window)")
     return get_actuator(store, config)
 
 

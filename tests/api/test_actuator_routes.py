@@ -79,3 +79,11 @@ def test_without_an_actuator_it_says_off_and_refuses_a_reset(store: Store) -> No
     r = client.post("/v1/actuator/reset", json={"by": "alice"}, headers=AUTH)
     assert r.status_code == 409 and "no actuator" in r.json()["detail"]
     assert "gpuhealth_actuator" not in client.get("/metrics").text
+
+
+def test_a_closed_breaker_is_not_reset(store: Store) -> None:
+    """A reset restarts the breaker's window: a closed one's is refused, so resets cannot lift its bound."""
+    client, _ = app_with(store, "on")
+    r = client.post("/v1/actuator/reset", json={"by": "mallory"}, headers=AUTH)
+    assert r.status_code == 409 and "closed" in r.json()["detail"]
+    assert client.get("/v1/actuator").json()["reset_at"] is None

@@ -260,3 +260,20 @@ def test_an_unexpected_error_on_one_node_is_that_nodes_failed_action(store: Stor
     clock.t += timedelta(minutes=1)
     target.bug_on = set()
     assert [(o.step.hostname, o.result) for o in act.reconcile_once().outcomes] == [("node-001", "applied")]
+
+
+def test_resetting_a_closed_breaker_leaves_its_window_alone(store: Store) -> None:
+    """A reset after every pass used to restart the window each time: 6 nodes drained in 5.5 minutes under a
+    bound of one an hour, the breaker never opening. A closed breaker's reset is refused and changes nothing."""
+    act, target, clock = make(store, 10, breaker=BreakerPolicy(max_fraction=1.0, max_nodes=1))
+    opened = []
+    for i in range(6):
+        set_decisions(store, clock.t, hosts(10), {(h, 0): "drain" for h in hosts(10)[: i + 1]})
+        opened.append(act.reconcile_once().breaker_open)
+        clock.t += timedelta(seconds=33)
+        if not opened[-1]:
+            assert act.reset_breaker("mallory") is False
+            assert store.actuation.breaker("sim")["reset_at"] is None
+        clock.t += timedelta(seconds=33)
+    assert opened == [False, True, True, True, True, True] and len(target.states) == 1
+    assert act.reset_breaker("alice") is True and store.actuation.breaker("sim")["reset_by"] == "alice"

@@ -66,6 +66,8 @@ def test_holds_releases_settle_clocks_and_saved_values(store: Store) -> None:
 def test_the_breaker_stays_open_until_reset(store: Store) -> None:
     act = store.actuation
     assert act.breaker("slurm")["breaker_open"] is False
+    assert act.reset_breaker("slurm", by="mallory", at=T0) is None  # closed: its window is left alone
+    assert act.breaker("slurm")["reset_at"] is None
     act.open_breaker("slurm", at=T0, reason="too many")
     assert (act.breaker("slurm")["breaker_open"], act.breaker("kubernetes")["breaker_open"]) == (True, False)
     st = act.reset_breaker("slurm", by="alice", at=T0 + timedelta(hours=1))
