@@ -19,8 +19,9 @@ from typing import Any
 
 import httpx
 
-_CONNECTED = ("connection.connect_tcp.complete", "connection.start_tls.complete")
-"""httpcore's trace events whose `return_value` is the network stream of a new connection."""
+_CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")
+"""Ends of httpcore's trace events whose `return_value` is the network stream of a new connection
+(prefixed `connection.`, or `proxy.`/`socks.` for a tunnel through a proxy)."""
 
 
 class DeadlinePassed(Exception):
@@ -67,7 +68,7 @@ class Deadline:
 
     def trace(self, event: str, info: Mapping[str, Any]) -> None:
         """httpx's `trace` extension: keeps the socket of each new connection."""
-        if event not in _CONNECTED:
+        if not event.endswith(_CONNECTED):
             return
         stream = info.get("return_value")
         sock = stream.get_extra_info("socket") if stream is not None else None
