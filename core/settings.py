@@ -193,15 +193,22 @@ class Settings(BaseSettings):
     score_interval: str = Field(default="5m", description="How often every GPU is scored.")
     model: str | None = Field(default=None, description="Risk model file (.skops); unset: the shipped model.")
     max_request_bytes: int = Field(default=1_048_576, description="Larger request bodies get 413.")
-    # Slow or many clients (uvicorn): a body must arrive within body_timeout; an idle keep-alive
-    # connection closes after keep_alive_timeout; past max_connections, new requests get 503.
+    # Slow or many clients (api/server.py): a request head must arrive within header_timeout and a
+    # body within body_timeout; an idle keep-alive connection closes after keep_alive_timeout; past
+    # max_connections, connections waiting for a request make room, and then new requests get 503.
     body_timeout: str = Field(default="10s", description="A request body must arrive within this, else 408.")
     keep_alive_timeout: str = Field(
         default="5s", description="An idle keep-alive connection closes after this (uvicorn's default)."
     )
+    header_timeout: str = Field(
+        default="5s", description="A request's line and headers must arrive within this, else the connection closes."
+    )
     max_connections: int = Field(
         default=1000,
-        description="Past this many connections and tasks at once, new requests get 503 (uvicorn's limit_concurrency).",
+        description=(
+            "Connections at once: past it, those waiting for a request close, oldest first; "
+            "past this many requests in flight, 503."
+        ),
     )
     buffer_samples: int = Field(default=200_000, description="Samples held in memory while the database is down.")
     # Retention (store.retention.Retention says why each default): raw samples, then hourly roll-ups;

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -43,6 +42,7 @@ from gpuhealth.cli_backend import (
 from gpuhealth.cli_db import retention_from_settings
 
 if TYPE_CHECKING:
+    from api.server import ServerLimits
     from collector.probes import ProbeConfig
     from gpuhealth.serve import Service
     from predictor.model import RiskModel
@@ -151,32 +151,27 @@ def check_port(host: str, port: int) -> None:
             raise fail(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
-@dataclass(frozen=True)
-class ServerLimits:
-    """What slow or many clients may hold (uvicorn's settings; the body timeout is the API's own)."""
+def server_limits(s: Settings) -> ServerLimits:
+    """What slow or many clients may hold, from settings (the body timeout is the API's own), or one error line."""
+    from api.server import ServerLimits
 
-    keep_alive_s: float = 5.0
-    max_connections: int = 1000
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> ServerLimits:
-        try:
-            return cls(parse_duration(s.keep_alive_timeout), s.max_connections)
-        except ValueError as e:
-            raise fail(f"invalid GPUHEALTH_KEEP_ALIVE_TIMEOUT: {e}") from None
+    try:
+        keep_alive_s = parse_duration(s.keep_alive_timeout)
+    except ValueError as e:
+        raise fail(f"invalid GPUHEALTH_KEEP_ALIVE_TIMEOUT: {e}") from None
+    try:
+        header_s = parse_duration(s.header_timeout)
+    except ValueError as e:
+        raise fail(f"invalid GPUHEALTH_HEADER_TIMEOUT: {e}") from None
+    return ServerLimits(keep_alive_s, s.max_connections, header_s)
 
 
 def _run(svc: Service, host: str, port: int, log_level: str, limits: ServerLimits | None = None) -> None:
     import uvicorn
 
-    lim = limits or ServerLimits()
-    config = uvicorn.Config(
-        svc.app, host=host, port=port, log_level=log_level.lower(), access_log=False,
-        timeout_keep_alive=max(1, round(lim.keep_alive_s)),
-        limit_concurrency=lim.max_connections,  # past it: 503 at once, not a queue of sockets
-        h11_max_incomplete_event_size=16 * 1024,  # request line and headers: 16 KiB (uvicorn's default, pinned)
-    )  # fmt: skip
-    server = uvicorn.Server(config)
+    from api.server import uvicorn_config
+
+    server = uvicorn.Server(uvicorn_config(svc.app, host, port, limits, log_level))
     try:
         server.run()
     except SystemExit:  # uvicorn exits when it cannot bind (a race with check_port)
@@ -233,6 +228,7 @@ def serve(
     lease = _lease_plan(s, src, replica_id, lease_seconds)
     retention = retention_from_settings(s)
     acting = actuator_plan(s, actuate, actuate_target)
+    limits = server_limits(s)
     # The service's modules (the API, the store, the model) take seconds to load: only once the
     # flags are known good, so that a mistyped one is answered at once; and before the logging
     # is set up, as the checks above are, so that what the modules say as they load stays quiet.
@@ -286,7 +282,7 @@ def serve(
     if actuation is not None:
         out.print(f"  actuator: {actuation[1].mode} on {actuation[0].name}; {host_url(host, port)}/v1/actions",
                   highlight=False, soft_wrap=True)  # fmt: skip
-    _run(svc, host, port, level, ServerLimits.from_settings(s))
+    _run(svc, host, port, level, limits)
 
 
 PullPlan = tuple[float, float, timedelta]
