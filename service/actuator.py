@@ -72,6 +72,8 @@ class ActuatorState:
     """(action, result) -> count since start."""
     nodes_by_state: dict[str, int] = field(default_factory=dict)
     """Nodes per state of ours, from the last look at the scheduler."""
+    seen: frozenset[str] = frozenset()
+    """Every node the scheduler showed at the last look (all replicas' shares): the nodes a hold may name."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class Actuator(Worker):
         name = self.target.name
         observed = self.target.observe()
         nodes = len(observed)
+        self.state.seen = frozenset(observed)
         if self.owns is not None:
             mine = self.owns()
             observed = {h: o for h, o in observed.items() if mine(h)}

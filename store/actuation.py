@@ -142,6 +142,12 @@ class Actuation:
             for r in rows
         ]
 
+    def knows(self, hostname: str) -> bool:
+        """Whether the store knows this node (a GPU of it was seen): `GET /v1/nodes/{hostname}` finds it."""
+        with self.db.tx() as conn:
+            q = sa.select(T_NODES.c.hostname).where(T_NODES.c.hostname == text(hostname, "hostname"))
+            return conn.execute(q).first() is not None
+
     def hostnames(self) -> list[str]:
         """Every node the store knows (the simulated scheduler's nodes)."""
         with self.db.tx() as conn:

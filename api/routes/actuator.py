@@ -81,25 +81,44 @@ def _control(store: StoreDep, hostname: str) -> dict[str, Any]:
     return {"hostname": hostname, "held": False} if c is None else dict(c)
 
 
-@node_writes.post("/{hostname}/hold", response_model=schemas.NodeControlOut)
+def _known(store: StoreDep, config: ConfigDep, hostname: str) -> None:
+    """404 unless the store knows the node (`GET /v1/nodes/{hostname}`) or the scheduler showed it at the
+    actuator's last pass: a typo must not answer "held" for a node nothing acts on."""
+    if config.actuator is not None and hostname in config.actuator.state.seen:
+        return
+    if not store.actuation.knows(hostname):
+        raise HTTPException(404, f"node {hostname} not found: neither the store nor the scheduler knows it")
+
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": schemas.Problem, "description": "Neither the store nor the scheduler knows the node"}
+}
+
+
+@node_writes.post("/{hostname}/hold", response_model=schemas.NodeControlOut, responses=NOT_FOUND)
 def hold_node(store: StoreDep, config: ConfigDep, hostname: Hostname, body: schemas.NodeControlIn) -> dict[str, Any]:
     """Keep the actuator off this node: nothing of ours is applied or undone until the hold is lifted."""
+    _known(store, config, hostname)
     store.actuation.hold(hostname, held=True, by=body.by, at=_now(config))
     return _control(store, hostname)
 
 
-@node_writes.delete("/{hostname}/hold", response_model=schemas.NodeControlOut)
+@node_writes.delete("/{hostname}/hold", response_model=schemas.NodeControlOut, responses=NOT_FOUND)
 def unhold_node(
     store: StoreDep, config: ConfigDep, hostname: Hostname, by: Annotated[str, Query(min_length=1, max_length=200)]
 ) -> dict[str, Any]:
-    """Let the actuator act on this node again (`?by=` who lifts the hold)."""
+    """Let the actuator act on this node again (`?by=` who lifts the hold); a hold the node has is lifted
+    even when nothing knows the node any more."""
+    if hostname not in store.actuation.node_controls([hostname]):
+        _known(store, config, hostname)
     store.actuation.hold(hostname, held=False, by=by, at=_now(config))
     return _control(store, hostname)
 
 
-@node_writes.post("/{hostname}/release", response_model=schemas.NodeControlOut)
+@node_writes.post("/{hostname}/release", response_model=schemas.NodeControlOut, responses=NOT_FOUND)
 def release_node(store: StoreDep, config: ConfigDep, hostname: Hostname, body: schemas.NodeControlIn) -> dict[str, Any]:
     """Undo ours on this node at the next pass, without the settle period; its current decisions no
     longer act (a newer or worse decision does)."""
+    _known(store, config, hostname)
     store.actuation.release(hostname, by=body.by, at=_now(config))
     return _control(store, hostname)

@@ -48,6 +48,7 @@ def test_actions_list_what_was_planned_with_a_summary_a_person_reads(store: Stor
 
 def test_hold_release_and_reset_need_the_token(store: Store) -> None:
     client, _ = app_with(store, "on")
+    set_decisions(store, T0, HOSTS, {})
     body = {"by": "alice"}
     for path in ("/v1/nodes/node-001/hold", "/v1/nodes/node-001/release", "/v1/actuator/reset"):
         assert client.post(path, json=body).status_code == 401
@@ -87,3 +88,23 @@ def test_a_closed_breaker_is_not_reset(store: Store) -> None:
     r = client.post("/v1/actuator/reset", json={"by": "mallory"}, headers=AUTH)
     assert r.status_code == 409 and "closed" in r.json()["detail"]
     assert client.get("/v1/actuator").json()["reset_at"] is None
+
+
+def test_only_a_node_the_store_or_the_scheduler_knows_is_held_or_released(store: Store) -> None:
+    """A typo used to answer 200 "held": true for a node GET /v1/nodes/{same} says is not there, and leave
+    a row nothing prunes. A node the store knows (its GPUs were seen) or the scheduler showed is held."""
+    client, act = app_with(store, "on")
+    set_decisions(store, T0, HOSTS[:2], {})
+    body = {"by": "alice"}
+    for verb, path in (("post", "hold"), ("post", "release"), ("delete", "hold")):
+        kw = {"json": body} if verb == "post" else {"params": body}
+        r = client.request(verb.upper(), f"/v1/nodes/node-0O1/{path}", headers=AUTH, **kw)
+        assert r.status_code == 404 and "node-0O1" in r.json()["detail"], (verb, path, r.text)
+        assert client.request(verb.upper(), f"/v1/nodes/node-001/{path}", headers=AUTH, **kw).status_code == 200
+    assert client.get("/v1/nodes/node-0O1").status_code == 404
+    assert store.actuation.node_controls(["node-0O1"]) == {}
+    assert client.post("/v1/nodes/node-003/hold", json=body, headers=AUTH).status_code == 404
+    act.reconcile_once()  # the scheduler shows node-003, whose GPUs the store has not seen
+    assert client.post("/v1/nodes/node-003/hold", json=body, headers=AUTH).json()["held"] is True
+    store.actuation.hold("gone-1", held=True, by="alice", at=T0)  # held before it left (or before this check)
+    assert client.delete("/v1/nodes/gone-1/hold", params=body, headers=AUTH).json()["held"] is False
