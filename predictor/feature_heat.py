@@ -192,7 +192,7 @@ def heat(ctx: FeatureContext) -> Columns:
     own6, own1 = res.own_z(e6, sd6), res.own_z(e1, sd1)
     # The load the heat is judged at against its baseline's: well under it, the excess is the
     # fitted line extrapolated (fans slow, the slope takes some of the air's swing), so the
-    # policy waits longer before a thermal demote there (`thresholds.light_load`).
+    # policy waits longer before a thermal demote there (`conditions.light_load`).
     with np.errstate(invalid="ignore", divide="ignore"):
         load_share = np.where(res.base_power > 0, res.power[6 * HOUR] / res.base_power, np.nan)
     del res

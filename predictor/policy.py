@@ -21,6 +21,15 @@ import numpy as np
 import pandas as pd
 
 from core.decisions import DECISIONS, SEVERITY
+from predictor.conditions import (
+    demote_waits,
+    feature_column,
+    heat_alone,
+    heat_held,
+    judged_heats,
+    on_probation,
+    remap_waits,
+)
 from predictor.node import NodeHeat, held_reason, node_findings, node_reason
 from predictor.reasons import (
     agree_reason,
@@ -33,17 +42,7 @@ from predictor.reasons import (
     remap_wait_reason,
 )
 from predictor.rules import REMAP_PENDING, evaluate_rules, remap_alone
-from predictor.thresholds import (
-    HEADS,
-    Thresholds,
-    demote_waits,
-    feature_column,
-    heat_alone,
-    heat_held,
-    judged_heats,
-    on_probation,
-    remap_waits,
-)
+from predictor.thresholds import HEADS, Thresholds
 
 DECISION_DTYPE = pd.CategoricalDtype(DECISIONS, ordered=True)
 """Ordered, so decisions sort and compare by severity (rma > drain > ...)."""
@@ -119,7 +118,7 @@ def decide(
     with a reason saying since when and what ends it. None: no hold.
 
     `heat_since` (per row, with `cutoff`): when the GPU's run of rounds whose core heat alone counts
-    (`thresholds.heat_alone`) began (NaT: in this round). Where its heat counts now and has held
+    (`conditions.heat_alone`) began (NaT: in this round). Where its heat counts now and has held
     `Thresholds.thermal_heat_for_s`, the GPU is demoted whatever its risk (`heat_held`), with a
     reason saying how hot and since when. None: as all NaT (without a `cutoff` column, only a hold
     of 0 is met). A time given without `cutoff` is a ValueError, as `released` is.

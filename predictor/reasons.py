@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.thresholds import Thresholds, cooling_witnesses, habitual_link, heat_counts, thermal_conditions
+from predictor.conditions import cooling_witnesses, habitual_link, heat_counts, thermal_conditions
+from predictor.thresholds import Thresholds
 
 
 def pending_reason(

@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.policy import top_heads
-from predictor.thresholds import (
-    Thresholds,
+from predictor.conditions import (
     as_ns,
     demote_waits,
     heat_alone,
@@ -26,6 +24,8 @@ from predictor.thresholds import (
     remap_waits,
     run_length,
 )
+from predictor.policy import top_heads
+from predictor.thresholds import Thresholds
 
 
 def high_since(gpu: np.ndarray, at: np.ndarray, high: np.ndarray) -> np.ndarray:

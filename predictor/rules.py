@@ -345,7 +345,7 @@ above is one; a rule of our own (not a published criterion) goes in RULES only."
 
 OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in OUT_OF_SERVICE)
 """Rules whose action takes the GPU out of service (drain, RMA); when they let it go, a probation
-may follow (`thresholds.on_probation`)."""
+may follow (`conditions.on_probation`)."""
 OTHER_OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in OUT_OF_SERVICE_RULES if r.name != REMAP_PENDING)
 """The out-of-service rules but NVIDIA's pending remap: where none of them fires, a pending remap's
 drain alone takes the GPU out (`replay.remap_held`, `policy.remap_held_rows`: when that drain waits)."""

@@ -14,6 +14,7 @@ from core import history
 from core.catalog import IDENTITY_COLUMNS
 from core.decisions import OUT_OF_SERVICE
 from core.history import HistoryError
+from predictor.conditions import HEAT_COLUMNS, WAIT_INPUTS, heat_alone, judged_heats
 from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_inputs
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
@@ -26,7 +27,7 @@ from predictor.rules import (
     remap_alone,
     rule_alerts,
 )
-from predictor.thresholds import HEAT_COLUMNS, WAIT_INPUTS, Thresholds, heat_alone, judged_heats
+from predictor.thresholds import Thresholds
 
 DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
@@ -69,8 +70,8 @@ Drained = Callable[[list[str], pd.Timestamp], Collection[str]]
 (`replay.remap_held`): their standing decision (the last round's) is a drain or RMA, or their ECC risk
 held `remap_hold_risk` within `remap_hold_clear_s` before (`replay.recently_wore`)."""
 HeatSince = Callable[[list[str], pd.Timestamp], Mapping[str, pd.Timestamp]]
-"""(GPUs whose heat alone counts now, `thresholds.heat_alone`; the cutoff) -> when each one's run of
-such rounds began, if before this round (`thresholds.heat_held`)."""
+"""(GPUs whose heat alone counts now, `conditions.heat_alone`; the cutoff) -> when each one's run of
+such rounds began, if before this round (`conditions.heat_held`)."""
 
 
 def score(
@@ -95,12 +96,12 @@ def score(
     decides alone.
     `released(uuids, cutoff)`: for the GPUs that could be on probation now (no drain or RMA holds,
     risk at `probation_risk` or above), when a drain or RMA let them go (the service's stored
-    decisions); those still within `probation_for_s` of it are demoted (`thresholds.on_probation`).
+    decisions); those still within `probation_for_s` of it are demoted (`conditions.on_probation`).
     None: no probation.
     `demoted(uuids, cutoff)`: for the GPUs that could be held demoted now (no drain or RMA holds,
     risk at the release level or above), since when their standing decision is a demote (the
     service's stored decisions); those stay demoted (`policy.decide`'s `demoted`). None: no hold.
-    `heat_since(uuids, cutoff)`: for the GPUs whose heat alone counts now (`thresholds.heat_alone`),
+    `heat_since(uuids, cutoff)`: for the GPUs whose heat alone counts now (`conditions.heat_alone`),
     when their run of such rounds began (the service's stored rounds); those whose heat has held
     `thermal_heat_for_s` are demoted (`policy.decide`'s `heat_since`). None: the heat of this round
     alone, which demotes only where `thermal_heat_for_s` is 0.
@@ -112,7 +113,7 @@ def score(
     `remap_since` and `drained`). Either None: no hold, the drain at once.
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and HEAT_COLUMNS (the
-    core's heat the round judged, `thresholds.judged_heats`: what a later round's `heat_since` reads).
+    core's heat the round judged, `conditions.judged_heats`: what a later round's `heat_since` reads).
     Raises HistoryError with a clear message for an empty frame or a cutoff before the data.
     """
     if len(frame) == 0:
@@ -195,7 +196,7 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
     keep["remap_alone"] = keep["rule_act"].to_numpy() & ~rule_alerts(x, OTHER_OUT_OF_SERVICE_RULES).to_numpy()
     # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
     keep["held"] = held_by_node(x, r, th)
-    # What the waits read beside the risk (`thresholds.demote_waits`): the load the heat was judged at
+    # What the waits read beside the risk (`conditions.demote_waits`): the load the heat was judged at
     # (a thermal demote waits longer at light load) and the two readings that cut a thermal wait short.
     for col in WAIT_INPUTS:
         keep[col] = x[col].to_numpy()
@@ -438,7 +439,7 @@ def _data_notes(
 
 def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]:
     """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null); with `heat`, each
-    also with HEAT_COLUMNS (`thresholds.judged_heats`, NaN as null), which the service stores with its rounds."""
+    also with HEAT_COLUMNS (`conditions.judged_heats`, NaN as null), which the service stores with its rounds."""
     recs = []
     extra = list(HEAT_COLUMNS) if heat else []
     for row in scored[[*OUTPUT_COLUMNS, *extra]].itertuples(index=False):

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from predictor.conditions import WAIT_INPUTS
 from predictor.evaluate import Scored
 from predictor.model import ModelError, RiskModel
-from predictor.thresholds import WAIT_INPUTS, Thresholds
+from predictor.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from service.crossdomain import Plan

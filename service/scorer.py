@@ -26,13 +26,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from core.worker import Worker
+from predictor.conditions import HEAT_COLUMNS, heat_counts
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, SEVERITY, decision_changes
 from predictor.probes import slow_gpus
 from predictor.remap_hold import thresholds_with
 from predictor.replay import recently_wore, stored_run_began
 from predictor.score import score, to_records
-from predictor.thresholds import HEAT_COLUMNS, Thresholds, heat_counts
+from predictor.thresholds import Thresholds
 from service.replicas import Replica, Share, round_of, until_next_round
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
 

@@ -38,9 +38,9 @@ class ScoreRecord(TypedDict):
     decision: str
     reasons: NotRequired[Sequence[str]]
     heat_z: NotRequired[float | None]
-    """The core's heat the round judged (`predictor.thresholds.judged_heats`); kept with the round only."""
+    """The core's heat the round judged (`predictor.conditions.judged_heats`); kept with the round only."""
     heat_vs_node_z: NotRequired[float | None]
-    """Its heat over its node's, in its own spread of that (`predictor.thresholds.judged_heats`); the same."""
+    """Its heat over its node's, in its own spread of that (`predictor.conditions.judged_heats`); the same."""
 
 
 class Decision(TypedDict):

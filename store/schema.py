@@ -133,10 +133,10 @@ class RiskScore(Base):
     reasons: Mapped[list[str]] = mapped_column(sa.JSON, default=list)
     heat_z: Mapped[float | None] = mapped_column(sa.Double)
     """The core's heat the round judged (`heat_excess_z`, σ; null at light load or not known): how long
-    it has held decides a thermal demote on heat alone (`predictor.thresholds.heat_held`)."""
+    it has held decides a thermal demote on heat alone (`predictor.conditions.heat_held`)."""
     heat_vs_node_z: Mapped[float | None] = mapped_column(sa.Double)
     """Its heat over its node's in its own spread of that (`heat_vs_node_own_z`, σ; null as `heat_z`),
-    the other yardstick a round's heat alone counts by (`predictor.thresholds.heat_counts`)."""
+    the other yardstick a round's heat alone counts by (`predictor.conditions.heat_counts`)."""
 
     __table_args__ = (
         sa.Index("ix_risk_scores_gpu_scored", "gpu_uuid", "scored_at"),

@@ -79,7 +79,7 @@ def test_the_page_names_code_that_exists(page: str) -> None:
 
 def test_a_renamed_function_or_setting_is_found() -> None:
     text = (
-        "`thresholds.light_load` `Thresholds.release_level` `policy.decide(since=…)` `Store.drained` "
+        "`conditions.light_load` `Thresholds.release_level` `policy.decide(since=…)` `Store.drained` "
         "`thresholds.gone_away` `Thresholds.no_such_level` `GPUHEALTH_DEMOTE_FOR` `GPUHEALTH_NO_SUCH` "
         "`policy.py` `gpuhealth.io/state=watch`"
     )

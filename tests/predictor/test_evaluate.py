@@ -148,7 +148,7 @@ def test_the_evaluation_decides_a_thermal_demote_at_light_load_as_the_service_do
 
 
 def test_the_evaluation_shortens_the_light_load_wait_where_the_memory_spread_stands_out_as_the_service_does() -> None:
-    """Kept scored rows keep the memory-core spread (`thresholds.WAIT_INPUTS`): at light load a thermal
+    """Kept scored rows keep the memory-core spread (`conditions.WAIT_INPUTS`): at light load a thermal
     demote whose spread stands at `light_load_spread_z` σ waits the thermal 3 h, not 12 h; one whose
     spread rises there later waits 3 h from the risk's rise if that is over by then."""
     spreads = {"wide": [2.6] * 16, "narrow": [2.4] * 16, "later": [1.0] * 5 + [2.6] * 11, "unknown": [np.nan] * 16}
@@ -161,7 +161,7 @@ def test_the_evaluation_shortens_the_light_load_wait_where_the_memory_spread_sta
 
 
 def test_the_evaluation_lets_a_thermal_demote_no_reading_corroborates_wait_longer_as_the_service_does() -> None:
-    """Kept scored rows keep the heat over the node's and the memory-core spread (`thresholds.WAIT_INPUTS`):
+    """Kept scored rows keep the heat over the node's and the memory-core spread (`conditions.WAIT_INPUTS`):
     a thermal demote neither corroborates waits 6 h; one whose node yardstick rises to the level after 4 h
     stands then; one with a reading not known keeps the 3 h wait."""
     node = {"alone": [0.3] * 10, "rises": [0.3] * 4 + [1.6] * 6, "unknown": [np.nan] * 10}
@@ -173,7 +173,7 @@ def test_the_evaluation_lets_a_thermal_demote_no_reading_corroborates_wait_longe
 
 
 def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_the_service_does() -> None:
-    """Kept scored rows keep the two readings (`thresholds.WAIT_INPUTS`): where the core's heat and the
+    """Kept scored rows keep the two readings (`conditions.WAIT_INPUTS`): where the core's heat and the
     memory-core spread both reach 2 σ, a thermal demote stands at once (at light load it still waits)."""
     gpus = {"agree": (2.5, 2.5, 1.0), "one": (2.5, 0.5, 1.0), "idle": (2.5, 2.5, 0.2), "later": (2.5, 2.5, 1.0)}
     rows = kept_rows(8, {g: {"heat_load_share": share, "heat_excess_z": heat,
@@ -195,7 +195,7 @@ def test_the_evaluation_cuts_a_thermal_wait_short_where_two_readings_agree_as_th
 
 
 def test_the_evaluation_lets_a_habitual_links_pcie_demote_wait_six_hours_as_the_service_does() -> None:
-    """Kept scored rows keep the link's surprise (`thresholds.WAIT_INPUTS`): a PCIe demote on a link whose
+    """Kept scored rows keep the link's surprise (`conditions.WAIT_INPUTS`): a PCIe demote on a link whose
     replaying hours stand under 3 σ out of its own month waits 6 h, a surprising one 3 h."""
     rows = kept_rows(8, {g: {"replay_surprise_6h": z} for g, z in {"habit": 2.0, "new": 5.0}.items()}, "risk_pcie")
     assert first_demotes(apply_waits(rows, Thresholds())).to_dict() == {

@@ -125,7 +125,7 @@ def test_own_z_is_the_excess_over_the_gpus_own_sigma(hot_hours: int) -> None:
 
 def test_the_load_share_says_how_far_from_its_baseline_the_heat_is_judged() -> None:
     """The 6 h power over the baseline's mean power (about 300 W here): an idle GPU's heat is its
-    fitted line extrapolated far down, which the policy waits longer on (`thresholds.light_load`)."""
+    fitted line extrapolated far down, which the policy waits longer on (`conditions.light_load`)."""
     gpus = [*node("node-a"), *node("node-b")]
     gpus[0] = Gpu("node-a", 0, idle_hours=8)
     gpus[1] = Gpu("node-a", 1, full_load_hours=6)

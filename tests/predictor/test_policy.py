@@ -9,17 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.conditions import habitual_link, light_load, light_wait, uncorroborated, witnesses_agree
 from predictor.node import NODE_COLUMNS, NodeHeat, node_findings, node_reason
 from predictor.policy import DECISIONS, DecisionChanges, decide, decision_changes
 from predictor.rules import evaluate_rules
-from predictor.thresholds import (
-    Thresholds,
-    habitual_link,
-    light_load,
-    light_wait,
-    uncorroborated,
-    witnesses_agree,
-)
+from predictor.thresholds import Thresholds
 from tests.predictor.test_rules import HEALTHY, frame
 
 

@@ -15,7 +15,7 @@ from predictor.replay import (
     stored_run_began,
 )
 from predictor.thresholds import Thresholds
-from tests.predictor.test_thresholds import _t
+from tests.predictor.test_conditions import _t
 
 CUT = pd.Timestamp("2026-03-01", tz="UTC")
 

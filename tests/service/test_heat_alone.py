@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.conditions import HEAT_COLUMNS
 from predictor.score import HistoryRounds, score
-from predictor.thresholds import HEAT_COLUMNS, Thresholds
+from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from store import Store
 from tests.service.tiny_model import silent_model
