@@ -10,6 +10,7 @@ each step (the latest sample within its lookback window), not averages over the 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,8 +22,10 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from core import catalog, history
+from core import catalog, history, identity
 from core.history import HistoryError, validate
+
+log = logging.getLogger(__name__)
 
 MAX_POINTS = 11_000
 """Prometheus refuses a range query with more than 11,000 points per series."""
@@ -40,10 +43,28 @@ servers limit the URL, Prometheus takes the same parameters form-encoded."""
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 _PORT = re.compile(r":\d+$")
 _DIGITS = re.compile(r"(\d+)$")
+_IDENTITY_LABELS = ("UUID", "gpu", "device", "modelName", *HOST_LABELS)
+"""What names a series in the log: the labels its GPU's identity is read from."""
 
 
 class NoSeries(HistoryError):
     """Prometheus answered, but with no GPU series in the time range."""
+
+
+@dataclass(frozen=True)
+class SkippedSeries:
+    """A series left out of an import, and why: its GPU's identity cannot be stored, or a value of it
+    cannot be held in a history (an infinity): every other series is imported."""
+
+    reason: str
+    """One of `identity.REASONS`."""
+    why: str
+    labels: tuple[tuple[str, str], ...]
+    """Its identity labels as given (`_IDENTITY_LABELS` it has); for a bad value, its metric and its GPU."""
+
+    def name(self) -> str:
+        """The series as a log line names it, every value escaped and cut short."""
+        return "{" + ", ".join(f"{k}={identity.shown(v)}" for k, v in self.labels) + "}"
 
 
 @dataclass
@@ -162,11 +183,15 @@ def import_history(
     progress: Callable[[int, int], None] | None = None,
     client: httpx.Client | None = None,
     hosts: Mapping[str, Collection[str]] | None = None,
+    on_skip: Callable[[SkippedSeries], None] | None = None,
 ) -> pd.DataFrame:
     """Range-query every catalogue field from Prometheus and join them into a history frame.
 
     `hosts` ({label: host names}, as `list_hosts` gives them): only those hosts' series, by a
     label matcher on the label each host reports under (a replica's share of the fleet).
+    A series that cannot be stored (`identity.problem`, an index label no integer reads, an
+    infinite value) is left out and handed to `on_skip` once (logged as a warning without it):
+    one odd series must not stop the import of the fleet.
     """
     start_ms, end_ms = round(_unix(start) * 1000), round(_unix(end) * 1000)
     step_ms = round(step_s * 1000)  # Prometheus keeps milliseconds
@@ -182,21 +207,30 @@ def import_history(
             for i in range(0, steps, chunk_points)
         ]
         labels: dict[tuple[str, int, str, str], int] = {}
+        skipped: dict[tuple[tuple[str, str], ...], SkippedSeries] = {}
         found: dict[str, _Series] = {}
         total, done = len(fields) * len(chunks), 0
         for f in fields:
             expr = f"max by ({', '.join(GROUP_LABELS)}) ({host_selector(f.metric_name, hosts)})"
             acc = found.setdefault(f.name, _Series())
+            # A gauge is kept as float32 (`history.metric_dtype`): a larger value is as unusable as an infinity.
+            limit = float(np.finfo(history.metric_dtype(f.name)).max)
             for lo, hi in chunks:
                 data = api.get(
                     "/api/v1/query_range",
                     {"query": expr, "start": f"{lo / 1000:.3f}", "end": f"{hi / 1000:.3f}",
                      "step": f"{step_ms / 1000:.3f}"},
                 )  # fmt: skip
-                _collect(data, labels, acc)
+                _collect(data, labels, acc, skipped)
                 done += 1
                 if progress is not None:
                     progress(done, total)
+            _drop_bad_values(acc, labels, f.metric_name, limit, skipped)
+    for s in skipped.values():
+        if on_skip is not None:
+            on_skip(s)
+        else:
+            log.warning("series %s left out: %s (%s)", s.name(), s.why, s.reason)
     frame = _join(found, labels, names, start_ms, step_ms)
     if frame is None:
         raise NoSeries(f"Prometheus at {url.rstrip('/')}: no GPU series found {span}")
@@ -262,33 +296,92 @@ def list_hosts(url: str, start: datetime, end: datetime, *, client: httpx.Client
     return out
 
 
-def _gpu_index(m: dict[str, str]) -> int:
-    """The `gpu` label, else the N of `device="nvidiaN"`, else -1 (unknown)."""
+def _gpu_index(m: Mapping[str, str]) -> int:
+    """The `gpu` label, else the N of `device="nvidiaN"`, else -1 (unknown).
+
+    ValueError for a `gpu` label of digits no integer reads (`²` is a digit to str.isdigit()).
+    """
     text = m.get("gpu") or ""
     if not text.isdigit():
         found = _DIGITS.search(m.get("device", ""))
         text = found.group(1) if found else ""
-    return int(text) if text else -1
+    return int(text) if text else identity.UNKNOWN_INDEX
 
 
-def _collect(data: Any, labels: dict[tuple[str, int, str, str], int], acc: _Series) -> None:
-    """Append one query_range answer's per-GPU points to `acc` (series without UUID are skipped)."""
+def _series_id(m: Mapping[str, str], labels: dict[tuple[str, int, str, str], int]) -> int | tuple[str, str]:
+    """The id of a series' GPU (UUID, index, model, host) in `labels`, added when new; or (reason, why)
+    where the store cannot keep that identity (checked once per GPU and import, not once per series)."""
+    try:
+        index = _gpu_index(m)
+    except ValueError:
+        return identity.BAD_INDEX, f"the GPU index {identity.shown(m.get('gpu') or '')} is no integer"
+    # dcgm-exporter renamed Hostname to hostname (2026); a relabelled setup may have
+    # only Prometheus's own instance label (host:port), whose port says nothing.
+    key = (str(m["UUID"]), index, str(m.get("modelName") or "unknown"), _host_of(m) or "unknown")
+    sid = labels.get(key)
+    if sid is None:
+        wrong = identity.problem(*key)
+        if wrong is not None:
+            return wrong
+        sid = labels[key] = len(labels)
+    return sid
+
+
+def _collect(
+    data: Any,
+    labels: dict[tuple[str, int, str, str], int],
+    acc: _Series,
+    skipped: dict[tuple[tuple[str, str], ...], SkippedSeries],
+) -> None:
+    """Append one query_range answer's per-GPU points to `acc` (series without UUID are not a GPU's).
+
+    A series whose identity cannot be stored goes to `skipped` instead, by its identity labels:
+    named once per import.
+    """
     for series in (data or {}).get("result", ()):
         m = series.get("metric", {})
         values = series.get("values") or ()
-        uuid = m.get("UUID")
-        if not uuid or not values:
+        if not m.get("UUID") or not values:
             continue  # not a per-GPU series
-        # dcgm-exporter renamed Hostname to hostname (2026); a relabelled setup may have
-        # only Prometheus's own instance label (host:port), whose port says nothing.
-        host = _host_of(m) or "unknown"
-        key = (uuid, _gpu_index(m), m.get("modelName") or "unknown", host)
-        sid = labels.setdefault(key, len(labels))
+        sid = _series_id(m, labels)
+        if isinstance(sid, tuple):
+            named = tuple((k, str(m[k])) for k in _IDENTITY_LABELS if m.get(k))
+            skipped.setdefault(named, SkippedSeries(*sid, named))
+            continue
         n = len(values)
         acc.sid.append(np.full(n, sid, dtype=np.int64))
         acc.t_ms.append(np.rint(np.fromiter((p[0] for p in values), np.float64, n) * 1000).astype(np.int64))
         # Prometheus writes values as strings; "NaN" and "+Inf" parse as floats too.
         acc.value.append(np.array([p[1] for p in values], dtype=np.float64))
+
+
+def _drop_bad_values(
+    acc: _Series,
+    labels: dict[tuple[str, int, str, str], int],
+    metric: str,
+    limit: float,
+    skipped: dict[tuple[tuple[str, str], ...], SkippedSeries],
+) -> None:
+    """Take out of `acc` (one metric's series) every series with a value past ±`limit` (an infinity, or
+    a gauge past float32) into `skipped`: a history cannot hold it. One vectorised pass, not one per series."""
+    if not acc.value:
+        return
+    value = np.concatenate(acc.value)
+    bad = np.abs(value) > limit  # NaN compares False: no data is fine
+    if not bad.any():
+        return
+    sid = np.concatenate(acc.sid)
+    ident = list(labels)  # position = series id
+    dropped = set(np.unique(sid[bad]).tolist())
+    for s in sorted(dropped):
+        uuid, index, model, host = ident[s]
+        named = (("__name__", metric), ("UUID", uuid), ("gpu", str(index)), ("modelName", model), ("host", host))
+        worst = float(value[bad & (sid == s)][0])
+        skipped.setdefault(named, SkippedSeries(identity.BAD_VALUE, f"value {worst!r}", named))
+    keep = [i for i, a in enumerate(acc.sid) if int(a[0]) not in dropped]
+    acc.sid[:] = [acc.sid[i] for i in keep]
+    acc.t_ms[:] = [acc.t_ms[i] for i in keep]
+    acc.value[:] = [acc.value[i] for i in keep]
 
 
 def _join(

@@ -16,15 +16,16 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from core import identity
 from core.history import HistoryError
-from core.prom_import import NoSeries, import_history, list_hosts, workloads_at
+from core.prom_import import NoSeries, SkippedSeries, import_history, list_hosts, workloads_at
 from core.worker import Worker
 from service.replicas import Replica, Share
 from service.scorer import all_gpus
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 
 SCRAPE_GRACE_S = 15.0
 """How long after a step the puller waits before asking for it (at most one step)."""
+NAMED_SERIES = 1000
+"""Skipped series remembered as named in the log; past it the memory starts again (bounded)."""
 
 
 @dataclass
@@ -45,6 +48,8 @@ class PullState:
     failures: int = 0
     samples: int = 0
     lost: int = 0
+    skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(identity.REASONS, 0))
+    """Series left out of a pull, by reason (`identity.REASONS`), counted at every pull that saw them."""
     watermark: datetime | None = None
     """The newest step stored: the next pull starts here (one step of overlap)."""
     last_success: float | None = None
@@ -99,6 +104,8 @@ class PrometheusPuller(Worker):
         self.replica = replica
         """Several replicas: pull (and mark lost) only the hosts of this one's shards."""
         self._held: frozenset[int] = frozenset()
+        self._named: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+        """Skipped series already named in the log: each is named once, not at every pull."""
         self.state = PullState()
         self._lock = threading.Lock()
         super().__init__()
@@ -172,11 +179,28 @@ class PrometheusPuller(Worker):
         fleet only; the frame is filtered again by hostname, which costs nothing.
         """
         if share is None:
-            return import_history(self.url, start, end, self.step_s, client=self.client)
+            return import_history(self.url, start, end, self.step_s, client=self.client, on_skip=self._skipped)
         found = list_hosts(self.url, start, end, client=self.client)
         hosts = {label: set(share.hosts(names)) for label, names in found.items()}
-        frame = import_history(self.url, start, end, self.step_s, client=self.client, hosts=hosts)
+        frame = import_history(
+            self.url, start, end, self.step_s, client=self.client, hosts=hosts, on_skip=self._skipped
+        )
         return share.only(frame)
+
+    def _skipped(self, series: SkippedSeries) -> None:
+        """Count a series this pull left out; name it in the log the first time only."""
+        st = self.state
+        st.skipped[series.reason] = st.skipped.get(series.reason, 0) + 1
+        key = (series.reason, series.labels)
+        if key in self._named:
+            return
+        if len(self._named) >= NAMED_SERIES:
+            self._named.clear()
+        self._named.add(key)
+        log.warning(
+            "series %s left out of the pull: %s (%s; counted in gpuhealth_pull_series_skipped_total, named once)",
+            series.name(), series.why, series.reason,
+        )  # fmt: skip
 
     def _pull_workloads(self, end: datetime, share: Share | None) -> None:
         """What runs on the pulled GPUs (the exporters' pod and job labels), kept per GPU; a failure here
@@ -242,6 +266,14 @@ class PrometheusPuller(Worker):
         yield CounterMetricFamily(
             "gpuhealth_pull_lost_gpus", "GPUs marked lost: missing while their host still reports", value=st.lost
         )
+        skipped = CounterMetricFamily(
+            "gpuhealth_pull_series_skipped",
+            "Series left out of pulls because they cannot be stored (an odd label or value), by reason",
+            labels=["reason"],
+        )
+        for reason, n in sorted(st.skipped.items()):
+            skipped.add_metric([reason], float(n))
+        yield skipped
         yield GaugeMetricFamily(
             "gpuhealth_pull_store_ahead_seconds",
             "How far the newest stored sample lies past this clock (0 unless a clock is wrong)",

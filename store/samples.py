@@ -19,7 +19,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from core import history, hourly
+from core import history, hourly, identity
 from core.history import HistoryError
 from store.engine import Database, quote
 from store.errors import StoreError
@@ -38,6 +38,11 @@ INGEST_BATCH = 20_000
 HOURS_BATCH = 500_000
 """Rows rolled into hours at a time (a big import: hours split between batches are merged)."""
 _METRIC_SET = frozenset(METRIC_COLUMNS)
+_IDENTITY_TEXT = (("gpu_uuid", "UUID", identity.UUID_CHARS), ("hostname", "hostname", identity.NAME_CHARS),
+                  ("model_name", "model name", identity.NAME_CHARS))  # fmt: skip
+"""A history frame's identity text and the store's limit for each (`core.identity`)."""
+NAMED_GPUS = 10
+"""GPUs an ingest names when it leaves some out (the rest are counted)."""
 
 
 def _sample_rows(
@@ -117,6 +122,35 @@ def _sightings(f: pd.DataFrame) -> list[GpuSighting]:
         }
         for uuid, r in zip(per_gpu.index, per_gpu.itertuples(index=False), strict=True)  # not iterrows: 10x
     ]
+
+
+def _unstorable(f: pd.DataFrame) -> tuple[np.ndarray, dict[str, tuple[str, str]]]:
+    """Rows of a valid history frame whose identity the store cannot keep (`core.identity`), and for
+    each GPU among them the first thing found wrong. Text is checked per category, not per row."""
+    bad = np.zeros(len(f), dtype=bool)
+    gpus: dict[str, tuple[str, str]] = {}
+    uuids = f["gpu_uuid"].cat
+
+    def mark(rows: np.ndarray, found: tuple[str, str]) -> None:
+        rows &= ~bad
+        for code in np.unique(uuids.codes.to_numpy()[rows]):
+            gpus.setdefault(str(uuids.categories[code]), found)
+        bad[rows] = True
+
+    for col, what, limit in _IDENTITY_TEXT:
+        cats = f[col].cat.categories
+        suspect = np.flatnonzero((cats.str.len() > limit) | cats.str.contains("\x00", regex=False))
+        codes = f[col].cat.codes.to_numpy()
+        for code in suspect:
+            found = identity.text_problem(what, str(cats[code]), limit)
+            if found is not None:
+                mark(codes == code, found)
+    index = f["gpu_index"].to_numpy()
+    for value in np.unique(index[index < identity.UNKNOWN_INDEX]):
+        found = identity.index_problem(int(value))
+        if found is not None:
+            mark(index == value, found)
+    return bad, gpus
 
 
 def _frame(
@@ -243,6 +277,8 @@ class Samples:
             raise StoreError(str(err)) from None
         if not_after is not None and len(f):
             f = self._refuse_future(f, utc(not_after, "not_after"))
+        if len(f):
+            f = self._refuse_unstorable(f)
         if len(f) == 0:
             return 0
         unknown = [c for c in history.metric_columns(f) if c not in _METRIC_SET]
@@ -262,6 +298,23 @@ class Samples:
                 part = f.iloc[start : start + HOURS_BATCH]
                 add_hours(self.db, conn, *_arrays(part, cols))
             return inserted
+
+    @staticmethod
+    def _refuse_unstorable(f: pd.DataFrame) -> pd.DataFrame:
+        """The frame without rows whose GPU identity the store cannot keep; those GPUs are logged.
+
+        One such GPU would otherwise make PostgreSQL refuse the whole frame (SQLite would keep it):
+        both now keep every other GPU, alike.
+        """
+        bad, gpus = _unstorable(f)
+        if not bad.any():
+            return f
+        named = "; ".join(f"GPU {identity.shown(u)}: {why} ({reason})" for u, (reason, why) in
+                          list(gpus.items())[:NAMED_GPUS])  # fmt: skip
+        more = f"; and {len(gpus) - NAMED_GPUS} more" if len(gpus) > NAMED_GPUS else ""
+        log.warning("ingest: left out %d sample(s) of %d GPU(s) the store cannot keep: %s%s",
+                    int(bad.sum()), len(gpus), named, more)  # fmt: skip
+        return f[~bad].reset_index(drop=True)
 
     @staticmethod
     def _refuse_future(f: pd.DataFrame, not_after: datetime) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from core import catalog, history
 from core.history import HistoryError
-from core.prom_import import MAX_POINTS, import_history
+from core.prom_import import MAX_POINTS, SkippedSeries, import_history
 from gpuhealth.cli_history import history_app, parse_time
 
 URL = "http://prom.test:9090"
@@ -169,6 +169,62 @@ def test_dcgm_exporter_labels_and_duplicate_series() -> None:
     (g9,) = frame[frame["gpu_uuid"] == "GPU-9"].itertuples()
     assert (g9.hostname, g9.gpu_index, g9.gpu_temp_c) == ("10.0.0.9", 3, 30.0)
     assert len(frame) == 6
+
+
+BAD_SERIES = [
+    pytest.param({"gpu": "\u00b2"}, "bad_index", id="gpu-superscript-two"),  # isdigit() yes, int() no
+    pytest.param({"gpu": "2147483648", "device": "nvidia7"}, "index_out_of_range", id="gpu-past-int32"),
+    pytest.param({"gpu": "9" * 25}, "index_out_of_range", id="gpu-past-int64"),
+    pytest.param({"gpu": "", "device": "nvidia" + "9" * 20}, "index_out_of_range", id="device-past-int64"),
+    pytest.param({"Hostname": "h" * 300}, "label_too_long", id="hostname-300"),
+    pytest.param({"modelName": "m" * 256}, "label_too_long", id="model-256"),
+    pytest.param({"UUID": "GPU-" + "u" * 61}, "label_too_long", id="uuid-65"),
+    pytest.param({"Hostname": "node-\x00b"}, "nul_byte", id="hostname-nul"),
+    pytest.param({"UUID": "GPU-\x00"}, "nul_byte", id="uuid-nul"),
+]
+
+
+@pytest.mark.parametrize(("odd", "reason"), BAD_SERIES)
+def test_a_series_with_an_odd_label_is_skipped_and_every_other_gpu_imported(odd: dict[str, str], reason: str) -> None:
+    """Issue 55.2: one such series stopped every import (ValueError, OverflowError, a frame refused whole)."""
+    prom = fleet(3)
+    bad = gpu_labels(5) | {"UUID": "GPU-5"} | odd
+    prom.add("DCGM_FI_DEV_GPU_TEMP", bad, {t_ms(h): 50.0 for h in range(3)})
+    prom.add("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", bad, {t_ms(h): 0.0 for h in range(3)})
+    skipped: list[SkippedSeries] = []
+    frame = import_history(URL, START, START + timedelta(hours=2), 3600, client=prom.client(), on_skip=skipped.append)
+    assert sorted(frame["gpu_uuid"].unique()) == ["GPU-0", "GPU-1"] and len(frame) == 6
+    assert [s.reason for s in skipped] == [reason], "one series, named once, though two metrics carry it"
+    assert ("UUID", bad["UUID"]) in skipped[0].labels
+    name = skipped[0].name()
+    assert "\x00" not in name and len(name) < 400, "a name safe for a log line"
+
+
+def test_a_series_with_an_infinite_value_is_skipped() -> None:
+    prom = fleet(3)
+    prom.add("DCGM_FI_DEV_GPU_TEMP", gpu_labels(5), {t_ms(0): math.inf, t_ms(1): 50.0})
+    prom.add("DCGM_FI_DEV_POWER_USAGE", gpu_labels(5), {t_ms(0): 1e39})  # a gauge past float32
+    skipped: list[SkippedSeries] = []
+    frame = import_history(URL, START, START + timedelta(hours=2), 3600, client=prom.client(), on_skip=skipped.append)
+    assert sorted(s.reason for s in skipped) == ["bad_value", "bad_value"]
+    assert sorted(frame["gpu_uuid"].unique()) == ["GPU-0", "GPU-1"], "GPU-5 had no usable series left"
+
+
+def test_skipped_series_are_logged_without_a_callback(caplog: pytest.LogCaptureFixture) -> None:
+    prom = fleet(3)
+    prom.add("DCGM_FI_DEV_GPU_TEMP", gpu_labels(5) | {"gpu": "\u00b2"}, {t_ms(0): 50.0})
+    with caplog.at_level(logging.WARNING, logger="core.prom_import"):
+        frame = import_history(URL, START, START + timedelta(hours=2), 3600, client=prom.client())
+    assert len(frame) == 6
+    assert caplog.text.count("bad_index") == 1 and "GPU-5" in caplog.text
+
+
+def test_gpu_without_index_labels_is_unknown() -> None:
+    prom = FakePrometheus()
+    nameless = {k: v for k, v in gpu_labels(3).items() if k not in ("gpu", "device")}
+    prom.add("DCGM_FI_DEV_GPU_TEMP", nameless, {t_ms(0): 30.0})
+    frame = import_history(URL, START, START, 3600, client=prom.client())
+    assert frame["gpu_index"].tolist() == [-1]
 
 
 def test_columns_limit_what_is_queried() -> None:

@@ -36,7 +36,7 @@ PROBES = {
 PULLER = {  # serve --source prometheus
     "gpuhealth_pull_runs_total", "gpuhealth_pull_failures_total", "gpuhealth_pull_samples_total",
     "gpuhealth_pull_lost_gpus_total", "gpuhealth_pull_watermark_timestamp_seconds",
-    "gpuhealth_pull_store_ahead_seconds",
+    "gpuhealth_pull_store_ahead_seconds", "gpuhealth_pull_series_skipped_total",
 }  # fmt: skip
 ACTUATOR = {  # serve --actuate dry-run|on
     "gpuhealth_actuator_breaker_open", "gpuhealth_actuator_mode", "gpuhealth_actions_total", "gpuhealth_actuator_nodes",

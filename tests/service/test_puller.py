@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -222,3 +223,25 @@ def test_future_samples_are_refused_at_ingest(store: Store) -> None:
     assert store.ingest(frame, not_after=now + timedelta(minutes=5)) == 1
     assert store.newest_sample_time() == now
     assert store.newest_sample_time(until=now - timedelta(seconds=1)) is None
+
+
+def test_a_bad_series_is_skipped_counted_and_named_once(store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 55.2: one series with `gpu="²"` stopped every pull; nothing was stored for any GPU."""
+    prom, clock = fleet(40), Clock(20)
+    odd = gpu_labels(7) | {"gpu": "\u00b2"}
+    prom.add("DCGM_FI_DEV_GPU_TEMP", odd, {ms(k): 50.0 for k in range(40)})
+    prom.add("DCGM_FI_DEV_GPU_TEMP", gpu_labels(8) | {"Hostname": "h" * 300}, {ms(k): 50.0 for k in range(40)})
+    p = puller(store, prom, clock)
+    with caplog.at_level(logging.WARNING, logger="service.puller"):
+        assert p.pull_once() == 2 * 11
+        clock.step = 22
+        assert p.pull_once() == 2 * 2
+    assert sorted(g["uuid"] for g in store.list_gpus()[0]) == ["GPU-0", "GPU-1"]
+    reg = CollectorRegistry()
+    reg.register(p)
+    skipped = "gpuhealth_pull_series_skipped_total"
+    assert reg.get_sample_value(skipped, {"reason": "bad_index"}) == 2, "counted at every pull"
+    assert reg.get_sample_value(skipped, {"reason": "label_too_long"}) == 2
+    assert reg.get_sample_value(skipped, {"reason": "nul_byte"}) == 0, "every reason has its series"
+    assert caplog.text.count("GPU-7") == 1 and caplog.text.count("GPU-8") == 1, "named once, not every pull"
+    assert p.state.last_error is None and p.state.failures == 0
