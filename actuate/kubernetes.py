@@ -36,6 +36,7 @@ from lightkube.types import PatchType
 from actuate.plan import Observed, Step
 from actuate.target import MANAGED_LABEL, Applied, TargetError, TargetUnavailable, printable
 from core.decisions import OUT_OF_SERVICE, SEVERITY
+from core.kube_labels import label_value
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class KubeTarget:
         to = step.to_state
         want_labels: dict[str, str | None] = {
             STATE_LABEL: None if to == "ok" else to,
-            GPU_LABEL: None if to == "ok" or step.gpu_index is None else str(step.gpu_index),
+            GPU_LABEL: None if to == "ok" else label_value(step.gpu_index),  # "unknown" for an unknown index
             RMA_LABEL: "true" if to == "rma" else None,
         }
         want_ann: dict[str, str | None] = {

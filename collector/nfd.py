@@ -12,7 +12,8 @@ taints) the node. The collector needs no RBAC, and labels of a dead collector ex
 
 - `decision`: the worst decision among the node's GPUs (unscored GPUs count as ok);
 - `risk-bucket`: floor(10 × the highest risk), an integer 0..10, because NFD's Gt/Lt compare integers;
-- `gpu`: the index of the GPU that sets the decision (left out when the node is ok).
+- `gpu`: the index of the GPU that sets the decision (left out when the node is ok; `unknown` when
+  the service does not know it).
 
 The file is replaced atomically (a dot file in the same directory, which nfd-worker ignores,
 fsynced, then renamed), and only when the labels changed or less than half of the expiry
@@ -25,7 +26,6 @@ import contextlib
 import logging
 import math
 import os
-import re
 import tempfile
 import threading
 import time
@@ -38,6 +38,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from core.identity import UNKNOWN_INDEX
+from core.kube_labels import is_label_value, label_value
 from core.service_client import NodeView, ServiceError, UnknownNode, node_gpus
 from core.worker import Worker
 
@@ -53,9 +55,7 @@ EXPIRY_INTERVALS = 3
 """Labels expire this many intervals after they were written: a dead collector's labels go away."""
 EXPIRY_DIRECTIVE = "# +expiry-time="
 STAGES = ("service", "write")
-"""Where a round can fail: asking the service, or writing the file."""
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
-"""A Kubernetes label value: at most 63 characters, alphanumerics with -_. inside."""
+"""Where a round can fail: asking the service (or an answer that makes no labels), or writing the file."""
 
 
 @dataclass(frozen=True)
@@ -65,15 +65,15 @@ class NodeLabels:
     decision: str
     risk_bucket: int
     gpu: int | None = None
-    """Index of the GPU that sets the decision; None when the node is ok or the index is unknown."""
+    """Index of the GPU that sets the decision (-1: unknown, said `unknown`); None when the node is ok."""
 
     def lines(self) -> list[str]:
-        """`key=value` lines, in a fixed order; every value a valid Kubernetes label value."""
+        """`key=value` lines, in a fixed order; every value a valid Kubernetes label value (else ValueError)."""
         values = {"decision": self.decision, "risk-bucket": str(self.risk_bucket)}
         if self.gpu is not None:
-            values["gpu"] = str(self.gpu)
+            values["gpu"] = label_value(self.gpu)
         for k, v in values.items():
-            if not _LABEL_VALUE.fullmatch(v):
+            if not is_label_value(v):
                 raise ValueError(f"{DOMAIN}/{k}={v!r} is not a Kubernetes label value")
         return [f"{DOMAIN}/{k}={v}" for k, v in values.items()]
 
@@ -92,7 +92,7 @@ def node_labels(view: NodeView) -> NodeLabels:
     return NodeLabels(
         decision=view.decision,
         risk_bucket=risk_bucket(g.risk for g in view.gpus),
-        gpu=top.gpu_index if top is not None else None,
+        gpu=None if top is None else UNKNOWN_INDEX if top.gpu_index is None else top.gpu_index,
     )
 
 
@@ -252,11 +252,16 @@ class NfdLabeler(Worker):
         except ServiceError as err:
             self._failed("service", err)
             return False
-        labels = node_labels(view)
+        try:
+            labels = node_labels(view)
+            body = feature_body(labels)
+        except (ValueError, LookupError, ArithmeticError) as err:  # an answer that makes no labels: the last stay
+            self._failed("service", ValueError(f"no labels from the service's answer: {err!r}"))
+            return False
         path = self.config.path
         at = datetime.fromtimestamp(now, UTC)
         try:
-            if needs_rewrite(read_current(path), feature_body(labels), at, self.config.window):
+            if needs_rewrite(read_current(path), body, at, self.config.window):
                 write_atomic(path, feature_text(labels, at + self.config.window))
                 with self._lock:
                     self.writes += 1

@@ -228,12 +228,13 @@ class PrometheusPuller(Worker):
         """GPUs the store knows on a host in `frame` (the new steps) that the frame does not have: lost."""
         hosts = set(frame["hostname"].astype(str).unique())
         present = set(frame["gpu_uuid"].astype(str).unique())
+        # Only the state changes: an identity left out is kept as stored (which may be what an older
+        # release wrote, such as an index of -1, that a sighting would refuse).
         gone: list[GpuRow] = [
-            {"uuid": g["uuid"], "hostname": g["hostname"], "gpu_index": g["gpu_index"], "model_name": g["model_name"],
-             "state": "lost", "seen_at": at}
+            {"uuid": g["uuid"], "hostname": g["hostname"], "state": "lost", "seen_at": at}
             for g in all_gpus(self.store)
             if g["hostname"] in hosts and g["uuid"] not in present and g["state"] != "lost"
-        ]  # fmt: skip
+        ]
         if gone:
             self.store.upsert_gpus(gone)
             self.state.lost += len(gone)

@@ -115,7 +115,8 @@ def _sightings(f: pd.DataFrame) -> list[GpuSighting]:
         {
             "uuid": str(uuid),
             "hostname": str(r.hostname),
-            "gpu_index": int(r.gpu_index),
+            # A history's -1 is "unknown", which the gpus table holds as NULL (and `_identities` reads back as -1).
+            "gpu_index": None if r.gpu_index == identity.UNKNOWN_INDEX else int(r.gpu_index),
             "model_name": str(r.model_name),
             "first_seen": r.first_seen.to_pydatetime(),
             "last_seen": r.last_seen.to_pydatetime(),

@@ -33,7 +33,8 @@ paging over snapshots), the HTTP handler and the routing of requests to resource
 `client()` and `main()`. The Kubernetes semantics that need neither the HTTP server nor the store's lock (Status
 errors, resources, selectors, patches, PDB status and eviction checks, validation, realistic GPU-node labels and
 status) are in tests/kube_semantics.py; what this file uses of them (labels_match, parse_label_selector, StatusError,
-the resources, the patch functions) is importable from here too, as before the split.
+the resources, the patch functions) is importable from here too, as before the split. Label keys and values are
+checked on every create and update as ValidateObjectMeta does (tests/kube_meta.py): a refused one is a 422.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import lightkube
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
+from tests.kube_meta import validate_labels
 from tests.kube_semantics import (
     _RESOURCES,
     EVENTS,
@@ -472,6 +474,7 @@ class KubeApiServer:
         """POST: name or generateName, uid, creationTimestamp; 409 AlreadyExists; per-kind strategy."""
         obj = self._check_type(res, json.loads(json.dumps(body)) if trusted else body)  # the caller keeps its dicts
         meta = obj["metadata"]
+        validate_labels(res, obj)
         if ns is not None:
             if meta.get("namespace") not in (None, "", ns):
                 raise _bad_request(
@@ -514,6 +517,7 @@ class KubeApiServer:
             )
         if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta["resourceVersion"]:
             raise self._conflict(res, old_meta["name"])
+        validate_labels(res, obj)
         for key in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion", "generation"):
             if key in old_meta:
                 meta[key] = old_meta[key]

@@ -301,3 +301,26 @@ def test_concurrent_writers_are_serialised(server: KubeApiServer) -> None:
         thread.join()
     node = server.node("gpu-1")
     assert len(node["metadata"]["labels"]) == 40 and node["metadata"]["resourceVersion"] == "41"
+
+
+def test_an_invalid_label_is_refused_with_422(server: KubeApiServer, kube: lightkube.Client) -> None:
+    """ValidateObjectMeta's labels check, on update (a patch) and on create; the node stays as it was."""
+    server.add_node("gpu-1")
+    for value, why in [
+        ("-1", "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'"),
+        ("x" * 64, "must be no more than 63 characters"),
+        ("a b", "regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?'"),
+    ]:
+        patch = {"metadata": {"labels": {"gpuhealth.io/gpu": value}}}
+        error = _api_error(lambda p=patch: kube.patch(Node, "gpu-1", p, patch_type=PatchType.STRATEGIC))
+        assert (error.status.code, error.status.reason) == (422, "Invalid")
+        assert error.status.message.startswith(f'Node "gpu-1" is invalid: metadata.labels: Invalid value: "{value}": ')
+        assert why in error.status.message
+        assert error.status.details.causes[0].field == "metadata.labels"
+    assert "gpuhealth.io/gpu" not in (kube.get(Node, "gpu-1").metadata.labels or {})
+    error = _api_error(lambda: kube.patch(Node, "gpu-1", {"metadata": {"labels": {"-bad/key": "x"}}}))
+    assert error.status.code == 422 and 'Invalid value: "-bad/key"' in error.status.message
+    error = _api_error(lambda: kube.create(Node(metadata=ObjectMeta(name="gpu-2", labels={"a": "-"}))))
+    assert error.status.code == 422
+    kube.patch(Node, "gpu-1", {"metadata": {"labels": {"gpuhealth.io/gpu": "unknown", "empty": ""}}})
+    assert kube.get(Node, "gpu-1").metadata.labels["gpuhealth.io/gpu"] == "unknown"

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from actuate.breaker import BreakerPolicy
@@ -15,6 +16,7 @@ from actuate.kubernetes import (
     CORDONED_ANNOTATION,
     DEMOTED_TAINT,
     DRAIN_ANNOTATION,
+    GPU_LABEL,
     REASON_ANNOTATION,
     STATE_LABEL,
     KubeTarget,
@@ -24,7 +26,8 @@ from actuate.plan import Step
 from actuate.target import TargetUnavailable
 from service.actuator import Actuator, ActuatorConfig
 from store import Store
-from tests.fleet_decisions import T0, Clock, set_decisions
+from store.schema import T_GPUS
+from tests.fleet_decisions import T0, Clock, set_decisions, uuid_of
 from tests.kube_api import KubeApiServer
 
 HOSTS = ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
@@ -193,3 +196,17 @@ def test_control_characters_never_reach_annotations_or_events(kube: KubeApiServe
     assert kube.node("gpu-1")["metadata"]["annotations"][REASON_ANNOTATION] == "GPU 0 drain: row remap[2J pending"
     (event,) = kube.events
     assert event["message"] == "ok → drain (applied): GPU 0 drain: row remap[2J pending; note "
+
+
+@pytest.mark.parametrize("stored", [-1, None], ids=["minus-one", "null"])
+def test_a_gpu_of_unknown_index_is_demoted_and_said_unknown(
+    store: Store, kube: KubeApiServer, stored: int | None
+) -> None:
+    """Issue 55.3: the label gpuhealth.io/gpu=-1 was refused with 422 at every pass: the node never demoted."""
+    set_decisions(store, T0, HOSTS[:2], {("gpu-1", 0): "demote"})
+    with store._db.tx(write=True) as conn:  # what an exporter without gpu/device labels left in an older store
+        conn.execute(sa.update(T_GPUS).where(T_GPUS.c.uuid == uuid_of("gpu-1", 0)).values(gpu_index=stored))
+    report = actuator(store, kube, Clock()).reconcile_once()
+    assert [(o.step.hostname, o.result) for o in report.outcomes] == [("gpu-1", "applied")]
+    labels = kube.node("gpu-1")["metadata"]["labels"]
+    assert labels[STATE_LABEL] == "demote" and labels[GPU_LABEL] == "unknown"

@@ -118,14 +118,14 @@ def test_the_deciding_gpu() -> None:
     assert node(gpu(7, "watch", 0.4), gpu(2, "watch", 0.4)).worst_gpu() == gpu(2, "watch", 0.4)
     assert node(gpu(0, "ok", 0.2), gpu(1, None, None)).worst_gpu() is None
     assert node().worst_gpu() is None
-    # A deciding GPU without an index (only ever scored) leaves the label out.
-    assert node_labels(node(gpu(None, "drain", 0.4), gpu(1, "watch", 0.5))) == NodeLabels("drain", 5, None)
+    # A deciding GPU without an index (only ever scored, or an exporter without gpu/device labels) is unknown.
+    assert node_labels(node(gpu(None, "drain", 0.4), gpu(1, "watch", 0.5))).lines()[2] == "gpuhealth.io/gpu=unknown"
 
 
 def test_every_label_value_is_a_kubernetes_label_value() -> None:
     for d in DECISIONS:
         for bucket in range(11):
-            for index in (None, 0, 7, 63, 1023):
+            for index in (None, 0, 7, 63, 1023, -1, 2**31 - 1):
                 for line in NodeLabels(d, bucket, index).lines():
                     key, value = line.split("=", 1)
                     assert key.startswith("gpuhealth.io/") and len(key.split("/")[1]) <= 63
@@ -222,6 +222,26 @@ def test_unchanged_labels_are_not_rewritten(tmp_path: Path) -> None:
     assert lab.run_once()
     assert path.read_text() == first and path.stat().st_ino == inode
     assert lab.writes == 1 and lab.last_success == clock()
+
+
+@pytest.mark.parametrize("index", [-1, None])
+def test_a_gpu_of_unknown_index_is_labelled_unknown(tmp_path: Path, index: int | None) -> None:
+    """Issue 55.3: an index of -1 (an exporter that sends neither gpu nor device) raised, and counted nothing."""
+    lab = labeler(tmp_path, Service(node(gpu(index, "drain", 0.4), gpu(1, "watch", 0.5))), Clock())
+    assert lab.run_once()
+    assert (tmp_path / FILE_NAME).read_text().endswith("gpuhealth.io/decision=drain\ngpuhealth.io/risk-bucket=5\n"
+                                                      "gpuhealth.io/gpu=unknown\n")  # fmt: skip
+
+
+def test_a_value_that_makes_no_label_is_a_counted_error(tmp_path: Path) -> None:
+    svc, clock = Service(node(gpu(0, "watch", 0.4))), Clock()
+    lab = labeler(tmp_path, svc, clock)
+    assert lab.run_once()
+    before = (tmp_path / FILE_NAME).read_text()
+    svc.view = node(gpu(0, "broken!", 0.4))  # no decision gpuhealth knows: no label value
+    assert not lab.run_once()
+    assert lab.stats().errors == {"service": 1, "write": 0}
+    assert (tmp_path / FILE_NAME).read_text() == before
 
 
 def test_changed_labels_are_written_at_once(tmp_path: Path) -> None:

@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pandas as pd
 import pytest
+import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 
 from core.history import HistoryError
 from service.puller import PrometheusPuller
 from store import Store, StoreUnavailable
+from store.schema import T_GPUS
 from tests.core.test_prom_import import URL, FakePrometheus, gpu_labels
 
 STEP = 30
@@ -245,3 +247,22 @@ def test_a_bad_series_is_skipped_counted_and_named_once(store: Store, caplog: py
     assert reg.get_sample_value(skipped, {"reason": "nul_byte"}) == 0, "every reason has its series"
     assert caplog.text.count("GPU-7") == 1 and caplog.text.count("GPU-8") == 1, "named once, not every pull"
     assert p.state.last_error is None and p.state.failures == 0
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pulled", "stored-as-minus-one-before"])
+def test_a_gpu_of_unknown_index_that_goes_quiet_is_marked_lost(store: Store, legacy: bool) -> None:
+    """Issue 55.3: a GPU stored with index -1 made marking it lost fail (StoreError), and so every pull."""
+    prom = FakePrometheus()
+    prom.add("DCGM_FI_DEV_GPU_TEMP", gpu_labels(0), {ms(k): 50.0 for k in range(40)})
+    nameless = {k: v for k, v in gpu_labels(1).items() if k not in ("gpu", "device")}  # neither gpu nor device
+    prom.add("DCGM_FI_DEV_GPU_TEMP", nameless, {ms(k): 50.0 for k in range(21)})
+    clock = Clock(20)
+    p = puller(store, prom, clock)
+    p.pull_once()
+    assert store.get_gpu("GPU-1")["gpu_index"] is None, "unknown is NULL, not -1"
+    if legacy:  # what an older release (or `db import` of a history with -1) left in the store
+        with store._db.tx(write=True) as conn:
+            conn.execute(sa.update(T_GPUS).where(T_GPUS.c.uuid == "GPU-1").values(gpu_index=-1))
+    clock.step = 24
+    assert p.pull_once() == 4
+    assert store.get_gpu("GPU-1")["state"] == "lost" and p.state.failures == 0

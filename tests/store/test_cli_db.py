@@ -81,3 +81,21 @@ def test_db_import_then_prune(tmp_path: Path, sim_history: pd.DataFrame) -> None
         store.close()
     line = _one_line_error(_gpuhealth("prune", "--db", url, "--retention", "forever"))
     assert "invalid duration 'forever'" in line
+
+
+def test_db_import_checks_the_gpu_index_as_upsert_does(tmp_path: Path) -> None:
+    """Issue 55.3: `db import` stored -1 (and -5) where a sighting refuses any index below 0; -1 is "unknown"."""
+    t0 = pd.Timestamp("2026-01-05T00:00:00Z")
+    rows = [{"timestamp": t0, "hostname": "n1", "gpu_uuid": f"GPU-{i}", "gpu_index": i, "model_name": "H100",
+             "gpu_temp_c": 40.0} for i in (-1, -5, 3)]  # fmt: skip
+    hfile = history.write(pd.DataFrame(rows), tmp_path / "h.csv")
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    proc = _gpuhealth("import", "--history", str(hfile), "--db", url)
+    assert proc.returncode == 0, proc.stderr
+    assert ": 2 new samples of 3" in proc.stdout
+    assert "GPU 'GPU--5': the GPU index -5 is outside" in proc.stderr
+    store = Store.open(url)
+    try:
+        assert {g["uuid"]: g["gpu_index"] for g in store.list_gpus()[0]} == {"GPU--1": None, "GPU-3": 3}
+    finally:
+        store.close()

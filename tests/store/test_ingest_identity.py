@@ -1,5 +1,5 @@
 """Identities the store cannot keep (issue 55.2 and 55.3): skipped per GPU, on SQLite and on PostgreSQL alike,
-whether they come in a history frame or in a pull from Prometheus."""
+whether they come in a history frame or in a pull from Prometheus; an unknown GPU index is kept as NULL."""
 
 from __future__ import annotations
 
@@ -44,6 +44,13 @@ def test_gpus_the_store_cannot_keep_are_skipped_and_the_rest_stored(
     for reason in ("label_too_long", "nul_byte", "index_out_of_range"):
         assert reason in caplog.text
     assert "\x00" not in caplog.text
+
+
+def test_an_unknown_index_is_kept_as_null(store: Store) -> None:
+    """A history's -1 is "unknown": stored as NULL (as a GPU only ever scored has), read back as -1."""
+    assert store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_index": -1, "gpu_temp_c": 40.0}])) == 1
+    assert store.get_gpu("GPU-a")["gpu_index"] is None
+    assert store.history()["gpu_index"].tolist() == [-1]
 
 
 def test_a_pull_skips_odd_series_and_stores_every_other_gpu(store: Store) -> None:
