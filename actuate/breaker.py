@@ -6,6 +6,10 @@ within a sliding `window`. Both bounds, because a percentage of a small cluster 
 acting until a person resets the breaker; the count starts again at the reset, and what happens
 after a reset is decided from the scheduler's state then, never from queued events.
 
+The count and the spend are one transaction across replicas (`store.actuation.Actuation.spend`):
+the window starts `window` ago or at the last reset, whichever is later, and each step let
+through is written there before it is taken.
+
 The defaults let a real year through: in the public 400-server fault trace (REFERENCE.md) at
 most 3 nodes got a new GPU fault within an hour (5 within a day, 11 within a week).
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 
 @dataclass(frozen=True)
@@ -38,12 +42,3 @@ class BreakerPolicy:
     def limit(self, nodes: int) -> int:
         """How many nodes may be newly taken off work per window in a cluster of `nodes` (at least 1)."""
         return max(1, min(self.max_nodes, math.floor(self.max_fraction * nodes)))
-
-    def since(self, now: datetime, reset_at: datetime | None) -> datetime:
-        """Where the window starts: `window` ago, or the last reset if later."""
-        start = now - self.window
-        return max(start, reset_at) if reset_at is not None else start
-
-    def budget(self, nodes: int, recent: int) -> int:
-        """How many more nodes may be taken off work now, `recent` having been in the window."""
-        return max(0, self.limit(nodes) - recent)

@@ -156,3 +156,23 @@ def test_the_count_and_the_spend_are_one_transaction(store_url: str, monkeypatch
     assert sum(len(s["reserved"]) for s in spent) == 2
     assert sorted(len(s["refused"]) for s in spent) == [0, 2]
     assert [s["opened"] for s in spent].count(True) == 1
+
+
+def test_the_window_counts_from_the_last_reset_or_its_length_ago(store: Store) -> None:
+    """`spend` counts the nodes escalated since `window_start` or the last reset, whichever is later."""
+    act = store.actuation
+    act.record([action("a", at_min=0), action("b", at_min=1)])
+    step = dict(action("c", result="pending", at_min=33))
+    spent = act.spend("slurm", [step], window_start=T0 - timedelta(hours=1), limit=2, counted=("applied", "pending"),
+                      open_reason=None, at=T0 + timedelta(minutes=30))  # fmt: skip
+    assert spent["refused"] == ["c"] and not spent["reserved"]  # a and b fill the bound of 2
+    act.open_breaker("slurm", at=T0 + timedelta(minutes=31), reason="too many")
+    act.reset_breaker("slurm", by="alice", at=T0 + timedelta(minutes=32))
+    spent = act.spend("slurm", [step], window_start=T0 - timedelta(hours=1), limit=2, counted=("applied", "pending"),
+                      open_reason=None, at=T0 + timedelta(minutes=33))  # fmt: skip
+    assert list(spent["reserved"]) == ["c"] and spent["refused"] == []  # the reset began a new window
+    later = T0 + timedelta(minutes=32, hours=1)
+    d = dict(action("d", result="pending", at_min=93))
+    spent = act.spend("slurm", [d], window_start=later - timedelta(hours=1), limit=1, counted=("applied", "pending"),
+                      open_reason=None, at=later)  # fmt: skip
+    assert spent["refused"] == ["d"]  # c, reserved after the reset, is inside this window
