@@ -6,11 +6,10 @@ brief, or "policy" where it is our choice. Change a value here and run `gpuhealt
 
 from __future__ import annotations
 
+from core.labels import HOSTNAME
 from core.settings import Settings
 
-HOST_LABEL = "Hostname"
-"""dcgm-exporter's host label (`hostname` from 2026; `gpuhealth collect --hostname-label`)."""
-GPU_KEY = (HOST_LABEL, "UUID")
+GPU_KEY = (HOSTNAME, "UUID")
 """Labels that identify one GPU across metrics of different exporters (`on (...)` joins)."""
 
 COLLECTOR_SELECTOR = 'job="gpuhealth"'

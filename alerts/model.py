@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from alerts.config import HOST_LABEL
+from core.labels import HOSTNAME
 
 Severity = Literal["info", "warning", "critical"]
 Action = Literal["watch", "demote", "drain", "rma"]
@@ -30,7 +30,7 @@ def service_target() -> dict[str, str]:
 def gpu_labels(i: int = 0, model: str = "NVIDIA H100 80GB HBM3", host: str = "node-a", **extra: str) -> dict[str, str]:
     """The labels `gpuhealth collect` puts on GPU `i`'s series (plus Prometheus's job/instance)."""
     return {
-        HOST_LABEL: host,
+        HOSTNAME: host,
         "UUID": f"GPU-{i:08d}-0000-4000-8000-00000000000{i % 10}",
         "device": f"nvidia{i}",
         "gpu": str(i),
@@ -44,7 +44,7 @@ def gpu_labels(i: int = 0, model: str = "NVIDIA H100 80GB HBM3", host: str = "no
 def service_labels(i: int = 0, host: str = "node-a", **extra: str) -> dict[str, str]:
     """The labels `gpuhealth serve` puts on its per-GPU series."""
     g = gpu_labels(i, host=host)
-    return {**{k: g[k] for k in (HOST_LABEL, "UUID", "gpu", "modelName")}, **service_target(), **extra}
+    return {**{k: g[k] for k in (HOSTNAME, "UUID", "gpu", "modelName")}, **service_target(), **extra}
 
 
 def series(metric: str, labels: Mapping[str, str]) -> str:

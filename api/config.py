@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core.labels import HOSTNAME
 from service.actuator import Actuator
 from service.ingest import IngestBuffer
 from service.scorer import Scorer
@@ -21,7 +22,7 @@ class ApiConfig:
     """/metrics without the token; None: as `read_open` (Prometheus can send the bearer token)."""
     max_request_bytes: int = 1_048_576
     body_timeout_s: float = BODY_TIMEOUT_S
-    host_label: str = "Hostname"
+    host_label: str = HOSTNAME
     scorer: Scorer | None = None
     buffer: IngestBuffer | None = None
     actuator: Actuator | None = None

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import httpx
 
 from core import catalog
+from core.labels import HOSTNAME
 from service.puller import PrometheusPuller
 from store import Store
 
@@ -48,14 +49,14 @@ def answers(gpus: int) -> dict[str, bytes]:
     for j, name in enumerate(FIELDS):
         result = [
             {"metric": {"UUID": f"GPU-{i:06d}", "gpu": str(i % 8), "modelName": "NVIDIA H100 80GB HBM3",
-                        "Hostname": f"node-{i // 8:05d}"},
+                        HOSTNAME: f"node-{i // 8:05d}"},
              "values": [[t, str(40 + (i + j) % 50)] for t in steps]}
             for i in range(gpus)
         ]  # fmt: skip
         out[name] = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
     # The pull's instant query for the workloads on each GPU: a pod on every GPU, as dcgm-exporter labels it.
     pods = [
-        {"metric": {"UUID": f"GPU-{i:06d}", "Hostname": f"node-{i // 8:05d}", "pod": f"train-{i // 64}",
+        {"metric": {"UUID": f"GPU-{i:06d}", HOSTNAME: f"node-{i // 8:05d}", "pod": f"train-{i // 64}",
                     "namespace": "ml", "container": "trainer"},
          "value": [steps[-1], "1"]}
         for i in range(gpus)

@@ -29,12 +29,13 @@ from collector.attribution import LabelSet
 from collector.sampler import Sampler, Snapshot
 from collector.webconfig import AuthBusy, WebConfigError, WebConfigFile, WebState, peer_allowed
 from core.catalog import Field, LabelField, default_labels
+from core.labels import HOSTNAME
 
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABELS = ("gpu", "UUID", "device", "modelName", "pci_bus_id")
-"""dcgm-exporter's per-GPU labels; the host label ("Hostname" or "hostname") is added."""
+"""dcgm-exporter's per-GPU labels; the host label (one of `core.labels.HOST_LABELS`) is added."""
 MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
 """dcgm-exporter's labels of a MIG instance's series, added to its GPU's (gpu, UUID, ... stay the GPU's)."""
 GZIP_LEVEL = 6
@@ -71,7 +72,7 @@ class GpuCollector(Collector):
         self,
         source: Callable[[], Snapshot | None],
         fields: Sequence[Field],
-        hostname_label: str = "Hostname",
+        hostname_label: str = HOSTNAME,
         label_fields: Sequence[LabelField] | None = None,
     ) -> None:
         self._source = source

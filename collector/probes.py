@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.exporter import gpu_labels
 from collector.sampler import Snapshot
+from core.labels import HOSTNAME
 from core.probes import compare_to_peers, is_slow
 from core.units import parse_duration
 from core.worker import Worker
@@ -256,7 +257,7 @@ def peer_ratios(latest: Sequence[tuple[GpuInfo, ProbeResult]], test: str = "gemm
 class ProbeCollector(Collector):
     """gpuhealth_probe_* series from the scheduler's latest results (labels as the GPU series)."""
 
-    def __init__(self, scheduler: ProbeScheduler, hostname_label: str = "Hostname") -> None:
+    def __init__(self, scheduler: ProbeScheduler, hostname_label: str = HOSTNAME) -> None:
         self._scheduler = scheduler
         self._host_label = hostname_label
 

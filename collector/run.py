@@ -15,6 +15,7 @@ from collector.backends.base import Backend, ProbeRunner
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.sampler import Sampler
 from core.catalog import Field, LabelField
+from core.labels import HOSTNAME
 
 if TYPE_CHECKING:
     from collector.attribution import Attributor
@@ -67,7 +68,7 @@ def build_sampling(
     backend: Backend,
     fields: Sequence[Field],
     interval_s: float,
-    hostname_label: str = "Hostname",
+    hostname_label: str = HOSTNAME,
     *,
     probes: ProbeConfig | None = None,
     probe_runner: ProbeRunner | None = None,
@@ -118,7 +119,7 @@ def build_collector(
     interval_s: float,
     host: str = "0.0.0.0",
     port: int = 9400,
-    hostname_label: str = "Hostname",
+    hostname_label: str = HOSTNAME,
     *,
     probes: ProbeConfig | None = None,
     probe_runner: ProbeRunner | None = None,

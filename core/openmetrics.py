@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from core import catalog, history
 from core.history import metric_columns
+from core.labels import HOSTNAME
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 MAX_CHUNK_ROWS = 1 << 20
@@ -86,9 +87,7 @@ def _family_text(
         yield _buffer(lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines)
 
 
-def write_openmetrics(
-    frame: pd.DataFrame, out: TextIO | BinaryIO | str | Path, hostname_label: str = "Hostname"
-) -> int:
+def write_openmetrics(frame: pd.DataFrame, out: TextIO | BinaryIO | str | Path, hostname_label: str = HOSTNAME) -> int:
     """Write a validated history frame as OpenMetrics text; returns the number of series written."""
     if not _LABEL_NAME.match(hostname_label):
         raise ValueError(f"invalid label name {hostname_label!r}: use e.g. Hostname or hostname")

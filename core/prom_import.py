@@ -24,17 +24,18 @@ import pandas as pd
 
 from core import catalog, history, identity
 from core.history import HistoryError, validate
+from core.labels import HOST_LABELS as HOST_LABEL_NAMES
 
 log = logging.getLogger(__name__)
 
 MAX_POINTS = 11_000
 """Prometheus refuses a range query with more than 11,000 points per series."""
-GROUP_LABELS = ("UUID", "gpu", "device", "modelName", "Hostname", "hostname", "instance")
+GROUP_LABELS = ("UUID", "gpu", "device", "modelName", *HOST_LABEL_NAMES, "instance")
 """Labels kept per series. Everything else (pod, namespace, container, job, MIG instance)
 is aggregated away with max(), so a GPU whose pod changed is still one series."""
 TIMEOUT_S = 120.0
 """A 10,000-step query over a large fleet takes seconds; two minutes allows a busy server."""
-HOST_LABELS = ("Hostname", "hostname", "instance")
+HOST_LABELS = (*HOST_LABEL_NAMES, "instance")
 """Where a series' host comes from, first found wins (`_collect`): dcgm-exporter's label before
 2026, its label since, and Prometheus's target (host:port, the port dropped)."""
 MAX_GET_CHARS = 4_000

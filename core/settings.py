@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.labels import HOSTNAME, HostLabel
+
 
 class Settings(BaseSettings):
     """Everything an operator can configure; a CLI flag wins over the environment."""
@@ -32,8 +34,8 @@ class Settings(BaseSettings):
     )
     interval: str = Field(default="10s", description="Sampling interval; a scrape always gets the latest snapshot.")
     hostname: str | None = Field(default=None, description="Value of the host label; unset: this machine's hostname.")
-    hostname_label: Literal["Hostname", "hostname"] = Field(
-        default="Hostname",
+    hostname_label: HostLabel = Field(
+        default=HOSTNAME,
         description="Name of the host label: Hostname (dcgm-exporter before 2026) or hostname (newer).",
     )
     fields: str = Field(

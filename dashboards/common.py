@@ -26,7 +26,6 @@ SCHEMA_VERSION = 39
 """Grafana 10.3+ (older Grafanas migrate newer JSON poorly; newer ones migrate this forward)."""
 DS = {"type": "prometheus", "uid": "${datasource}"}
 """Every panel and query reads from the `datasource` variable: import once, pick your Prometheus."""
-HOST = "Hostname"
 COLLECTOR_SELECTOR = 'job="gpuhealth"'
 """Scrape job of the collectors; the same as alerts/config.py (a test keeps them equal)."""
 TAGS = ["gpuhealth", "gpu"]
@@ -57,6 +56,11 @@ def query_var(name: str, metric_selector: str, label: str, *, multi: bool = Fals
         hide=2 if hidden else 0,
         sort=3,  # numerical ascending: GPU 2 before GPU 10
     )
+
+
+def by(label: str) -> str:
+    """A legend that names each series by the value of its `label` (`{{label}}`)."""
+    return f"{{{{{label}}}}}"
 
 
 def t(expr: str, legend: str = "", *, instant: bool = False, table: bool = False, ref: str = "A") -> Target:

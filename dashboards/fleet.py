@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
+from core.labels import HOSTNAME
 from dashboards.common import (
     COLLECTOR_SELECTOR,
-    HOST,
     P,
+    by,
     dashboard,
     heatmap,
     m,
@@ -19,13 +20,13 @@ from dashboards.common import (
     timeseries,
 )
 
-H = f'{HOST}=~"$Hostname"'
+H = f'{HOSTNAME}=~"${HOSTNAME}"'
 
 
 def build() -> Dashboard:
     """The fleet overview dashboard."""
     items = [*_decisions(), *_trends(), *_riskiest(), *_events(), *_health()]
-    variables = [query_var("Hostname", "gpuhealth_gpu_lost", HOST, multi=True)]
+    variables = [query_var(HOSTNAME, "gpuhealth_gpu_lost", HOSTNAME, multi=True)]
     return dashboard(
         "gpuhealth-fleet",
         "gpuhealth / Fleet overview",
@@ -134,7 +135,7 @@ def _riskiest() -> list[P]:
                 "Risk by node",
                 "The highest overall risk among each node's GPUs over time, one row per node (green 0, red 1): "
                 "rows turning red together point at a rack or cooling problem rather than one GPU.",
-                [t(f'max by ({HOST}) (gpuhealth_risk{{mode="overall", {H}}})', "{{Hostname}}")],
+                [t(f'max by ({HOSTNAME}) (gpuhealth_risk{{mode="overall", {H}}})', by(HOSTNAME))],
             ),
             w=24,
             h=10,
@@ -185,7 +186,7 @@ def _health() -> list[P]:
                 "Hottest GPU per node",
                 "The highest GPU core temperature on each node; the dashed line is the 85 °C maximum operating "
                 "temperature of the product brief.",
-                [t(f"max by ({HOST}) ({m('gpu_temp_c')}{{{H}}})", "{{Hostname}}")],
+                [t(f"max by ({HOSTNAME}) ({m('gpu_temp_c')}{{{H}}})", by(HOSTNAME))],
                 unit="celsius",
                 thresholds=steps(("green", None), ("red", 85)),
             ),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
-from dashboards.common import HOST, P, dashboard, m, query_var, stat, steps, t, table, timeseries
+from core.labels import HOSTNAME
+from dashboards.common import P, dashboard, m, query_var, stat, steps, t, table, timeseries
 
 S = 'UUID="$UUID"'
 THROTTLE_BITS = (
@@ -31,9 +32,9 @@ def build() -> Dashboard:
     ]
     gpu_metric = "gpuhealth_gpu_lost"  # listed for every GPU, lost ones too
     variables = [
-        query_var(HOST, gpu_metric, HOST),
-        query_var("gpu", f'{gpu_metric}{{{HOST}="${HOST}"}}', "gpu"),
-        query_var("UUID", f'{gpu_metric}{{{HOST}="${HOST}", gpu="$gpu"}}', "UUID"),
+        query_var(HOSTNAME, gpu_metric, HOSTNAME),
+        query_var("gpu", f'{gpu_metric}{{{HOSTNAME}="${HOSTNAME}"}}', "gpu"),
+        query_var("UUID", f'{gpu_metric}{{{HOSTNAME}="${HOSTNAME}", gpu="$gpu"}}', "UUID"),
     ]
     return dashboard(
         "gpuhealth-gpu",
@@ -87,7 +88,7 @@ def _standing() -> list[P]:
                 "Decision reasons",
                 "Why gpuhealth decided what it did: the reasons a human can read.",
                 [t(f"gpuhealth_decision_reasons_info{{{S}}}", instant=True, table=True)],
-                hide=("Value", "UUID", "Hostname", "gpu"),
+                hide=("Value", "UUID", HOSTNAME, "gpu"),
             ),
             w=12,
             h=4,
@@ -298,7 +299,7 @@ def _probes() -> list[P]:
                     t(f"gpuhealth_probe_duration_seconds{{{S}}}", instant=True, table=True),
                     t(f"time() - gpuhealth_probe_last_run_timestamp_seconds{{{S}}}", instant=True, table=True),
                 ],
-                hide=("UUID", HOST, "gpu", "modelName"),
+                hide=("UUID", HOSTNAME, "gpu", "modelName"),
                 rename={
                     "Value #A": "passed",
                     "Value #B": "ratio",
@@ -340,7 +341,7 @@ def _alerts() -> list[P]:
                 "Alerts firing for this GPU",
                 "gpuhealth alerts currently firing for this GPU, with severity and action.",
                 [t(f'ALERTS{{alertstate="firing", {S}}}', instant=True, table=True)],
-                hide=("Value", "alertstate", "UUID", HOST, "gpu", "modelName"),
+                hide=("Value", "alertstate", "UUID", HOSTNAME, "gpu", "modelName"),
             ),
             w=24,
             h=6,

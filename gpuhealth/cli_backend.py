@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from core import catalog
+from core.labels import HOST_LABELS
 from core.settings import Settings
 from core.units import parse_duration
 
@@ -121,8 +122,8 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
     if backend not in names():
         raise fail(f"unknown backend {backend!r}; choose one of {', '.join(names())}")
     label = flags.hostname_label or s.hostname_label
-    if label not in ("Hostname", "hostname"):
-        raise fail(f"--hostname-label must be Hostname or hostname, not {label!r}")
+    if label not in HOST_LABELS:
+        raise fail(f"--hostname-label must be {' or '.join(HOST_LABELS)}, not {label!r}")
     try:
         interval_s = parse_duration(flags.interval or s.interval)
         chosen, labels = select_fields(flags, s)

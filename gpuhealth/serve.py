@@ -19,6 +19,7 @@ from collector.backends.base import Backend
 from collector.probes import ProbeConfig, ProbeScheduler
 from collector.sampler import Sampler
 from core.catalog import Field
+from core.labels import HOSTNAME
 from predictor.model import RiskModel
 from predictor.thresholds import Thresholds
 from service.actuator import Actuator, ActuatorConfig
@@ -93,7 +94,7 @@ def build_service(
     max_request_bytes: int = 1_048_576,
     body_timeout_s: float = BODY_TIMEOUT_S,
     buffer_samples: int = 200_000,
-    hostname_label: str = "Hostname",
+    hostname_label: str = HOSTNAME,
     probes: ProbeConfig | None = None,
     sim_seed: int = 0,
     retention: Retention | None = None,

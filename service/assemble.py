@@ -23,6 +23,7 @@ from collector.records import snapshot_rows, snapshot_workloads
 from collector.run import build_sampling
 from collector.sampler import Sampler
 from core.catalog import Field
+from core.labels import HOSTNAME
 from predictor.model import RiskModel
 from predictor.thresholds import Thresholds
 from service.actuator import Actuator, ActuatorConfig
@@ -121,7 +122,7 @@ def build_loops(
     score_interval_s: float = 300.0,
     thresholds: Thresholds | None = None,
     buffer_samples: int = 200_000,
-    hostname_label: str = "Hostname",
+    hostname_label: str = HOSTNAME,
     probes: ProbeConfig | None = None,
     sim_seed: int = 0,
     retention: Retention | None = None,

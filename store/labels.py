@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from core import history
 from core.history import FAILURE_MODES
+from core.labels import HOST_LABELS
 from store.engine import Database
 from store.errors import NotFound, StoreError
 from store.schema import ALERT_STATUSES, FAILURE_KINDS, T_ALERTS, T_FAILURES, T_GPUS
@@ -110,7 +111,7 @@ def _alert_row(a: Any, i: int, at: datetime, group_key: Any, receiver: Any) -> d
         ends = None
     fingerprint = _fingerprint(a.get("fingerprint"), labels)
     instance = labels.get("instance")
-    host = labels.get("Hostname") or labels.get("hostname") or (instance.rsplit(":", 1)[0] if instance else None)
+    host = next(filter(None, map(labels.get, HOST_LABELS)), None) or (instance.rsplit(":", 1)[0] if instance else None)
     row: dict[str, Any] = {
         "received_at": at,
         "fingerprint": fingerprint,

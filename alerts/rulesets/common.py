@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alerts import config as c
 from alerts.model import gpu_labels
 from core.catalog import BY_NAME
+from core.labels import HOSTNAME
 
 # Rule groups of the rule file, in the order alerts/rules.py lists them.
 GROUP_GPU = "gpuhealth.gpu"
@@ -37,7 +37,7 @@ def value(printf: str = "%.0f") -> str:
 
 
 VALUE = value()
-HOST = label(c.HOST_LABEL)
+HOST = label(HOSTNAME)
 GPU = label("gpu")
 INSTANCE = label("instance")
 ON_GPU = f"{HOST} GPU {GPU}"

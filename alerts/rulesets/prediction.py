@@ -5,6 +5,7 @@ from __future__ import annotations
 from alerts import config as c
 from alerts.model import Alert, Case, series, service_labels, service_target
 from alerts.rulesets.common import GPU, GROUP_PREDICTION, HOST, ON_GPU, WHO, fmt, value
+from core.labels import HOSTNAME
 
 RISK = "gpuhealth_risk"
 DECISION = "gpuhealth_decision"
@@ -16,7 +17,7 @@ _DRAIN = service_labels(0, decision="drain")
 _DEMOTED = f'{DECISION}{{decision=~"demote|drain|rma"}} == 1'
 """The policy's decision is demote or worse: a risk it held at watch (a hot node's heat) is no demote."""
 _ON_GPU = f"on ({', '.join(c.GPU_KEY)})"
-_NODE = {c.HOST_LABEL: "node-a", **service_target()}
+_NODE = {HOSTNAME: "node-a", **service_target()}
 """The labels of the service's per-node series (the node, the service's job and instance)."""
 
 

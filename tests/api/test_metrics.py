@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from api.metrics import ApiMetrics
+from core.labels import HOSTNAME
 from predictor.node import node_reason
 from service.scorer import Scorer, ScoreState
 from store import Store
@@ -28,7 +29,7 @@ def _record(uuid: str, host: str, decision: str, reasons: list[str]) -> dict[str
             "decision": decision, "reasons": reasons}  # fmt: skip
 
 
-def _metrics(records: list[dict[str, Any]], host_label: str = "Hostname") -> ApiMetrics:
+def _metrics(records: list[dict[str, Any]], host_label: str = HOSTNAME) -> ApiMetrics:
     return ApiMetrics(cast(Store, _Store()), cast(Scorer, _Scorer(records)), None, host_label)
 
 

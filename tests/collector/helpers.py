@@ -12,6 +12,7 @@ from collector.backends.base import GpuInfo, GpuReading, MigReading, ProbeRunner
 from collector.exporter import GpuCollector, SelfCollector
 from collector.probes import SubprocessProbeRunner
 from core import catalog
+from core.labels import HOSTNAME
 
 if TYPE_CHECKING:
     from collector.sampler import Sampler
@@ -84,7 +85,7 @@ class FakeClock:
         return self.t
 
 
-def gpu_labels(b: ScriptedBackend, i: int, host_label: str = "Hostname", **extra: str) -> dict[str, str]:
+def gpu_labels(b: ScriptedBackend, i: int, host_label: str = HOSTNAME, **extra: str) -> dict[str, str]:
     """The labels of GPU `i`'s series as the exporter writes them (dcgm-exporter's), plus `extra`."""
     inf = b.infos[i]
     return {
@@ -94,7 +95,7 @@ def gpu_labels(b: ScriptedBackend, i: int, host_label: str = "Hostname", **extra
 
 
 def registry(
-    sampler: Sampler, fields: Sequence[Field] | None = None, host_label: str = "Hostname", *, health: bool = False
+    sampler: Sampler, fields: Sequence[Field] | None = None, host_label: str = HOSTNAME, *, health: bool = False
 ) -> CollectorRegistry:
     """A registry with the GPU collector over `sampler` (all fields by default), and with `health` the
     scrape-health collector (gpuhealth_collector_success...)."""

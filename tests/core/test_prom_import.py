@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from core import catalog, history
 from core.history import HistoryError
+from core.labels import HOSTNAME
 from core.prom_import import MAX_POINTS, SkippedSeries, import_history
 from gpuhealth.cli_history import history_app, parse_time
 
@@ -30,7 +31,7 @@ HOUR_MS = 3_600_000
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def gpu_labels(i: int, host_label: str = "Hostname", **extra: str) -> dict[str, str]:
+def gpu_labels(i: int, host_label: str = HOSTNAME, **extra: str) -> dict[str, str]:
     return {
         "gpu": str(i), "UUID": f"GPU-{i}", "device": f"nvidia{i}", "modelName": H100,
         host_label: "node-a", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0", **extra,
