@@ -17,7 +17,8 @@ from lightkube.resources.core_v1 import Event, Node, Pod, PodEviction
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
-from tests.kube_api import KubeApiServer, client, labels_match, parse_label_selector
+from tests.kube_api import KubeApiServer, client
+from tests.kube_semantics import labels_match, parse_label_selector
 
 
 @pytest.fixture

@@ -13,6 +13,10 @@ host has), Gres=gpu:h100:2 backed by empty files (device nodes with `gpu_devices
 and Weight=1. Everything runs as root (SlurmUser=root), with its own munged and key, no cgroups, no
 accounting; `prolog` and `epilog` set slurm.conf's Prolog (PrologFlags=Alloc) and Epilog.
 Ready in about 1-2 s; `stop()` kills every process the cluster started, jobs included.
+
+What is where: this file holds the running cluster (SlurmCluster: commands, controller restarts, logs, shutdown)
+and its start; the files it runs from (slurm.conf, gres.conf, munge key, fake GPUs) are written by
+tests/integration/slurm_conf.py, and each daemon is a tests/integration/slurm_daemon.py Daemon.
 """
 
 from __future__ import annotations
@@ -20,13 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,18 @@ from typing import Any, Self, TypeVar
 import pytest
 
 from actuate.slurm import scontrol_fields
-from tests.integration.conftest import Service, free_port, require_tool, terminate, unavailable
+from tests.integration.conftest import Service, free_port, require_tool, unavailable
+from tests.integration.slurm_conf import (
+    GPUS_PER_NODE,
+    NODE_PREFIX,
+    RELIABLE_FEATURE,
+    gres_conf_text,
+    make_gpu,
+    short_runtime_dir,
+    slurm_conf_text,
+    write_munge_key,
+)
+from tests.integration.slurm_daemon import Daemon
 
 T = TypeVar("T")
 
@@ -45,21 +57,10 @@ SBIN_DIRS = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 """Debian installs slurmctld, slurmd and munged in /usr/sbin, often not on a non-root PATH."""
 STARTUP_DEADLINE_S = 30.0
 """The cluster is up (all nodes IDLE) in 1-2 s here; 30 s absorbs a loaded CI runner."""
-STOP_WAIT_S = 10.0
 POLL_S = 0.1
 CMD_TIMEOUT_S = 20.0
-CPUS_PER_NODE = 4
-"""More than a 2-core runner has (config_overrides accepts it): a node can run a few jobs at once."""
-GPUS_PER_NODE = 2
-GPU_TYPE = "h100"
-RELIABLE_FEATURE = "reliable"
-"""The feature non-interruptible jobs request with --constraint."""
-NODE_PREFIX = "gh-node-"
-PARTITION = "gpu"
 MARKER_ENV = "GH_TEST_SLURM_CLUSTER"
 """In every daemon's environment (the cluster's directory): stop() finds leftover slurmstepds by it."""
-MAX_SOCKET_PATH = 100
-"""Unix socket paths are limited to ~107 bytes (munged's socket, slurmstepd's in the spool dir)."""
 
 
 def parse_scontrol_line(line: str, *, node: bool = False) -> dict[str, str]:
@@ -71,62 +72,6 @@ def _require_root() -> None:
     """Skip unless root (slurmd and SlurmUser=root need it); fail in CI, which runs as root."""
     if os.geteuid() != 0:
         unavailable("the Slurm test cluster needs root", "slurmd runs jobs as their users")
-
-
-@dataclass
-class Daemon:
-    """One process of the cluster: its command, its stdout and stderr, and the log file it writes itself."""
-
-    name: str
-    cmd: list[str]
-    out_path: Path
-    """stdout and stderr; slurm's daemons in the foreground (-D) echo their log there without timestamps."""
-    env: dict[str, str]
-    cwd: Path
-    """Where it runs; slurmd's health check program inherits it (on a real node it would be /)."""
-    log_path: Path | None = None
-    """The daemon's own log file (SlurmctldLogFile, SlurmdLogFile: timestamped), if it has one."""
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def report_path(self) -> Path:
-        """The log to show: the daemon's own once it exists (timestamps), else its stdout and stderr."""
-        if self.log_path is not None and self.log_path.exists():
-            return self.log_path
-        return self.out_path
-
-    def start(self) -> None:
-        """Start (again); output is appended to, so a restart keeps the earlier lines."""
-        with self.out_path.open("ab") as log:
-            log.write(f"==== {time.strftime('%H:%M:%S')} starting: {' '.join(self.cmd)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
-                start_new_session=True,  # a Ctrl-C meant for pytest must not hit the daemons first
-            )  # fmt: skip
-
-    def alive(self) -> bool:
-        """Whether the process runs."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout: float = STOP_WAIT_S) -> None:
-        """SIGTERM (slurmctld saves its state), then SIGKILL if it does not exit within `timeout`."""
-        if self.proc is not None:
-            terminate(self.proc, timeout)
-
-    def log_tail(self, max_chars: int = 6000) -> str:
-        """The end of the daemon's log."""
-        if self.proc is None:
-            return "(not started)"
-        try:
-            text = self.report_path.read_text(errors="replace")
-        except OSError as err:
-            return f"(cannot read {self.report_path}: {err})"
-        return text if len(text) <= max_chars else "...\n" + text[-max_chars:]
-
-    def service(self, url: str) -> Service | None:
-        """This daemon as a conftest Service, so a failed test's report carries its log."""
-        return Service(self.name, self.proc, url, self.report_path) if self.proc else None
 
 
 @dataclass
@@ -402,123 +347,10 @@ def leftover_processes(cluster: SlurmCluster) -> list[int]:
     return pids
 
 
-def slurm_conf_text(
-    *,
-    hostname: str,
-    runtime_dir: Path,
-    workdir: Path,
-    nodes: dict[str, int],
-    ctld_port: int,
-    slurmd_port: int,
-    health_check_program: str | None,
-    health_check_interval: int,
-    prolog: str | None = None,
-    epilog: str | None = None,
-) -> str:
-    """slurm.conf for a one-host cluster; `nodes` maps node name to its slurmd port."""
-    lines = [
-        "ClusterName=ghtest",
-        # The name must be this host's (slurmctld checks it is the controller); the address is loopback.
-        f"SlurmctldHost={hostname}(127.0.0.1)",
-        f"SlurmctldPort={ctld_port}",
-        f"SlurmdPort={slurmd_port}",
-        "SlurmUser=root",
-        "SlurmdUser=root",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={runtime_dir / 'munge' / 'munge.socket'}",
-        f"StateSaveLocation={workdir / 'state'}",
-        # %n: one spool dir and pid file per slurmd (a multiple-slurmd build expands it).
-        f"SlurmdSpoolDir={runtime_dir / 'spool' / '%n'}",
-        f"SlurmctldPidFile={workdir / 'run' / 'slurmctld.pid'}",
-        f"SlurmdPidFile={workdir / 'run' / 'slurmd-%n.pid'}",
-        f"SlurmctldLogFile={workdir / 'log' / 'slurmctld.log'}",
-        f"SlurmdLogFile={workdir / 'log' / 'slurmd-%n.log'}",
-        "MailProg=/bin/true",  # the default, /bin/mail, is absent: slurmctld would log an error
-        "SlurmctldDebug=info",
-        "SlurmdDebug=info",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
-        "MpiDefault=none",
-        "SwitchType=switch/none",
-        "ReturnToService=2",
-        # Nodes claim more CPUs than the host has; slurmd would drain them ("Low CPUs") otherwise.
-        "SlurmdParameters=config_overrides",
-        # Jobs start within a second of submission (a backfill pass each second; by default the main
-        # scheduler defers batch jobs by up to 3 s and backfill runs every 30 s).
-        "SchedulerParameters=batch_sched_delay=0,bf_interval=1",
-        "KillWait=2",  # a cancelled job gets SIGKILL 2 s after SIGTERM, not 30
-        "MessageTimeout=5",
-        "GresTypes=gpu",
-    ]
-    if health_check_program:
-        lines += [
-            f"HealthCheckProgram={health_check_program}",
-            f"HealthCheckInterval={health_check_interval}",
-            "HealthCheckNodeState=ANY",
-        ]
-    if prolog:
-        # Run at allocation (not at the job's first step), as GPU bookkeeping wants: an allocation
-        # without steps (salloc) holds its GPUs too.
-        lines += [f"Prolog={prolog}", "PrologFlags=Alloc"]
-    if epilog:
-        lines.append(f"Epilog={epilog}")
-    for name, port in nodes.items():
-        lines.append(
-            f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port} CPUs={CPUS_PER_NODE} "
-            f"RealMemory=1000 Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} Features={RELIABLE_FEATURE} Weight=1 State=UNKNOWN"
-        )
-    lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
-    return "\n".join(lines) + "\n"
-
-
-def gres_conf_text(dev_dir: Path, nodes: Sequence[str]) -> str:
-    """gres.conf: GPUs as empty files (slurmd only stats them), no NVML autodetection."""
-    lines = ["AutoDetect=off"]
-    lines += [
-        f"NodeName={name} Name=gpu Type={GPU_TYPE} File={dev_dir / name}-gpu[0-{GPUS_PER_NODE - 1}]" for name in nodes
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _short_runtime_dir(workdir: Path) -> tuple[Path, bool]:
-    """`workdir`, or a fresh short temp dir when the socket paths under `workdir` would be too long."""
-    longest = workdir / "spool" / f"{NODE_PREFIX}999" / f"{NODE_PREFIX}999_1234567.4294967292"
-    if len(str(longest)) <= MAX_SOCKET_PATH:
-        return workdir, False
-    return Path(tempfile.mkdtemp(prefix="gh-slurm-")), True
-
-
-def _make_gpu(path: Path, device: bool) -> None:
-    """A fake GPU: an empty file, or a character device node with /dev/null's numbers (skip when refused)."""
-    if not device:
-        path.touch()
-        return
-    path.unlink(missing_ok=True)
-    null = os.stat("/dev/null").st_rdev
-    try:
-        os.mknod(path, 0o600 | stat.S_IFCHR, null)
-    except PermissionError as err:  # a container without CAP_MKNOD
-        unavailable(f"cannot make a device node for a fake GPU: {err}", "CI runs as root, which may mknod")
-
-
 def _tools() -> dict[str, str]:
     """Absolute paths of the Slurm and munge binaries; skip locally (fail in CI) when one is missing."""
     names = ["scontrol", "sinfo", "squeue", "sbatch", "scancel", "slurmctld", "slurmd", "munged"]
     return {name: require_tool(name, SBIN_DIRS) for name in names}
-
-
-def _write_munge_key(munge_dir: Path) -> Path:
-    """A fresh key, readable by its owner only (munged refuses a key others can read)."""
-    munge_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    key = munge_dir / "munge.key"
-    key.write_bytes(secrets.token_bytes(1024))
-    key.chmod(0o400)
-    return key
 
 
 def start_slurm_cluster(
@@ -543,14 +375,14 @@ def start_slurm_cluster(
     tools = _tools()
     _require_root()
     workdir = Path(workdir).resolve()
-    runtime_dir, owns_runtime_dir = _short_runtime_dir(workdir)
+    runtime_dir, owns_runtime_dir = short_runtime_dir(workdir)
     for sub in ("state", "run", "jobs", "dev", "log"):
         (workdir / sub).mkdir(parents=True, exist_ok=True)
     names = [f"{NODE_PREFIX}{i}" for i in range(1, nodes + 1)]
     for name in names:
         (runtime_dir / "spool" / name).mkdir(parents=True, exist_ok=True)
         for gpu in range(GPUS_PER_NODE):
-            _make_gpu(workdir / "dev" / f"{name}-gpu{gpu}", gpu_devices)
+            make_gpu(workdir / "dev" / f"{name}-gpu{gpu}", gpu_devices)
     hostname = socket.gethostname().split(".", 1)[0]
     ctld_port = free_port()
     conf = workdir / "slurm.conf"
@@ -564,7 +396,7 @@ def start_slurm_cluster(
     )  # fmt: skip
     (workdir / "gres.conf").write_text(gres_conf_text(workdir / "dev", names))
     munge_dir = runtime_dir / "munge"
-    key = _write_munge_key(munge_dir)
+    key = write_munge_key(munge_dir)
 
     env = dict(os.environ) | {"SLURM_CONF": str(conf)}
     daemon_env = env | {MARKER_ENV: str(workdir)}

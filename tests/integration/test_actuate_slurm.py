@@ -22,7 +22,8 @@ from service.actuator import Actuator, ActuatorConfig
 from store import Store
 from tests.fleet_decisions import T0, Clock, set_decisions
 from tests.integration.conftest import free_port, poll, start_service
-from tests.integration.slurm_cluster import RELIABLE_FEATURE, SlurmCluster, start_slurm_cluster
+from tests.integration.slurm_cluster import SlurmCluster, start_slurm_cluster
+from tests.integration.slurm_conf import RELIABLE_FEATURE
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import require_tool
-from tests.integration.slurm_cluster import (
-    RELIABLE_FEATURE,
-    SlurmCluster,
-    leftover_processes,
-    start_slurm_cluster,
-)
+from tests.integration.slurm_cluster import SlurmCluster, leftover_processes, start_slurm_cluster
+from tests.integration.slurm_conf import RELIABLE_FEATURE
 
 pytestmark = pytest.mark.integration
 
