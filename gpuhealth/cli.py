@@ -274,8 +274,9 @@ def score(
     import pandas as pd
 
     from core.history import HistoryError
+    from predictor.history_rounds import HistoryRounds
     from predictor.model import ModelError
-    from predictor.score import SCORE_COLUMNS, HistoryRounds, load_model, to_records
+    from predictor.score import SCORE_COLUMNS, load_model, to_records
     from predictor.score import score as run_score
     from predictor.thresholds import Thresholds
 
@@ -290,10 +291,7 @@ def score(
         s = Settings()
         m = load_model(model)
         th = Thresholds.from_settings(s)
-        past = HistoryRounds(m, frame, th, failures=records)
-        result = run_score(m, frame, when, th, failures=records, risk_since=past.risk_since, released=past.released,
-                           demoted=past.demoted, heat_since=past.heat_since, ecc_since=past.ecc_since,
-                           drained=past.drained)  # fmt: skip
+        result = run_score(m, frame, when, th, failures=records, past=HistoryRounds(m, frame, th, failures=records))
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
     if output == "json":

@@ -86,6 +86,42 @@ def _note(value: Any) -> str:
     return str(value).strip()
 
 
+@dataclass(frozen=True)
+class CarriedOver:
+    """What a round carries over from the rounds before, per row of its features (in their order): the
+    answers of `predictor.past.PastRounds` as `decide` reads them. Times are naive UTC datetime64[ns], NaT where
+    nothing is carried for the row; those counted to this round (all but `demoted`) need a `cutoff`
+    column in the features (a ValueError without one). None: not asked, as below."""
+
+    risk_since: np.ndarray | None = None
+    """When the GPU's risk last rose to `demote` and stayed (NaT: in this round); a model demote whose
+    risk has not held the wait of its riskiest head (`Thresholds.wait_for`) is a watch saying so. None:
+    the risk of this instant decides alone."""
+    released: np.ndarray | None = None
+    """When a drain or RMA last let the GPU go, where its rounds since continue it without a break
+    (`replay.probation_began`; NaT: none). Where no drain or RMA holds now and the risk is at
+    `probation_risk` or above, the GPU is demoted on probation (`on_probation`), with a reason saying
+    since when and until when. None: no probation."""
+    demoted: np.ndarray | None = None
+    """Since when the GPU's standing decision is a demote (NaT: it is not). Where the risk is at
+    `Thresholds.release_level` or above, the demote is held (`replay.held_demotes`), with a reason
+    saying since when and what ends it. None: no hold."""
+    heat_since: np.ndarray | None = None
+    """When the GPU's run of rounds whose core heat alone counts (`conditions.heat_alone`) began (NaT:
+    in this round). Where its heat counts now and has held `Thresholds.thermal_heat_for_s`, the GPU is
+    demoted whatever its risk (`heat_held`), with a reason saying how hot and since when. None: as all
+    NaT (without a `cutoff` column, only a hold of 0 is met)."""
+    ecc_since: np.ndarray | None = None
+    """When the GPU's run of rounds with its ECC risk at `Thresholds.remap_hold_risk` or above began
+    (NaT: this round, or it is not at it). With it and `drained`, NVIDIA's drain for a pending remap,
+    where no other drain or RMA rule fires, is held at watch while the ECC risk is known and has not
+    held that level for `remap_hold_for_s` (`remap_waits`), unless the GPU's drain stands: a drain,
+    once made, stands until the remap is taken. None: no hold."""
+    drained: np.ndarray | None = None
+    """Whether the GPU's drain stands (bool): its standing decision is a drain or RMA, or its ECC risk
+    held `remap_hold_risk` within `remap_hold_clear_s` (`replay.recently_wore`). None: none does."""
+
+
 def decide(
     features: pd.DataFrame,
     risk: pd.DataFrame,
@@ -94,42 +130,10 @@ def decide(
     *,
     nodes: pd.DataFrame | None = None,
     node_heat: NodeHeat | None = None,
-    since: np.ndarray | None = None,
-    released: np.ndarray | None = None,
-    demoted: np.ndarray | None = None,
-    heat_since: np.ndarray | None = None,
-    remap_since: np.ndarray | None = None,
-    drained: np.ndarray | None = None,
+    carried: CarriedOver | None = None,
 ) -> pd.DataFrame:
-    """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk and node findings.
-
-    `since` (per row, with a `cutoff` column in features): when the GPU's risk last rose to
-    `demote` and stayed (NaT: in this round); a model demote whose risk has not held the wait of
-    its riskiest head (`Thresholds.wait_for`) is a watch saying so. None: the risk of this
-    instant decides alone.
-
-    `released` (per row, with `cutoff`): when a drain or RMA last let the GPU go, where its
-    rounds since continue it without a break (`replay.probation_began`; NaT: none). Where no drain or
-    RMA holds now and the risk is at `probation_risk` or above, the GPU is demoted on probation
-    (`on_probation`), with a reason saying since when and until when. None: no probation.
-
-    `demoted` (per row): since when the GPU's standing decision is a demote (NaT: it is not).
-    Where the risk is at `Thresholds.release_level` or above, the demote is held (`replay.held_demotes`),
-    with a reason saying since when and what ends it. None: no hold.
-
-    `heat_since` (per row, with `cutoff`): when the GPU's run of rounds whose core heat alone counts
-    (`conditions.heat_alone`) began (NaT: in this round). Where its heat counts now and has held
-    `Thresholds.thermal_heat_for_s`, the GPU is demoted whatever its risk (`heat_held`), with a
-    reason saying how hot and since when. None: as all NaT (without a `cutoff` column, only a hold
-    of 0 is met). A time given without `cutoff` is a ValueError, as `released` is.
-
-    `remap_since` (per row, with `cutoff`): when the GPU's run of rounds with its ECC risk at
-    `Thresholds.remap_hold_risk` or above began (NaT: this round, or it is not at it). With it,
-    NVIDIA's drain for a pending remap, where no other drain or RMA rule fires, is held at watch while
-    the ECC risk is known and has not held that level for `remap_hold_for_s` (`remap_waits`), unless the
-    GPU's drain stands (`drained`, per row: its standing decision is a drain or RMA, or its ECC risk held
-    that level within `remap_hold_clear_s`, `replay.recently_wore`; None: none does): a drain, once
-    made, stands until the remap is taken. None: no hold.
+    """Per GPU row: `decision` (one of DECISIONS) and `reasons` (list[str]) from rules, risk, node
+    findings and what the rounds before carry over (`carried`; None: nothing, this round decides alone).
 
     `risk` has the features' index and a `risk` column, optionally the heads `risk_ecc`,
     `risk_thermal`, `risk_pcie`, the model's `reasons` (list[str] per row) and a `risk_note`
@@ -139,11 +143,12 @@ def decide(
     is thermal is held at `watch` unless the GPU's `temp_excess_vs_node_z` or its `mem_spread_z`
     reaches `node_heat.stands_out_z`; what a rule asks for is never lowered.
     """
+    past = carried or CarriedOver()
     _check_frames(features, risk)
     n = len(features)
     hits = evaluate_rules(features) if rule_hits is None else rule_hits
     pos, hit_sev = _hit_severity(features, hits)
-    remap_held = remap_held_rows(features, hits, risk, thresholds, remap_since, drained)
+    remap_held = remap_held_rows(features, hits, risk, thresholds, past.ecc_since, past.drained)
     rule_sev = _rule_severity(n, hits, pos, hit_sev, remap_held)
 
     r = risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan)
@@ -154,14 +159,13 @@ def decide(
     held = _node_held(features, mode, model_sev, on_hot_node, heat)
     model_sev[held] = SEVERITY["watch"]
     pending = agreed = np.zeros(n, dtype=bool)
-    load_share, surprise = feature_column(features, "heat_load_share"), feature_column(features, "replay_surprise_6h")
-    if since is not None and thresholds.longest_wait > pd.Timedelta(0):
-        waits, cut_short = demote_waits(features, since, thresholds, mode)
+    if past.risk_since is not None and thresholds.longest_wait > pd.Timedelta(0):
+        waits, cut_short = demote_waits(features, past.risk_since, thresholds, mode)
         pending = (model_sev == SEVERITY["demote"]) & waits
         agreed = (model_sev == SEVERITY["demote"]) & cut_short
         model_sev[pending] = SEVERITY["watch"]
     node_sev = np.where(on_hot_node, SEVERITY["watch"], 0)
-    standing = _standing_demotes(features, r, rule_sev >= SEVERITY["drain"], thresholds, released, demoted, heat_since)
+    standing = _standing_demotes(features, r, rule_sev >= SEVERITY["drain"], thresholds, past)
     standing_sev = np.where(standing.probation | standing.heat | standing.hold, SEVERITY["demote"], 0)
     final = np.maximum(np.maximum(rule_sev, model_sev), np.maximum(node_sev, standing_sev))
 
@@ -170,31 +174,17 @@ def decide(
     hit_reasons, set_it = hits["reason"].to_numpy(), hit_sev == final[pos]
     for i in np.flatnonzero(set_it):
         reasons[pos[i]].append(str(hit_reasons[i]))
-    stands = None if remap_since is None or drained is None else np.asarray(drained, dtype=bool)
+    stands = None if past.ecc_since is None or past.drained is None else np.asarray(past.drained, dtype=bool)
     _add_remap_context(reasons, hits, pos, set_it, risk, thresholds, stands)
     _add_remap_wait(reasons, hits, pos, np.flatnonzero(remap_held & (rule_sev == final)), risk, thresholds)
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
-    own_vs_node = feature_column(features, "heat_vs_node_own_z")
     for i in np.flatnonzero(on_hot_node & (node_sev == final)):
         reasons[i].append(node_text[i])
         if held[i]:
             reasons[i].append(held_reason(float(vs_node[i]), float(mem_spread[i]), heat))
     # ... then the model's, where the model's own decision is the final one (a pending demote says so first).
-    for i in np.flatnonzero(pending & (model_sev == final)):
-        began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
-        at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
-        reasons[i].append(
-            pending_reason(
-                at,
-                thresholds,
-                str(mode[i]),
-                float(load_share[i]),
-                float(surprise[i]),
-                float(mem_spread[i]),
-                float(own_vs_node[i]),
-            )
-        )
+    _add_pending_reasons(reasons, features, np.flatnonzero(pending & (model_sev == final)), past, thresholds, mode)
     # ... or why it did not wait, where two readings agree.
     _add_agree_reasons(reasons, features, np.flatnonzero(agreed & (model_sev == final)), thresholds)
     # ... or a standing demote's (a probation, the heat alone, a hold), where one set the decision (the
@@ -214,6 +204,31 @@ def decide(
     out = pd.DataFrame({"decision": decision}, index=features.index)
     out["reasons"] = pd.Series(reasons, index=features.index, dtype=object)
     return out
+
+
+def _add_pending_reasons(
+    reasons: list[list[str]], features: pd.DataFrame, rows: np.ndarray, past: CarriedOver, thresholds: Thresholds,
+    mode: np.ndarray,
+) -> None:  # fmt: skip
+    """Append to `rows`' reasons why their model demote waits: since when its risk is high
+    (`past.risk_since`; NaT: this round's cutoff) and until when (`pending_reason`)."""
+    load_share, surprise = feature_column(features, "heat_load_share"), feature_column(features, "replay_surprise_6h")
+    mem_spread, own_vs_node = feature_column(features, "mem_spread_z"), feature_column(features, "heat_vs_node_own_z")
+    since = past.risk_since
+    for i in rows:
+        began = pd.Timestamp(since[i]) if since is not None and not pd.isna(since[i]) else None
+        at = began.tz_localize("UTC") if began is not None else pd.Timestamp(features["cutoff"].iat[i])
+        reasons[i].append(
+            pending_reason(
+                at,
+                thresholds,
+                str(mode[i]),
+                float(load_share[i]),
+                float(surprise[i]),
+                float(mem_spread[i]),
+                float(own_vs_node[i]),
+            )
+        )
 
 
 def _add_agree_reasons(
@@ -272,13 +287,12 @@ def _standing_demotes(
     r: np.ndarray,
     out_now: np.ndarray,
     thresholds: Thresholds,
-    released: np.ndarray | None,
-    demoted: np.ndarray | None,
-    heat_since: np.ndarray | None,
+    past: CarriedOver,
 ) -> _Standing:
-    """Per row: whether the GPU is demoted on probation (`released`, `on_probation`), on its heat alone
-    (`heat_alone`, held since `heat_since` for `heat_held`), and whether its standing demote is held
-    (`demoted`: since when it stands; risk `r` at the release level)."""
+    """Per row: whether the GPU is demoted on probation (`past.released`, `on_probation`), on its heat
+    alone (`heat_alone`, held since `past.heat_since` for `heat_held`), and whether its standing demote
+    is held (`past.demoted`: since when it stands; risk `r` at the release level)."""
+    released, demoted, heat_since = past.released, past.demoted, past.heat_since
     n = len(features)
     probation = hold = np.zeros(n, dtype=bool)
     if released is not None and thresholds.probation_for_s > 0:
@@ -387,7 +401,7 @@ def _add_remap_context(
     """After a pending remap's reason, where that rule set the decision and the ECC head's risk is
     known: how urgent the reset is (`remap_context`). A weak row on a healthy GPU is remapped too,
     and NVIDIA lets work go on meanwhile; a wearing memory shows in the ECC risk. Where the hold is
-    on and the drain stands (`stands`, per row: `decide`'s `drained`) with this round's ECC risk under
+    on and the drain stands (`stands`, per row: `CarriedOver.drained`) with this round's ECC risk under
     its level, why it stands instead (`remap_stands_reason`): not that the reset can wait."""
     if "risk_ecc" not in risk.columns:
         return
@@ -416,17 +430,17 @@ def _rule_severity(
 
 def remap_held_rows(
     features: pd.DataFrame, hits: pd.DataFrame, risk: pd.DataFrame, thresholds: Thresholds,
-    remap_since: np.ndarray | None, drained: np.ndarray | None,
+    ecc_since: np.ndarray | None, drained: np.ndarray | None,
 ) -> np.ndarray:  # fmt: skip
-    """Per row: NVIDIA's pending-remap drain held at watch (`decide`'s `remap_since`, `replay.remap_held`):
-    no drain or RMA holds it now, whatever the rule says."""
+    """Per row: NVIDIA's pending-remap drain held at watch (`CarriedOver.ecc_since` and `drained`,
+    `replay.remap_held`): no drain or RMA holds it now, whatever the rule says."""
     n = len(features)
-    if remap_since is None or thresholds.remap_hold_risk <= 0 or "risk_ecc" not in risk.columns:
+    if ecc_since is None or thresholds.remap_hold_risk <= 0 or "risk_ecc" not in risk.columns:
         return np.zeros(n, dtype=bool)
     if "cutoff" not in features.columns:
-        raise ValueError("remap_since is a time per row: the features need a cutoff column to measure it from")
+        raise ValueError("ecc_since is a time per row: the features need a cutoff column to measure it from")
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
-    waits = remap_waits(features["cutoff"], remap_since, ecc, thresholds)
+    waits = remap_waits(features["cutoff"], ecc_since, ecc, thresholds)
     was_out = np.zeros(n, dtype=bool) if drained is None else np.asarray(drained, dtype=bool)
     return np.asarray(remap_alone(hits, features.index) & waits & ~was_out)
 

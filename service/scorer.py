@@ -20,21 +20,19 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-import numpy as np
 import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.worker import Worker
-from predictor.conditions import HEAT_COLUMNS, heat_counts
 from predictor.findings import with_lost_gpus, with_probe_findings
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, decision_changes
 from predictor.remap_hold import thresholds_with
-from predictor.replay import recently_wore, stored_run_began
 from predictor.score import score, to_records
 from predictor.thresholds import Thresholds
 from service.replicas import Replica, Share, round_of, until_next_round
+from service.stored_rounds import StoredRounds
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -214,12 +212,7 @@ class Scorer(Worker):
                 at=pd.Timestamp(at) if at else None,
                 thresholds=self.thresholds,
                 failures=self.store.failures_frame(),  # repeat offenders: the fleet's own record
-                risk_since=self._risk_since,
-                released=self._released,
-                demoted=self._demoted,
-                heat_since=self._heat_since,
-                ecc_since=self._ecc_since,
-                drained=self._drained,
+                past=StoredRounds(self.store, self.thresholds),  # the rounds before, under this round's hold
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
@@ -242,63 +235,6 @@ class Scorer(Worker):
         if share is None or 0 in share.shards:  # one replica applies the retention: shard 0's
             self.prune_if_due(scored_at)
         return records
-
-    def _risk_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
-        """When each GPU's risk rose to the demote threshold, from the stored rounds before this one."""
-        th = self.thresholds
-        with np.errstate(invalid="ignore"):
-            return self._run_began(uuids, cutoff, th.longest_wait, ("risk",), lambda v: v[:, 0] >= th.demote)
-
-    def _heat_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
-        """When each GPU's run of rounds whose core heat alone counts began, from the stored rounds before this one."""
-        th = self.thresholds
-        return self._run_began(uuids, cutoff, th.heat_hold, HEAT_COLUMNS, lambda v: heat_counts(v[:, 0], v[:, 1], th))
-
-    def _ecc_since(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
-        """When each GPU's ECC risk rose to the level a pending remap's drain waits for, from the stored rounds."""
-        th = self.thresholds
-        span = pd.Timedelta(seconds=th.remap_hold_for_s)
-        with np.errstate(invalid="ignore"):
-            return self._run_began(uuids, cutoff, span, ("risk_ecc",), lambda v: v[:, 0] >= th.remap_hold_risk)
-
-    def _drained(self, uuids: list[str], cutoff: pd.Timestamp) -> set[str]:
-        """The GPUs whose pending remap's drain stands: their standing decision is a drain or RMA, or
-        their ECC risk held the hold's level within `remap_hold_clear_s` (`replay.recently_wore`, the
-        stored rounds)."""
-        th = self.thresholds
-        stands = set(self.store.drained(uuids))
-        if th.remap_hold_clear_s > 0:
-            span = pd.Timedelta(seconds=th.remap_hold_clear_s + th.remap_hold_for_s) + pd.Timedelta(hours=1)
-            stored = self.store.recent_rounds(
-                uuids, (cutoff - span).to_pydatetime(), cutoff.to_pydatetime(), of=("risk_ecc",)
-            )
-            risk = np.array([np.nan if r[2][0] is None else r[2][0] for r in stored], dtype=float)
-            stands |= recently_wore([r[:2] for r in stored], risk, cutoff, th)
-        return stands
-
-    def _run_began(
-        self,
-        uuids: list[str],
-        cutoff: pd.Timestamp,
-        span: pd.Timedelta,
-        of: tuple[str, ...],
-        counts: Callable[[np.ndarray], np.ndarray],
-    ) -> dict[str, pd.Timestamp]:
-        """When each GPU's run of stored rounds that `counts` (by their `of`, `Store.recent_rounds`, one
-        column each, NaN where null) began, read over `span` and an hour before the cutoff."""
-        lookback = cutoff - span - pd.Timedelta(hours=1)
-        stored = self.store.recent_rounds(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
-        values = np.array([[np.nan if v is None else v for v in r[2]] for r in stored], dtype=float)
-        return stored_run_began([r[:2] for r in stored], counts(values.reshape(len(stored), len(of))), uuids, cutoff)
-
-    def _released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
-        """When a drain or RMA let each GPU go, where its standing decision continues that release."""
-        went = self.store.released_at(uuids, cutoff.to_pydatetime())
-        return {u: pd.Timestamp(t) for u, t in went.items()}
-
-    def _demoted(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
-        """Since when each GPU's standing decision is a demote (a demote is held while its risk stays high)."""
-        return {u: pd.Timestamp(t) for u, t in self.store.demoted_since(uuids).items()}
 
     def _gpus_of(self, share: Share) -> list[GpuItem]:
         """The store's GPUs on the share's hosts."""

@@ -20,7 +20,7 @@ PACKAGES = ("predictor", "service", "store", "actuate", "core", "collector", "ap
 CLASSES = {  # a class a page names without its module
     "Thresholds": "predictor.thresholds",
     "NodeHeat": "predictor.node",
-    "HistoryRounds": "predictor.score",
+    "HistoryRounds": "predictor.history_rounds",
     "Store": "store",
     "Lowering": "actuate.plan",
 }
@@ -79,7 +79,7 @@ def test_the_page_names_code_that_exists(page: str) -> None:
 
 def test_a_renamed_function_or_setting_is_found() -> None:
     text = (
-        "`conditions.light_load` `Thresholds.release_level` `policy.decide(since=…)` `Store.drained` "
+        "`conditions.light_load` `Thresholds.release_level` `policy.decide(carried=…)` `Store.drained` "
         "`thresholds.gone_away` `Thresholds.no_such_level` `GPUHEALTH_DEMOTE_FOR` `GPUHEALTH_NO_SUCH` "
         "`policy.py` `gpuhealth.io/state=watch`"
     )

@@ -63,17 +63,18 @@ def test_a_dip_below_the_threshold_starts_the_clock_again(tmp_path: Path) -> Non
 
 def test_gpuhealth_score_reads_how_long_the_risk_held_from_the_history() -> None:
     """One-shot scoring has no stored rounds: the history's own hours before the cutoff say it."""
-    from predictor.score import HistoryRounds, score
+    from predictor.history_rounds import HistoryRounds
+    from predictor.score import score
 
     frame = pd.DataFrame(samples(4 * 24))
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
     model, th = constant_model(("ecc",)), Thresholds(ecc_demote_for_s=3 * 3600)
-    held = score(model, frame, thresholds=th, risk_since=HistoryRounds(model, frame, th).risk_since)
+    held = score(model, frame, thresholds=th, past=HistoryRounds(model, frame, th))
     assert held["decision"].tolist() == ["demote"]
     # A history that begins 6 h before the cutoff has no model score in its first hours (too
     # little history), so the risk has held only since it has one: pending.
     short = frame[frame["timestamp"] >= frame["timestamp"].max() - pd.Timedelta(hours=7, minutes=30)]
     short = short.reset_index(drop=True)
-    pending = score(model, short, thresholds=th, risk_since=HistoryRounds(model, short, th).risk_since)
+    pending = score(model, short, thresholds=th, past=HistoryRounds(model, short, th))
     assert pending["decision"].tolist() == ["watch"]
     assert pending["reasons"].iat[0][0].startswith("demote pending")

@@ -19,7 +19,8 @@ import pandas as pd
 import pytest
 
 from predictor.conditions import HEAT_COLUMNS
-from predictor.score import HistoryRounds, score
+from predictor.history_rounds import HistoryRounds
+from predictor.score import score
 from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from store import Store
@@ -94,9 +95,8 @@ def test_the_service_demotes_once_the_heat_has_held_and_gpuhealth_score_agrees(
     # `gpuhealth score` reads the same hold from the history's own hours.
     frame = fleet.assign(timestamp=pd.to_datetime(fleet["timestamp"], utc=True))
     for h in (first + 2, first + 3, HOURS[-1]):
-        past = HistoryRounds(MODEL, frame, TH)
         row = score(MODEL, frame, at=pd.Timestamp(DAY7 + timedelta(hours=h)), thresholds=TH,
-                    heat_since=past.heat_since).set_index("gpu_uuid").loc["GPU-0"]  # fmt: skip
+                    past=HistoryRounds(MODEL, frame, TH)).set_index("gpu_uuid").loc["GPU-0"]  # fmt: skip
         assert row["decision"] == expected[h]
 
 
@@ -144,9 +144,8 @@ def test_the_heat_over_its_node_demotes_where_the_room_swings_and_its_own_heat_s
     # `gpuhealth score` reads the same from the history's own hours.
     frame = fleet.assign(timestamp=pd.to_datetime(fleet["timestamp"], utc=True))
     for h in (first + 2, first + 3):
-        past = HistoryRounds(MODEL, frame, th)
         row = score(MODEL, frame, at=pd.Timestamp(day9 + timedelta(hours=h)), thresholds=th,
-                    heat_since=past.heat_since).set_index("gpu_uuid").loc["GPU-0"]  # fmt: skip
+                    past=HistoryRounds(MODEL, frame, th)).set_index("gpu_uuid").loc["GPU-0"]  # fmt: skip
         assert row["decision"] == expected[h]
     (tmp_path / "off").mkdir()
     _, off = served(tmp_path / "off", fleet, replace(th, thermal_heat_vs_node_z=0.0), start=day9)

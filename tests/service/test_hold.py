@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from predictor.score import HistoryRounds, score
+from predictor.history_rounds import HistoryRounds
+from predictor.score import score
 from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from store import Store
@@ -82,9 +83,8 @@ def test_gpuhealth_score_reads_the_standing_demote_from_the_history() -> None:
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
 
     def at(hour: int, th: Thresholds = TH) -> pd.Series:
-        past = HistoryRounds(MODEL, frame, th)
         out = score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=hour)), thresholds=th,
-                    risk_since=past.risk_since, released=past.released, demoted=past.demoted)  # fmt: skip
+                    past=HistoryRounds(MODEL, frame, th))  # fmt: skip
         return out.iloc[0]
 
     row = at(7)

@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from predictor.score import HistoryRounds, score
+from predictor.history_rounds import HistoryRounds
+from predictor.score import score
 from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from store import Store
@@ -84,8 +85,7 @@ def test_gpuhealth_score_reads_the_release_from_the_history() -> None:
 
     def at(hour: int, th: Thresholds = long_wait) -> pd.Series:
         out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=hour)), thresholds=th,
-                    risk_since=HistoryRounds(model, frame, th).risk_since,
-                    released=HistoryRounds(model, frame, th).released)  # fmt: skip
+                    past=HistoryRounds(model, frame, th))  # fmt: skip
         return out.iloc[0]
 
     assert at(1)["decision"] == "drain"
@@ -97,6 +97,5 @@ def test_gpuhealth_score_reads_the_release_from_the_history() -> None:
     # A GPU never drained is not on probation: the same history without the remap.
     clean = frame.assign(row_remap_pending=0.0)
     out = score(model, clean, at=pd.Timestamp(DAY3 + timedelta(hours=4)), thresholds=long_wait,
-                risk_since=HistoryRounds(model, clean, long_wait).risk_since,
-                released=HistoryRounds(model, clean, long_wait).released)  # fmt: skip
+                past=HistoryRounds(model, clean, long_wait))  # fmt: skip
     assert out["decision"].tolist() == ["watch"]

@@ -18,9 +18,10 @@ import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry
 
+from predictor.history_rounds import HistoryRounds
 from predictor.model import RiskModel
 from predictor.remap_hold import remap_hold_verdict
-from predictor.score import HistoryRounds, score
+from predictor.score import score
 from predictor.thresholds import Thresholds
 from service.scorer import ModelMetrics, Scorer
 from store import Store
@@ -113,10 +114,8 @@ def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
 
     def at(hour: int, th: Thresholds = TH) -> str:
-        past = HistoryRounds(MODEL, frame, th)
         out = score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=hour)), thresholds=th,
-                    risk_since=past.risk_since, released=past.released, demoted=past.demoted,
-                    ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
+                    past=HistoryRounds(MODEL, frame, th))  # fmt: skip
         return str(out.iloc[0]["decision"])
 
     assert [at(h) for h in (3, 7, 13, 17, 21)] == ["watch", "drain", "drain", "ok", "drain"]
@@ -142,9 +141,8 @@ def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
     assert got[4]["reasons"][0].startswith("probation: a drain or RMA let it go on 2026-03-04 17:00 UTC")
     frame = samples()
     frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True)
-    past = HistoryRounds(model, frame, NO_CLEAR)
-    out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=21)), thresholds=NO_CLEAR, released=past.released,
-                ecc_since=past.ecc_since, drained=past.drained)  # fmt: skip
+    out = score(model, frame, at=pd.Timestamp(DAY3 + timedelta(hours=21)), thresholds=NO_CLEAR,
+                past=HistoryRounds(model, frame, NO_CLEAR))  # fmt: skip
     assert out.iloc[0]["decision"] == "demote"
 
 
