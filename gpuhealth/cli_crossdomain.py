@@ -33,7 +33,7 @@ def parse_families(text: str) -> tuple[str, ...]:
 
 def train_families(out: Path, families: str, fleets_per_family: int, nodes: int, days: float, every: str) -> None:
     """Train on randomised fleets of the given families and write the model."""
-    from service.crossdomain import Plan, train_on_families
+    from modelops.crossdomain import Plan, train_on_families
 
     plan = Plan(families=parse_families(families), fleets_per_family=fleets_per_family, train_nodes=nodes,
                 train_days=days, every=every)  # fmt: skip
@@ -72,12 +72,10 @@ def evaluate_cross_domain(
     healthy_remaps: float | None = None,
 ) -> bool:
     """The leave-one-family-out table (and the given or shipped model on the unseen family); True if all floors hold.
-    `scores`: a folder where the models and scored rows are kept (`service.scorecache`);
+    `scores`: a folder where the models and scored rows are kept (`modelops.scorecache`);
     `model_seed`: the left-out-family models' own seed (the `unseen` column is the shipped model's);
     `healthy_remaps`: the held-out fleets' burst remap share (`Plan.test_burst_remap_share`)."""
-    from predictor.score import load_model
-    from predictor.thresholds import Thresholds
-    from service.crossdomain import (
+    from modelops.crossdomain import (
         Plan,
         all_floors_hold,
         holds_every_floor,
@@ -85,7 +83,9 @@ def evaluate_cross_domain(
         pooled,
         write_cross_domain,
     )
-    from service.scorecache import ScoreCache
+    from modelops.scorecache import ScoreCache
+    from predictor.score import load_model
+    from predictor.thresholds import Thresholds
 
     say = _say("cross-domain")
     plan = Plan(

@@ -17,7 +17,7 @@ from gpuhealth.cli_backend import fail
 from gpuhealth.cli_db import DbOption, opened_store
 
 if TYPE_CHECKING:
-    from service.promote import Verdict
+    from modelops.promote import Verdict
 
 model_app = typer.Typer(
     help="Risk models trained on the fleet's own history (gpuhealth train --db) or added from a file: list, show, add, "
@@ -165,8 +165,8 @@ def add_cmd(
     would not load is never stored. Promoting the model serve already runs changes no scores, but lets
     the fleet's own outcomes decide its pending-remap drain (the card's remap_hold).
     """
+    from modelops.training import TrainingError, store_model_file
     from predictor.model import ModelError
-    from service.training import TrainingError, store_model_file
     from store import StoreError
 
     with _store(db) as store:
@@ -207,9 +207,9 @@ def promote_cmd(
     while the ECC risk shows no wear (the card's remap_hold; GPUHEALTH_REMAP_HOLD_RISK overrides).
     Exit code 1 when refused.
     """
+    from modelops.promote import PromoteError, promote
     from predictor.model import ModelError
     from predictor.thresholds import Thresholds
-    from service.promote import PromoteError, promote
     from store import StoreError
 
     s: Settings = get_settings()
@@ -240,10 +240,10 @@ def hold_cmd(
     running `gpuhealth serve` at its next round, without reloading the model. Run it after recording
     the failures of the last weeks (nightly, beside or instead of `train --db`).
     """
+    from modelops.promote import PromoteError, judge_hold
     from predictor.model import ModelError
     from predictor.remap_hold import hold_said, verdict_level
     from predictor.thresholds import Thresholds
-    from service.promote import PromoteError, judge_hold
     from store import StoreError
 
     s: Settings = get_settings()
@@ -306,7 +306,7 @@ def _num(v: float | None) -> str:
 
 @dataclass(frozen=True)
 class DbTraining:
-    """`gpuhealth train --db`'s options (the defaults are `service.training.TrainOptions`')."""
+    """`gpuhealth train --db`'s options (the defaults are `modelops.training.TrainOptions`')."""
 
     db: str
     out: Path | None
@@ -327,8 +327,8 @@ class DbTraining:
 
 def train_from_db(opts: DbTraining) -> None:
     """Train on the store's history and failures plus the simulated prior; store the model (inactive)."""
+    from modelops.training import TrainingError, TrainOptions, train_from_store
     from predictor.model import ModelError
-    from service.training import TrainingError, TrainOptions, train_from_store
     from store import StoreError
 
     train_opts = TrainOptions(

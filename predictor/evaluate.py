@@ -88,7 +88,7 @@ def score_rows(
 ) -> Scored:
     """What `score_span` finds before the waits: per (GPU, cutoff) the risks, the rules that fire
     and whether a node finding holds the model's demote. Nothing here depends on the waits, so
-    these rows can be kept and decided again under other ones (`service.scorecache`)."""
+    these rows can be kept and decided again under other ones (`modelops.scorecache`)."""
     cuts = pd.date_range(start, end, freq=every)
     parts = []
     for i in range(0, len(cuts), chunk):

@@ -7,7 +7,7 @@ from fastapi import APIRouter
 from api import schemas
 from api.deps import ConfigDep, StoreDep
 from api.errors import problem
-from service.model_card import card_from_meta, describe
+from modelops.model_card import card_from_meta, describe
 from store import NotFound
 
 reads = APIRouter(prefix="/v1/model", tags=["model"])

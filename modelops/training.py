@@ -27,8 +27,8 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from core import history, hourly
+from modelops.model_card import CARD_FORMAT, json_safe, trained_on
 from predictor.model import DAY, HOUR, RiskModel, TrainingSet, failure_counts, train_sets
-from service.model_card import CARD_FORMAT, json_safe, trained_on
 from service.scorer import all_gpus
 from simulator.families import prior_fleets
 from store import Store

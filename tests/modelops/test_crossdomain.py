@@ -11,9 +11,7 @@ import pandas as pd
 import pytest
 
 from gpuhealth.cli_crossdomain import parse_families, parse_seeds
-from predictor.evaluate import FLOORS, field_precision
-from predictor.thresholds import Thresholds
-from service.crossdomain import (
+from modelops.crossdomain import (
     FLOOR_NAMES,
     Plan,
     all_floors_hold,
@@ -26,6 +24,8 @@ from service.crossdomain import (
     totals,
     write_cross_domain,
 )
+from predictor.evaluate import FLOORS, field_precision
+from predictor.thresholds import Thresholds
 from simulator.families import FAMILIES
 
 
@@ -134,7 +134,7 @@ def test_pooled_judges_each_family_as_one_fleet_by_the_same_floors() -> None:
 
 
 def test_the_models_own_seed_is_the_plans(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service import crossdomain
+    from modelops import crossdomain
 
     seeds: list[int] = []
 
@@ -256,7 +256,7 @@ def test_the_cli_says_how_many_fleets_and_families_hold(tmp_path: Path, monkeypa
     from rich.console import Console
 
     import gpuhealth.cli_crossdomain as cli_cd
-    from service import crossdomain
+    from modelops import crossdomain
 
     good = table_row("temperate", 0.93) | {"seed": 900, "judged_gpu_days": 300_000.0}  # field precision 0.96
     bad = table_row("hot-aisle", 0.93, ok=False) | {"seed": 900}

@@ -27,17 +27,15 @@ from collections.abc import Callable
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
+from modelops.plan import Plan
 from predictor.conditions import WAIT_INPUTS
 from predictor.evaluate import Scored
 from predictor.model import ModelError, RiskModel
 from predictor.thresholds import Thresholds
-
-if TYPE_CHECKING:
-    from service.crossdomain import Plan
 
 Progress = Callable[[str], None]
 PACKAGES = ("core", "predictor", "simulator")

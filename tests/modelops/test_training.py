@@ -12,12 +12,8 @@ import pandas as pd
 import pytest
 
 from core.hourly import to_hours
-from predictor.model import ModelError
-from predictor.remap_hold import MIN_REMAP_GPUS
-from predictor.thresholds import Thresholds
-from service.promote import PromoteError, compare, judge_hold, promote
-from service.scorer import Scorer
-from service.training import (
+from modelops.promote import PromoteError, compare, judge_hold, promote
+from modelops.training import (
     FLEET_SET,
     TrainingError,
     TrainOptions,
@@ -27,6 +23,10 @@ from service.training import (
     store_model_file,
     train_from_store,
 )
+from predictor.model import ModelError
+from predictor.remap_hold import MIN_REMAP_GPUS
+from predictor.thresholds import Thresholds
+from service.scorer import Scorer
 from simulator.domain import Domain
 from simulator.fleet import SimConfig
 from simulator.run import simulate

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from modelops import crossdomain, scorecache
+from modelops.crossdomain import Plan, _summary, evaluate_on
+from modelops.scorecache import ScoreCache
 from predictor.evaluate import Scored
 from predictor.model import RiskModel
 from predictor.score import load_model
 from predictor.thresholds import Thresholds
-from service import crossdomain, scorecache
-from service.crossdomain import Plan, _summary, evaluate_on
-from service.scorecache import ScoreCache
 from tests.service.tiny_model import tiny_model
 
 PLAN = Plan(families=("temperate",), test_nodes=6, test_days=40, test_acceleration=40, test_seeds=(31,))

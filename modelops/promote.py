@@ -35,14 +35,14 @@ from typing import Any
 import pandas as pd
 
 from core.history import HistoryError
+from modelops.model_card import json_safe
+from modelops.training import TrainingError, fleet_history, fleet_trained_until
 from predictor.evaluate import MODE_LEAD, Scored, evaluate, score_rows, span_start
 from predictor.model import DAY, HOUR, MODES, RiskModel
 from predictor.remap_hold import hold_said, operator_verdict, remap_hold_verdict, thresholds_with
 from predictor.score import load_model
 from predictor.thresholds import Thresholds
-from service.model_card import json_safe
 from service.scorer import SCORE_WINDOW
-from service.training import TrainingError, fleet_history, fleet_trained_until
 from store import Store
 
 Progress = Callable[[str], None]
