@@ -315,14 +315,13 @@ def build_scheduler(
     on_results: Callable[[list[dict[str, Any]]], None] | None = None,
     latest: Callable[[], Snapshot | None] | None = None,
     interval_s: float = 10.0,
-    seed: int = 0,
 ) -> ProbeScheduler | None:
-    """A scheduler for `backend` with its own runner (`seed`: a simulated runner's); the latest
+    """A scheduler for `backend` with its own runner (`Backend.probe_runner`); the latest
     sample backs the idle check of backends that cannot tell by themselves (DCGM). None when
     the backend's GPUs cannot be probed (replay), or, with a warning, when real GPUs would need
     CuPy and it is not installed: no probe series rather than an `error` result on every GPU
     every run."""
-    runner = runner or backend.probe_runner(seed)
+    runner = runner or backend.probe_runner()
     if runner is None:
         log.info("probes are off: the %s backend's GPUs cannot be probed", backend.name)
         return None

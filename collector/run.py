@@ -73,7 +73,6 @@ def build_sampling(
     probes: ProbeConfig | None = None,
     probe_runner: ProbeRunner | None = None,
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
-    sim_seed: int = 0,
     attributors: Sequence[Attributor] = (),
     label_fields: Sequence[LabelField] | None = None,
 ) -> Sampling:
@@ -106,7 +105,7 @@ def build_sampling(
 
         scheduler = build_scheduler(
             backend, probes, runner=probe_runner, on_results=report,
-            latest=lambda: sampler.latest, interval_s=interval_s, seed=sim_seed,
+            latest=lambda: sampler.latest, interval_s=interval_s,
         )  # fmt: skip
         if scheduler is not None:
             registry.register(ProbeCollector(scheduler, hostname_label))
@@ -124,7 +123,6 @@ def build_collector(
     probes: ProbeConfig | None = None,
     probe_runner: ProbeRunner | None = None,
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
-    sim_seed: int = 0,
     web: WebConfigFile | None = None,
     nfd: NfdConfig | None = None,
     attributors: Sequence[Attributor] = (),
@@ -138,7 +136,7 @@ def build_collector(
     """
     s = build_sampling(
         backend, fields, interval_s, hostname_label, probes=probes, probe_runner=probe_runner,
-        on_probe_results=on_probe_results, sim_seed=sim_seed, attributors=attributors, label_fields=label_fields,
+        on_probe_results=on_probe_results, attributors=attributors, label_fields=label_fields,
     )  # fmt: skip
     labeler = None
     if nfd is not None:

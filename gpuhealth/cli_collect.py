@@ -139,7 +139,7 @@ def collect(
         nfd = _nfd_config(nfd_flags, b, hostname or s.hostname) if nfd_flags is not None else None
         attributors = attributors_from(pod_resources_socket, hpc_job_mapping_dir, s)
         running = build_collector(
-            b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s), sim_seed=seed,
+            b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s),
             web=web, nfd=nfd, attributors=attributors, label_fields=opened.labels,
         )  # fmt: skip
     except typer.Exit:

@@ -232,7 +232,9 @@ def serve(
     # The service's modules (the API, the store, the model) take seconds to load: only once the
     # flags are known good, so that a mistyped one is answered at once; and before the logging
     # is set up, as the checks above are, so that what the modules say as they load stays quiet.
+    from api.app import ApiConfig
     from gpuhealth.serve import build_service
+    from service.assemble import LoopConfig, build_loops
 
     setup_logging(level)
     check_port(host, port)
@@ -255,29 +257,29 @@ def serve(
     # The workloads on each GPU (pods, Slurm jobs) of a local collector, from GPUHEALTH_POD_RESOURCES_SOCKET
     # and GPUHEALTH_HPC_JOB_MAPPING_DIR; fleet mode reads them from the exporters' labels instead.
     attributors = attributors_from(None, None, s) if opened is not None else []
-    svc = build_service(
-        store,
-        m,
-        backend=opened.backend if opened else None,
-        fields=opened.fields if opened else None,
+    config = LoopConfig(
+        fields=opened.fields if opened else (),
         interval_s=opened.interval_s if opened else 10.0,
         score_interval_s=score_s,
         thresholds=thresholds,
+        buffer_samples=s.buffer_samples,
+        hostname_label=opened.hostname_label if opened else s.hostname_label,
+        probes=probe_config(s),
+        retention=retention,
+        attributors=attributors,
+    )
+    loops = build_loops(
+        store, m, config, backend=opened.backend if opened else None, puller=puller, replica=replica,
+        actuation=actuation,
+    )  # fmt: skip
+    api = ApiConfig(
         token=token,
         read_open=s.read_open,
         metrics_open=s.metrics_open,
         max_request_bytes=s.max_request_bytes,
         body_timeout_s=body_timeout_s,
-        buffer_samples=s.buffer_samples,
-        hostname_label=opened.hostname_label if opened else s.hostname_label,
-        probes=probe_config(s),
-        sim_seed=seed,
-        retention=retention,
-        puller=puller,
-        replica=replica,
-        actuation=actuation,
-        attributors=attributors,
     )
+    svc = build_service(loops, api)
     _announce(_feed(opened, pull, prom_url, replica), store, score_s, host, port, token)
     if actuation is not None:
         out.print(f"  actuator: {actuation[1].mode} on {actuation[0].name}; {host_url(host, port)}/v1/actions",
@@ -410,9 +412,11 @@ def demo(
     log_level: LogLevelOpt = None,
 ) -> None:
     """A simulated fleet with faults that ripen within a minute, served with an embedded SQLite database."""
-    from gpuhealth.serve import build_service, warm_up
+    from api.app import ApiConfig
+    from gpuhealth.serve import build_service
     from predictor.score import load_model
     from predictor.thresholds import Thresholds
+    from service.assemble import LoopConfig, build_loops, warm_up
 
     s = load_settings()
     level = log_level or "WARNING"
@@ -435,26 +439,22 @@ def demo(
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")
     actuation = actuation_from_settings(s, store, actuator_plan(s, "dry-run", "sim", interval=DEMO_ACTUATE_EVERY))
-    svc = build_service(
-        store,
-        load_model(s.model),
-        backend=opened.backend,
+    config = LoopConfig(
         fields=opened.fields,
         interval_s=interval_s,
         score_interval_s=5.0,
         thresholds=Thresholds.from_settings(s),
-        token=token,
         hostname_label=opened.hostname_label,
         probes=probe_config(s, every=DEMO_PROBE_EVERY),
-        sim_seed=seed,
-        actuation=actuation,
     )
+    loops = build_loops(store, load_model(s.model), config, backend=opened.backend, actuation=actuation)
+    svc = build_service(loops, ApiConfig(token=token))
     out.print(
         f"gpuhealth demo: simulating two days of history for {nodes * gpus_per_node} GPUs …",
         highlight=False,
         soft_wrap=True,
     )
-    warm_up(svc, DEMO_WARMUP_STEPS)
+    warm_up(loops, DEMO_WARMUP_STEPS)
     base = f"http://{host}:{port}"
     out.print(
         f"""gpuhealth demo: {nodes} nodes × {gpus_per_node} GPUs, one second = ten simulated minutes.

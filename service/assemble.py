@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from prometheus_client import generate_latest
@@ -36,6 +36,27 @@ from store import Retention, Store, StoreError
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LoopConfig:
+    """How the loops sample, buffer, score and keep: the settings and flags of `serve`, in one value."""
+
+    fields: Sequence[Field] = ()
+    """The catalogue fields the in-process collector exports and stores."""
+    interval_s: float = 10.0
+    """Sampling interval of the in-process collector."""
+    score_interval_s: float = 300.0
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    buffer_samples: int = 200_000
+    """The ingest buffer's bound: samples held in memory while the database is away."""
+    hostname_label: str = HOSTNAME
+    probes: ProbeConfig | None = None
+    """When and what the in-process collector probes; None: no probes."""
+    retention: Retention | None = None
+    """What the scorer prunes after its rounds; None: it keeps everything."""
+    attributors: Sequence[Attributor] = ()
+    """Where the in-process collector reads the pods and jobs on each GPU."""
+
+
 @dataclass
 class Loops:
     """The service's running parts, without the API (tests drive them directly)."""
@@ -56,6 +77,8 @@ class Loops:
     """Several replicas on one database: this one's leases (fleet mode)."""
     actuator: Actuator | None = None
     """The decisions acted on by the scheduler (`serve --actuate dry-run|on`)."""
+    config: LoopConfig = field(default_factory=LoopConfig)
+    """What they were built with."""
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -115,23 +138,14 @@ def data_now(sampler: Sampler | None) -> datetime:
 def build_loops(
     store: Store,
     model: RiskModel,
+    config: LoopConfig,
     *,
     backend: Backend | None = None,
-    fields: list[Field] | None = None,
-    interval_s: float = 10.0,
-    score_interval_s: float = 300.0,
-    thresholds: Thresholds | None = None,
-    buffer_samples: int = 200_000,
-    hostname_label: str = HOSTNAME,
-    probes: ProbeConfig | None = None,
-    sim_seed: int = 0,
-    retention: Retention | None = None,
     puller: PrometheusPuller | None = None,
     replica: Replica | None = None,
     actuation: tuple[Target, ActuatorConfig] | None = None,
-    attributors: Sequence[Attributor] = (),
 ) -> Loops:
-    """Assemble (not start) the loops; without a backend or a puller, scoring only.
+    """Assemble (not start) the loops as `config` says; without a backend or a puller, scoring only.
 
     With a `replica` (several `serve --source prometheus` on one database), the scorer and the
     puller work on its share of the fleet and the scorer keeps the database's clock. With
@@ -142,10 +156,10 @@ def build_loops(
     probe_scheduler = None
     if backend is not None:
         simulated = backend.data_time() is not None  # its own clock, ahead of ours by design
-        buffer = IngestBuffer(store, capacity=buffer_samples, clock=None if simulated else _wall_clock)
+        buffer = IngestBuffer(store, capacity=config.buffer_samples, clock=None if simulated else _wall_clock)
         sampling = build_sampling(
-            backend, fields or [], interval_s, hostname_label, probes=probes, sim_seed=sim_seed,
-            on_probe_results=buffer.add_probes, attributors=attributors,
+            backend, config.fields, config.interval_s, config.hostname_label, probes=config.probes,
+            on_probe_results=buffer.add_probes, attributors=config.attributors,
         )  # fmt: skip
         sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
         sampler.subscribe(lambda snap: buffer.add(*snapshot_rows(snap)))
@@ -163,16 +177,16 @@ def build_loops(
     clock_of = sampler
     now = replica.now if replica is not None else lambda: data_now(clock_of)
     scorer = Scorer(
-        store, model, thresholds or Thresholds(), score_interval_s, now=now, retention=retention, replica=replica
+        store, model, config.thresholds, config.score_interval_s, now=now, retention=config.retention, replica=replica
     )
     actuator = None
     if actuation is not None:
         # On the scorer's clock: the settle period and the breaker's window are measured in the time
         # the decisions were made in (simulated time in the demo).
-        target, config = actuation
-        actuator = Actuator(store, target, config, now=now, owns=_share_of(replica) if replica is not None else None)
+        target, acting = actuation
+        actuator = Actuator(store, target, acting, now=now, owns=_share_of(replica) if replica is not None else None)
     return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
-                 _with_model_metrics(extra, scorer), replica, actuator)  # fmt: skip
+                 _with_model_metrics(extra, scorer), replica, actuator, config)  # fmt: skip
 
 
 def _share_of(replica: Replica) -> Callable[[], Callable[[str], bool]]:

@@ -115,8 +115,8 @@ class Backend(Protocol):
         clock (sim, replay); None: readings are as of the wall clock when they were read."""
         ...
 
-    def probe_runner(self, seed: int = 0) -> ProbeRunner | None:
-        """The runner that probes these GPUs (`seed`: a simulated runner's); None: they cannot be probed."""
+    def probe_runner(self) -> ProbeRunner | None:
+        """The runner that probes these GPUs; None: they cannot be probed."""
         ...
 
     def close(self) -> None:

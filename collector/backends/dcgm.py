@@ -355,8 +355,8 @@ class DcgmBackend:
         """None: live readings are as of the wall clock."""
         return None
 
-    def probe_runner(self, seed: int = 0) -> ProbeRunner:
-        """The CUDA kernels in a child process per GPU (`seed` is for simulated runners)."""
+    def probe_runner(self) -> ProbeRunner:
+        """The CUDA kernels in a child process per GPU."""
         return SubprocessProbeRunner()
 
     def close(self) -> None:

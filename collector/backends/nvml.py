@@ -448,8 +448,8 @@ class NvmlBackend:
 
     # --- probing: the runner and the idle check --------------------------------------------
 
-    def probe_runner(self, seed: int = 0) -> ProbeRunner:
-        """The CUDA kernels in a child process per GPU (`seed` is for simulated runners)."""
+    def probe_runner(self) -> ProbeRunner:
+        """The CUDA kernels in a child process per GPU."""
         return SubprocessProbeRunner()
 
     def busy_reason(self, uuid: str, util_threshold_pct: float = 5.0) -> str | None:

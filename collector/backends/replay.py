@@ -198,7 +198,7 @@ class ReplayBackend:
         """History time of a read now (epoch seconds): what the readings are stored under."""
         return float(self.history_time().timestamp())
 
-    def probe_runner(self, seed: int = 0) -> ProbeRunner | None:
+    def probe_runner(self) -> ProbeRunner | None:
         """None: recorded GPUs cannot be probed (and this host's GPUs are not the ones replayed)."""
         return None
 

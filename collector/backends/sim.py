@@ -57,6 +57,7 @@ class SimBackend:
         if start is not None:  # default: a fixed start, so a seed gives the same values everywhere
             cfg = replace(cfg, start=start)
         self.fleet = FleetSim(cfg)
+        self.seed = seed
         self.step_s = step_s
         for f in faults:
             self.fleet.inject(f)
@@ -82,9 +83,9 @@ class SimBackend:
         """Simulated time of the latest reading (epoch seconds)."""
         return float(self.fleet.time)
 
-    def probe_runner(self, seed: int = 0) -> ProbeRunner:
-        """Probe results derived from the simulated fleet, deterministic per `seed`."""
-        return SimProbeRunner(self.fleet, seed)
+    def probe_runner(self, seed: int | None = None) -> ProbeRunner:
+        """Probe results derived from the simulated fleet, deterministic per `seed` (default: the fleet's)."""
+        return SimProbeRunner(self.fleet, self.seed if seed is None else seed)
 
     def gpus(self) -> list[GpuInfo]:
         return list(self._infos)

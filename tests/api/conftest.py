@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from api.app import ApiConfig
 from collector.backends.sim import SimBackend
 from core import catalog
-from gpuhealth.serve import Service, build_service, warm_up
+from gpuhealth.serve import Service, build_service
 from predictor.score import load_model
+from service.assemble import LoopConfig, build_loops, warm_up
 from simulator.fleet import FaultSpec
 from store import Store
 from tests.postgres import postgres_server  # noqa: F401  (session fixture)
@@ -59,12 +61,10 @@ def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         nodes=2, gpus_per_node=8, seed=3, step_s=STEP_S, faults=[FaultSpec.parse(f) for f in FAULTS],
         start=time.time() - WARMUP_STEPS * STEP_S,
     )  # fmt: skip
-    svc = build_service(
-        store, model, backend=backend, fields=list(catalog.select("default")), interval_s=1.0,
-        score_interval_s=3600, token=TOKEN,
-    )  # fmt: skip
-    warm_up(svc, WARMUP_STEPS)
-    svc.scorer.run_once()
+    config = LoopConfig(fields=list(catalog.select("default")), interval_s=1.0, score_interval_s=3600)
+    svc = build_service(build_loops(store, model, config, backend=backend), ApiConfig(token=TOKEN))
+    warm_up(svc.loops, WARMUP_STEPS)
+    svc.loops.scorer.run_once()
     # No lifespan: the background threads stay off so every test sees the same state.
     client = TestClient(svc.app)
     yield Fleet(svc, client, [g.uuid for g in backend.gpus()], url)

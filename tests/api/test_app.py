@@ -107,7 +107,7 @@ def test_failures_become_training_labels(fleet: Fleet) -> None:
     r = c.post("/v1/failures", json=rec, headers=auth())
     assert r.status_code == 201, r.text
     assert r.json()["id"] > 0
-    labels = fleet.svc.store.failures_frame()
+    labels = fleet.svc.loops.store.failures_frame()
     assert fleet.uuids[1] in set(labels["gpu_uuid"].astype(str))
     metrics = c.get("/metrics").text
     assert 'gpuhealth_failures_recorded_total{kind="rma",mode="ecc"} 1.0' in metrics
@@ -205,11 +205,11 @@ def test_oversized_streamed_or_malformed_length_is_413(fleet: Fleet) -> None:
 
 
 def test_writes_refused_without_configured_token_and_closed_reads(fleet: Fleet) -> None:
-    closed = TestClient(create_app(fleet.svc.store, ApiConfig(token=None, read_open=False)))
+    closed = TestClient(create_app(fleet.svc.loops.store, ApiConfig(token=None, read_open=False)))
     assert closed.get("/v1/gpus").status_code == 403
     no_writes = closed.post("/v1/failures", json={}, headers=auth())
     assert no_writes.status_code == 403 and "GPUHEALTH_TOKEN" in no_writes.json()["detail"]
-    guarded = TestClient(create_app(fleet.svc.store, ApiConfig(token=TOKEN, read_open=False)))
+    guarded = TestClient(create_app(fleet.svc.loops.store, ApiConfig(token=TOKEN, read_open=False)))
     assert guarded.get("/v1/gpus").status_code == 401
     assert guarded.get("/v1/gpus", headers=auth()).status_code == 200
     assert guarded.get("/healthz").status_code == 200  # probes stay open
@@ -217,7 +217,7 @@ def test_writes_refused_without_configured_token_and_closed_reads(fleet: Fleet) 
 
 def test_scoring_again_keeps_one_decision_per_gpu(fleet: Fleet) -> None:
     before = fleet.client.get("/v1/decisions", params={"limit": 1000}).json()["total"]
-    fleet.svc.scorer.run_once()
+    fleet.svc.loops.scorer.run_once()
     after = fleet.client.get("/v1/decisions", params={"limit": 1000}).json()
     assert after["total"] == before
     assert len({d["gpu_uuid"] for d in after["items"]}) == after["total"]
@@ -233,7 +233,7 @@ def test_naive_and_offset_times_are_accepted(fleet: Fleet, since: str) -> None:
 def test_probe_results_of_a_gpu(fleet: Fleet) -> None:
     uuid = fleet.uuids[2]
     ran = datetime(2026, 3, 1, tzinfo=UTC)
-    fleet.svc.store.add_probe_results([
+    fleet.svc.loops.store.add_probe_results([
         {"gpu_uuid": uuid, "ran_at": ran, "test": "gemm", "status": "pass", "value": 410.0, "unit": "TFLOP/s",
          "expected": 400.0, "ratio": 1.025, "duration_s": 2.5, "details": {"errors": 0}},
     ])  # fmt: skip

@@ -112,7 +112,7 @@ def test_another_payload_version_is_refused_whole(fleet: Fleet) -> None:
 
 
 def _closed_client(fleet: Fleet, **cfg: Any) -> TestClient:
-    return TestClient(create_app(fleet.svc.store, ApiConfig(token=TOKEN, read_open=False, **cfg)))
+    return TestClient(create_app(fleet.svc.loops.store, ApiConfig(token=TOKEN, read_open=False, **cfg)))
 
 
 @pytest.mark.parametrize("path", ["/metrics", "/docs", "/openapi.json", "/v1/gpus"])
@@ -128,7 +128,7 @@ def test_metrics_can_stay_open_for_prometheus_while_reads_are_closed(fleet: Flee
     c = _closed_client(fleet, metrics_open=True)
     assert c.get("/metrics").status_code == 200
     assert c.get("/v1/gpus").status_code == 401
-    shut = TestClient(create_app(fleet.svc.store, ApiConfig(token=TOKEN, metrics_open=False)))
+    shut = TestClient(create_app(fleet.svc.loops.store, ApiConfig(token=TOKEN, metrics_open=False)))
     assert shut.get("/metrics").status_code == 401 and shut.get("/v1/gpus").status_code == 200
 
 
@@ -154,7 +154,7 @@ def test_a_database_that_is_down_is_not_described_to_clients() -> None:
 @pytest.mark.parametrize("token", ["", "   "])
 def test_an_empty_token_disables_writes_instead_of_refusing_every_token(fleet: Fleet, token: str) -> None:
     assert Settings(token=token).token is None
-    c = TestClient(create_app(fleet.svc.store, ApiConfig(token=token)))
+    c = TestClient(create_app(fleet.svc.loops.store, ApiConfig(token=token)))
     r = c.post("/v1/decisions/1/ack", json={"by": "me"}, headers=auth(token or "x"))
     assert r.status_code == 403 and "writes are disabled" in r.json()["detail"]
 

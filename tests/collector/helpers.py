@@ -70,7 +70,7 @@ class ScriptedBackend:
     def data_time(self) -> None:
         return None  # stands in for live GPUs: readings are as of the wall clock
 
-    def probe_runner(self, seed: int = 0) -> ProbeRunner:
+    def probe_runner(self) -> ProbeRunner:
         return SubprocessProbeRunner()  # as real GPUs: the CUDA child process
 
     def close(self) -> None:

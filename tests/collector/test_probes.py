@@ -249,7 +249,7 @@ def test_sim_runner_respects_the_idle_guard() -> None:
 
 
 def test_each_backend_brings_its_runner_and_a_replay_gets_no_scheduler(caplog: pytest.LogCaptureFixture) -> None:
-    sched = build_scheduler(sim_node(), ProbeConfig(60, 60), seed=7)
+    sched = build_scheduler(sim_node(seed=7), ProbeConfig(60, 60))
     assert sched is not None and isinstance(sched.runner, SimProbeRunner) and sched.runner.seed == 7
     replay = ReplayBackend(stepped_history(FleetSim(nodes=1, gpus_per_node=2, seed=3), 3, 600.0))
     with caplog.at_level(logging.INFO, logger="collector.probes"):

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from predictor.model import RiskModel
 from predictor.thresholds import Thresholds
-from service.assemble import build_loops
+from service.assemble import LoopConfig, build_loops
 from service.scorer import ModelMetrics, Scorer
 from simulator.fleet import SimConfig
 from simulator.run import simulate
@@ -105,7 +105,7 @@ def test_a_model_that_does_not_load_is_counted_and_the_old_one_kept(
 
 
 def test_the_service_metrics_name_the_model(store: Store, models: dict[str, RiskModel]) -> None:
-    loops = build_loops(store, models["file"], score_interval_s=3600)
+    loops = build_loops(store, models["file"], LoopConfig(score_interval_s=3600))
     assert loops.extra_metrics is not None
     text = loops.extra_metrics().decode()
     assert 'gpuhealth_model_info{source="file",version=""} 1.0' in text
