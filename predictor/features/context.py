@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from predictor.feature_frame import OrderedFrame
-from predictor.feature_windows import DAY, CounterIncreases, Queries, Sums
+from predictor.features.frame import OrderedFrame
+from predictor.features.windows import DAY, CounterIncreases, Queries, Sums
 
 Columns = dict[str, np.ndarray]
 """Feature values by name, one per query; a family leaves out those it has no data for."""

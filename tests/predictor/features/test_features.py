@@ -134,7 +134,7 @@ def test_counter_reset_counts_the_new_value_never_a_negative() -> None:
     assert r["sbe_rate_1d"] == pytest.approx(10 + 5)  # per day over exactly 1 day
     assert r["dbe_7d"] == pytest.approx(15)
     # Replays: +50 before the reset; the 3 and +7 after it fall within the 12 h the link
-    # settles after a reset (predictor.feature_errors.SETTLE_S), so they do not count.
+    # settles after a reset (predictor.features.errors.SETTLE_S), so they do not count.
     assert r["replay_rate_1d"] == pytest.approx(50 / 24)
     assert r["replay_active_hours_1d"] == pytest.approx(1)
     assert r["link_retrained_1d"] == pytest.approx(1)

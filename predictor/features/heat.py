@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean, tail_as_z
-from predictor.feature_frame import T_MASK, OrderedFrame
-from predictor.feature_windows import DAY, HOUR, MONTH, Queries, Sums
+from predictor.features.context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean, tail_as_z
+from predictor.features.frame import T_MASK, OrderedFrame
+from predictor.features.windows import DAY, HOUR, MONTH, Queries, Sums
 
 SD_FLOOR_C = 0.5
 """The least spread a temperature series is credited with (°C): readings are whole degrees."""

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from predictor.feature_context import Columns, FeatureContext, family, mean, tail_as_z
-from predictor.feature_frame import OrderedFrame
-from predictor.feature_windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Sums
+from predictor.features.context import Columns, FeatureContext, family, mean, tail_as_z
+from predictor.features.frame import OrderedFrame
+from predictor.features.windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Sums
 
 XID_FEATURES = (48, 63, 64, 79, 92, 94, 95)
 """XIDs counted one by one (the ECC, remap and off-bus codes of REFERENCE.md's table);

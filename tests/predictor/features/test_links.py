@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from core.history import validate
-from predictor.feature_errors import RESET_COUNTERS
-from predictor.feature_frame import OrderedFrame
 from predictor.features import build_features
+from predictor.features.errors import RESET_COUNTERS
+from predictor.features.frame import OrderedFrame
 
 T0 = pd.Timestamp("2026-04-01T00:00:00Z")
 H100 = "NVIDIA H100 80GB HBM3"
@@ -184,7 +184,7 @@ def test_replay_surprise_is_against_the_gpus_own_habit() -> None:
 def test_a_link_degrading_for_days_is_not_its_own_habit() -> None:
     """The habit is the month before the last week: five days of replays every hour are news,
     not the link's norm; the same on a link that replayed an hour in eight before them is less so."""
-    from predictor.feature_errors import SURPRISE_MAX
+    from predictor.features.errors import SURPRISE_MAX
 
     days = list(range(5 * 24))
     habit = list(range(7 * 24 + 2, HOURS, 8))
@@ -202,7 +202,7 @@ def test_a_link_degrading_for_days_is_not_its_own_habit() -> None:
 def test_surprise_is_poisson_against_a_shrunk_habit() -> None:
     from scipy import stats
 
-    from predictor.feature_errors import PRIOR_ACTIVE_PER_H, PRIOR_HOURS, SURPRISE_MAX, surprise
+    from predictor.features.errors import PRIOR_ACTIVE_PER_H, PRIOR_HOURS, SURPRISE_MAX, surprise
 
     k, before, before_h = np.array([3.0, 1.0, 0.0, 40.0]), np.array([24.0, 0.0, 5.0, 0.0]), np.full(4, 240.0)
     z = surprise(k, before, before_h, np.full(4, 6.0))
@@ -221,7 +221,7 @@ def test_surprise_is_poisson_against_a_shrunk_habit() -> None:
 def test_surprise_rises_with_the_count_on_a_quiet_link_and_says_less_on_a_busy_one() -> None:
     """On links that replay at one rate, a surprise is a rising function of the count (so trees
     split it where they split the count); at a busy link's rate the same count is no news."""
-    from predictor.feature_errors import surprise
+    from predictor.features.errors import surprise
 
     k = np.arange(1.0, 7.0)
     quiet = surprise(k, np.full(6, 7.0), np.full(6, 696.0), np.full(6, 6.0))

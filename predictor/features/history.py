@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.feature_context import Columns, FeatureContext, family
+from predictor.features.context import Columns, FeatureContext, family
 
 DAY_NS = 86_400 * 1_000_000_000
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from predictor.feature_frame import KEY_SHIFT, OrderedFrame
+from predictor.features.frame import KEY_SHIFT, OrderedFrame
 
 HOUR = 3600
 DAY = 86400

@@ -15,8 +15,8 @@ import pytest
 from scipy import stats
 
 from core.history import validate
-from predictor.feature_heat import as_rare
 from predictor.features import build_features
+from predictor.features.heat import as_rare
 
 T0 = pd.Timestamp("2026-03-01T00:00:00Z")
 H100 = "NVIDIA H100 80GB HBM3"

@@ -3,10 +3,10 @@
 Only data at or before each cutoff is used. `SPECS` is the one table of features: each
 row names the feature, what it means, its failure mode, the windows it reads and the
 family (a function) that computes it. Families compute a few features together from a
-shared `FeatureContext` and live by signal in `feature_errors` (ECC, remaps, retired
-pages, PCIe, XIDs) and `feature_telemetry` (temperatures, power, throttling, peers,
-reporting); the history they read is ordered once (`feature_frame`) and every window is
-a difference of running sums (`feature_windows`), so thousands of cutoffs cost little
+shared `FeatureContext` and live by signal in `features.errors` (ECC, remaps, retired
+pages, PCIe, XIDs) and `features.telemetry` (temperatures, power, throttling, peers,
+reporting); the history they read is ordered once (`features.frame`) and every window is
+a difference of running sums (`features.windows`), so thousands of cutoffs cost little
 more than one. Adding a feature: a row here and its column in its family's function.
 """
 
@@ -20,8 +20,8 @@ import pandas as pd
 
 from core import hourly
 from core.history import HistoryError
-from predictor.feature_context import Family, FeatureContext
-from predictor.feature_errors import (
+from predictor.features.context import Family, FeatureContext
+from predictor.features.errors import (
     XID_FEATURES,
     dbe_counts,
     latest_values,
@@ -32,11 +32,11 @@ from predictor.feature_errors import (
     sbe_rates,
     xid_counts,
 )
-from predictor.feature_frame import OrderedFrame
-from predictor.feature_heat import heat
-from predictor.feature_history import repeat_offenders
-from predictor.feature_telemetry import peers, power_use, reporting, thermal, throttle_shares, violations
-from predictor.feature_windows import Queries
+from predictor.features.frame import OrderedFrame
+from predictor.features.heat import heat
+from predictor.features.history import repeat_offenders
+from predictor.features.telemetry import peers, power_use, reporting, thermal, throttle_shares, violations
+from predictor.features.windows import Queries
 
 STALE_S = 86400
 """A GPU whose last sample is older than this at the cutoff is not scored (it left)."""

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 
 from core.hourly import SHARE
-from predictor.feature_context import NODE_MIN_GPUS, Columns, FeatureContext, family
-from predictor.feature_windows import DAY, MONTH, WEEK, Sums
+from predictor.features.context import NODE_MIN_GPUS, Columns, FeatureContext, family
+from predictor.features.windows import DAY, MONTH, WEEK, Sums
 
 
 @family("gpu_temp_c", "memory_temp_c")
 def thermal(ctx: FeatureContext) -> Columns:
     """Core and memory temperature in °C: means and against the GPU's own past (context for
-    people; the heads see heat in the GPU's own σ, `feature_heat`)."""
+    people; the heads see heat in the GPU's own σ, `features.heat`)."""
     f = ctx.f
     temp = f.col("gpu_temp_c", native=True)
     run_t = None if temp is None or f.nan_state("gpu_temp_c")[0] else Sums(temp)
