@@ -101,7 +101,7 @@ def fill_store(store: Store, n: int) -> list[str]:
         if col not in IDENTITY_COLUMNS:
             frame[col] = rng.uniform(0, 100, n)
     frame["xid"] = 0.0
-    store.ingest(frame)
+    store.samples.ingest(frame)
     decisions = np.where(rng.uniform(size=n) < 0.1, "watch", "ok")
     records = [
         {"gpu_uuid": u, "hostname": f"node-{i // 8:05d}", "model_name": "NVIDIA H100 80GB HBM3",
@@ -109,7 +109,7 @@ def fill_store(store: Store, n: int) -> list[str]:
          "decision": str(d), "reasons": ["SBE rate 340/day, 12x its 7-day average"] if d != "ok" else []}
         for i, (u, r, d) in enumerate(zip(uuids, rng.uniform(size=n), decisions, strict=True))
     ]  # fmt: skip
-    store.write_scores(records, now - timedelta(minutes=1), rule=decision_changes)
+    store.decisions.write_scores(records, now - timedelta(minutes=1), rule=decision_changes)
     return uuids
 
 

@@ -132,7 +132,7 @@ def one_size(url: str, gpus: int, days: float) -> dict[str, float]:
         records = scorer.run_once(at=until.to_pydatetime())
         rounds.append(time.perf_counter() - t)
     assert len(records) == gpus, f"scored {len(records)} of {gpus} GPUs"
-    frame = store.scoring_history(since=(until - SCORE_WINDOW).to_pydatetime(), until=until.to_pydatetime())
+    frame = store.samples.scoring_history(since=(until - SCORE_WINDOW).to_pydatetime(), until=until.to_pydatetime())
     frame_bytes = float(frame.memory_usage(deep=True).sum())
     del frame
     parent = pa.default_memory_pool()

@@ -1,6 +1,6 @@
-"""Time `Store.ingest` against a bare driver executemany of the same rows, in the same process.
+"""Time `Samples.ingest` against a bare driver executemany of the same rows, in the same process.
 
-Ours: `Store.ingest(frame)` of a history frame (64 GPUs x N samples, every catalogue column,
+Ours: `store.samples.ingest(frame)` of a history frame (64 GPUs x N samples, every catalogue column,
 a few NaNs): validation, NaN -> NULL, GPU/node upserts, duplicate skipping (SQLite: executemany
 with ON CONFLICT DO NOTHING; PostgreSQL: COPY into a scratch table, then INSERT … ON CONFLICT).
 
@@ -117,7 +117,7 @@ def bench_sqlite(frame: pd.DataFrame, workdir: Path, repeat: int) -> Result:
                 conn.exec_driver_sql(f"DELETE FROM {table}")
 
     def run_ours() -> None:
-        assert store.ingest(frame) == len(frame)
+        assert store.samples.ingest(frame) == len(frame)
 
     ours = median_time(run_ours, reset_ours, repeat)
     store.close()
@@ -157,7 +157,7 @@ def bench_postgres(frame: pd.DataFrame, url: str, repeat: int) -> Result:
             conn.exec_driver_sql("TRUNCATE samples, gpus, nodes CASCADE")
 
     def run_ours() -> None:
-        assert store.ingest(frame) == len(frame)
+        assert store.samples.ingest(frame) == len(frame)
 
     ours = median_time(run_ours, reset_ours, repeat)
     store.close()

@@ -200,7 +200,7 @@ def queries(store: Store, conn: psycopg.Connection[Any], gpus: int) -> dict[str,
     hours = "SELECT gpu_uuid, (EXTRACT(EPOCH FROM hour) * 1000000)::bigint, n, last_at, {hv} FROM samples_hourly"
     hours = hours.format(hv=hv)
     raw = f'SELECT gpu_uuid, (EXTRACT(EPOCH FROM "timestamp") * 1000000)::bigint, {sv} FROM samples'
-    get_gpu = store._gpus.get_gpu_compiled.sql
+    get_gpu = store.gpus.get_compiled.sql
     return {
         "scorer_hours_30d": f"{hours} WHERE hour >= {ts(month)} AND hour < {ts(boundary)}",
         "scorer_hours_1h": f"{hours} WHERE hour >= {ts(boundary - timedelta(hours=1))} AND hour < {ts(boundary)}",
@@ -244,8 +244,8 @@ def time_calls(store: Store, gpus: int, n: int = 2000) -> None:
     """What the API's lookup costs through the store, end to end (psycopg prepares it from its 6th run)."""
     rng = np.random.default_rng(0)
     for name, call in (
-        ("Store.get_gpu", lambda u: store.get_gpu(u)),
-        ("Store.newest_sample_time", lambda u: store.newest_sample_time(NOW)),
+        ("Gpus.get", lambda u: store.gpus.get(u)),
+        ("Samples.newest_time", lambda u: store.samples.newest_time(NOW)),
     ):
         took = []
         for u in uuid_of(rng.integers(0, gpus, n)).tolist():

@@ -43,7 +43,7 @@ def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 def snapshot_workloads(snap: Snapshot) -> tuple[dict[str, list[dict[str, str]]], datetime]:
     """The workloads on each GPU of a snapshot (an empty list where none; a MIG instance's carry its
-    GPU_I_ID), and the time they were seen: what the service keeps per GPU (`Store.set_workloads`)."""
+    GPU_I_ID), and the time they were seen: what the service keeps per GPU (`Workloads.replace`)."""
     ts = datetime.fromtimestamp(snap.sample_time, UTC)
     out: dict[str, list[dict[str, str]]] = {r.info.uuid: [] for r in snap.readings if not r.lost}
     for (uuid, instance), sets in snap.workloads.items():

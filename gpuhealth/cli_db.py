@@ -87,7 +87,7 @@ def prune_cmd(
     """Apply the retention: remove old raw samples, roll old scores into hourly rows, delete what is kept no longer."""
     keep = retention_from_settings(get_settings(), samples=retention)
     with opened_store(db) as store:
-        done = store.apply_retention(datetime.now(UTC), keep)
+        done = store.pruner.apply(datetime.now(UTC), keep)
     typer.echo(
         f"{store.url}: removed {done['samples_deleted']} raw samples (their hours stay);"
         f" rolled {done['scores_rolled_up']} risk scores into {done['score_hours_written']} hourly rows;"
@@ -117,9 +117,9 @@ def import_cmd(
         from store import CLOCK_SKEW
 
         # Samples dated past our clock would hold back fleet mode's watermark: refused, and said so.
-        n = store.ingest(frame, not_after=datetime.now(UTC) + CLOCK_SKEW)
+        n = store.samples.ingest(frame, not_after=datetime.now(UTC) + CLOCK_SKEW)
         hosts = dict(zip(frame["gpu_uuid"].astype(str), frame["hostname"].astype(str), strict=True))
-        known = store.failures_frame()
+        known = store.labels.failures_frame()
         # importing the same labels twice must not double the failures training sees
         seen = set(zip(known["gpu_uuid"], known["failed_at"], known["mode"], strict=True))
         for row in [] if labels is None else labels.to_dict("records"):
@@ -128,7 +128,7 @@ def import_cmd(
             if (row["gpu_uuid"], row["failed_at"], row["mode"]) in seen:
                 continue
             host, xid = row.get("hostname"), row.get("xid")
-            store.add_failure(
+            store.labels.add_failure(
                 gpu_uuid=str(row["gpu_uuid"]),
                 failed_at=row["failed_at"].to_pydatetime(),
                 mode=str(row["mode"]),

@@ -51,7 +51,7 @@ def list_cmd(
     if output not in ("table", "json"):
         raise fail(f"--format must be table or json, not {output!r}")
     with _store(db) as store:
-        models = store.list_models()
+        models = store.models.find()
     if output == "json":
         typer.echo(json.dumps([_summary(m) for m in models], indent=2, default=str))
         return
@@ -110,7 +110,7 @@ def prune_cmd(
 
     with _store(db) as store:
         try:
-            gone = store.prune_models(keep, dry_run=dry_run)
+            gone = store.models.prune(keep, dry_run=dry_run)
         except StoreError as e:
             raise fail(str(e)) from None
     verb = "would delete" if dry_run else "deleted"
@@ -131,7 +131,7 @@ def show_cmd(
 
     with _store(db) as store:
         try:
-            info = store.model_info(version) if version else store.active_model_info()
+            info = store.models.info(version) if version else store.models.active_info()
         except NotFound as e:
             raise fail(str(e)) from None
     if info is None:

@@ -78,7 +78,7 @@ class ProbeResult:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def store_row(self) -> dict[str, Any]:
-        """The row `Store.add_probe_results` takes (identity and errors go into details)."""
+        """The row `Probes.add` takes (identity and errors go into details)."""
         details = {
             **self.details,
             "gpu_index": self.gpu_index,

@@ -141,16 +141,16 @@ def holdout_slice(store: Store, holdout: dict[str, Any]) -> tuple[pd.DataFrame, 
     score_from = start - WINDOW
     since = (score_from - pd.Timedelta(SCORE_WINDOW)).to_pydatetime()
     frame = fleet_history(store, since=since, until=end.to_pydatetime())
-    return frame, store.failures_frame(), score_from
+    return frame, store.labels.failures_frame(), score_from
 
 
 def _baseline(store: Store, against: Path | None) -> tuple[str, Callable[[], RiskModel], dict[str, Any] | None]:
     """The model a promotion would replace (its name, how to load it, and the verdict on a pending remap's
     drain it serves with): the active stored one, else the file `serve` runs (no verdict)."""
-    active = store.active_model_info()
+    active = store.models.active_info()
     if active is not None:
         version = active["version"]
-        load = lambda: RiskModel.from_bytes(store.get_model(version)["data"], name=version)  # noqa: E731
+        load = lambda: RiskModel.from_bytes(store.models.get(version)["data"], name=version)  # noqa: E731
         return f"active model {version}", load, active["card"].get("remap_hold")
     if against is not None:
         return f"model file {against}", lambda: RiskModel.load(against), None
@@ -230,7 +230,7 @@ def judge(
 ) -> Verdict:
     """Compare a stored candidate with the model it would replace on its holdout slice (changes nothing)."""
     say = progress or (lambda _msg: None)
-    info = store.model_info(version)
+    info = store.models.info(version)
     if info["active"]:
         raise PromoteError(f"model {version} is already the active model")
     base_name, load_base, base_hold = _baseline(store, against)
@@ -245,7 +245,10 @@ def judge(
     if len(frame) == 0 or frame["timestamp"].max() < score_from:
         verdict.refusals.append(f"the store no longer holds the holdout slice {holdout['start']} .. {holdout['end']}")
         return verdict
-    models = {"candidate": RiskModel.from_bytes(store.get_model(version)["data"], name=version), base_name: load_base()}
+    models = {
+        "candidate": RiskModel.from_bytes(store.models.get(version)["data"], name=version),
+        base_name: load_base(),
+    }
     span = f"{holdout['start']} .. {holdout['end']}"
     try:
         reports = _served_reports(verdict, models, base_hold, frame, failures, score_from, thresholds or Thresholds(),
@@ -287,15 +290,15 @@ def promote(
     verdict.at = now or verdict.at
     verdict.forced = force and bool(verdict.refusals)
     verdict.promoted = force or not verdict.refusals
-    card = {**store.model_info(version)["card"], "promotion": verdict.to_card()}
+    card = {**store.models.info(version)["card"], "promotion": verdict.to_card()}
     if verdict.promoted and verdict.remap_hold is not None:  # the hold the service applies with this model
         card["remap_hold"] = json_safe(verdict.remap_hold)
     if verdict.promoted:
         # Even forced, never a model the scoring loop cannot load (ModelError says why).
-        RiskModel.from_bytes(store.get_model(version)["data"], name=version)
-        store.activate_model(version, verdict.at, card)
+        RiskModel.from_bytes(store.models.get(version)["data"], name=version)
+        store.models.activate(version, verdict.at, card)
     else:
-        store.update_model_card(version, card)
+        store.models.update_card(version, card)
     return verdict
 
 
@@ -339,14 +342,14 @@ def judge_hold(
             "GPUHEALTH_REMAP_HOLD_RISK is set: the operator's hold stands over any verdict of the fleet's outcomes; "
             "unset it to let them decide"
         )
-    info = store.active_model_info()
+    info = store.models.active_info()
     if info is None:
         raise PromoteError(
             "no stored model is active, so none carries a hold to judge: `gpuhealth model add` the model serve runs, "
             "then `gpuhealth model promote` it"
         )
     version, card = info["version"], info["card"]
-    newest = store.newest_sample_time()
+    newest = store.samples.newest_time()
     if newest is None:
         raise PromoteError(f"{store.url} holds no history to judge the hold on")
     end = pd.Timestamp(newest)
@@ -359,7 +362,7 @@ def judge_hold(
             f"{store.url} holds too little history to judge the hold on: {WINDOW / DAY:g} days to build features "
             "on, then the days to judge"
         )
-    model = RiskModel.from_bytes(store.get_model(version)["data"], name=version)
+    model = RiskModel.from_bytes(store.models.get(version)["data"], name=version)
     say(f"scoring {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} with the active model {version}")
     try:
         report = _report(model, frame, failures, score_from, th, _score_slice(model, frame, failures, score_from, th))
@@ -375,7 +378,7 @@ def judge_hold(
             *(card.get("remap_hold_history") or []),
             {"at": at.isoformat(), "slice": slice_, "remap_hold": after},
         ]
-        store.update_model_card(version, {**card, "remap_hold": json_safe(after), "remap_hold_history": history})
+        store.models.update_card(version, {**card, "remap_hold": json_safe(after), "remap_hold_history": history})
     return HoldJudged(version, card.get("remap_hold"), after, slice_, record)
 
 

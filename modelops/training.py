@@ -90,12 +90,12 @@ def fleet_history(
 ) -> pd.DataFrame:
     """Every GPU's stored hours in (since, until] (the rows the scorer reads, `core.hourly`), in batches of GPUs."""
     uuids = sorted(str(g["uuid"]) for g in all_gpus(store))
-    end = until or store.newest_sample_time()
+    end = until or store.samples.newest_time()
     if end is None:
         return history.empty(())
     parts = []
     for start in range(0, len(uuids), batch):
-        part = store.scoring_history(since=since, until=end, uuids=uuids[start : start + batch])
+        part = store.samples.scoring_history(since=since, until=end, uuids=uuids[start : start + batch])
         if len(part):
             parts.append(part)
     if not parts:
@@ -175,7 +175,7 @@ def train_from_store(
         )
     if o.fleet_weight == 0 and (o.prior_fleets == 0 or o.prior_weight == 0):
         raise TrainingError("nothing to train on: the fleet weighs 0 and there is no prior")
-    newest = store.newest_sample_time()
+    newest = store.samples.newest_time()
     since = None if o.history_days is None or newest is None else newest - timedelta(days=o.history_days)
     say("reading the fleet's history from the store" + (f" since {since:%Y-%m-%d %H:%M}" if since else ""))
     frame = fleet_history(store, since=since, until=newest)
@@ -183,7 +183,7 @@ def train_from_store(
         raise TrainingError(
             f"{store.url} holds no history to train on: run `gpuhealth serve` (or import history) first"
         )
-    failures = store.failures_frame()
+    failures = store.labels.failures_frame()
     fit_frame, fit_failures, holdout = split_holdout(frame, failures, o.holdout_days)
     _check_span(fit_frame, o, holdout)
     say(
@@ -195,7 +195,7 @@ def train_from_store(
     with threadpool_limits(limits=o.threads, user_api="openmp"):
         model = train_sets(sets, lead, window, o.every, o.seed, o.folds, say)
     card = training_card(model, o, fit_frame, fit_failures, holdout)
-    info = store.put_model(model.to_bytes(), card, created_at=now or datetime.now(UTC))
+    info = store.models.put(model.to_bytes(), card, created_at=now or datetime.now(UTC))
     return Trained(model, card, info)
 
 
@@ -300,7 +300,7 @@ def store_model_file(
         trained = fleet_trained_until(model.meta)
     except TrainingError as err:
         raise TrainingError(f"{p}: {err}") from None
-    newest = store.newest_sample_time()
+    newest = store.samples.newest_time()
     if newest is None:
         raise TrainingError(
             f"{store.url} holds no history: promote would have nothing to judge {p.name} on; run `gpuhealth serve` "
@@ -309,7 +309,7 @@ def store_model_file(
     frame = fleet_history(store, since=newest - timedelta(days=holdout_days), until=newest)
     if len(frame) == 0:
         raise TrainingError(f"{store.url} holds no hourly history in its newest {holdout_days:g} days to judge on")
-    _, _, holdout = split_holdout(frame, store.failures_frame(), holdout_days)
+    _, _, holdout = split_holdout(frame, store.labels.failures_frame(), holdout_days)
     assert holdout is not None  # holdout_days > 0
     start = pd.Timestamp(holdout["start"])
     if trained is not None and trained > start:
@@ -330,7 +330,7 @@ def store_model_file(
             "meta": model.meta,
         }
     )
-    info = store.put_model(data, card, created_at=now or datetime.now(UTC))
+    info = store.models.put(data, card, created_at=now or datetime.now(UTC))
     stored = info["card"]
     if (stored.get("source"), stored.get("holdout")) != (card["source"], card["holdout"]):
         # The same archive was stored before (put_model keeps the first record of an archive as it was).

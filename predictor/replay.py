@@ -96,7 +96,7 @@ def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray,
     or RMA: its decision is the drain, and the probation takes over after it).
 
     Rows are (GPU, time) points in any order, as `probation_began`'s. The service reads the same from
-    its standing decision (`Store.demoted_since`): a demote, and this round's risk at the level."""
+    its standing decision (`Decisions.demoted_since`): a demote, and this round's risk at the level."""
     n = len(gpu)
     d = np.asarray(demoted, dtype=bool)
     if n == 0:

@@ -131,7 +131,7 @@ class IngestBuffer(Worker):
         if not pending or at is None:
             return
         try:
-            self.store.set_workloads(pending, at)
+            self.store.workloads.replace(pending, at)
         except StoreUnavailable:
             with self._lock:
                 for uuid, sets in pending.items():
@@ -144,7 +144,7 @@ class IngestBuffer(Worker):
             self._workloads_written.update(pending)
 
     def add_probes(self, results: Sequence[Mapping[str, Any]]) -> None:
-        """Queue probe results (`Store.add_probe_results` rows); never blocks on the database."""
+        """Queue probe results (`Probes.add` rows); never blocks on the database."""
         with self._lock:
             self._probes.extend(dict(r) for r in results)
             self.stats.probes_received += len(results)
@@ -162,7 +162,7 @@ class IngestBuffer(Worker):
         if not results:
             return
         try:
-            self.store.add_probe_results(results)
+            self.store.probes.add(results)
         except StoreUnavailable:
             with self._lock:
                 self.stats.probes_dropped += _put_back(self._probes, results, self.probe_capacity)
@@ -194,13 +194,13 @@ class IngestBuffer(Worker):
                 if not chunk:
                     break
                 not_after = None if self.clock is None else self.clock() + CLOCK_SKEW
-                inserted = self.store.ingest(pd.DataFrame(chunk), not_after=not_after)
+                inserted = self.store.samples.ingest(pd.DataFrame(chunk), not_after=not_after)
                 self.stats.written += inserted
                 self.stats.duplicates += len(chunk) - inserted
                 written += inserted
                 chunk = []
             if gpus:  # after the samples: ingesting a GPU's samples marks it active again
-                self.store.upsert_gpus(gpus)
+                self.store.gpus.upsert(gpus)
                 gpus = []  # written: not requeued if the probe results fail below
             self.store_up = True
             self.stats.last_error = None

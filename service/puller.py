@@ -129,7 +129,7 @@ class PrometheusPuller(Worker):
             self._check_future(end)
             if mark is None:
                 # Never from a sample dated in the future: no pull would run again until then.
-                newest = self.store.newest_sample_time(until=end)
+                newest = self.store.samples.newest_time(until=end)
                 mark = None if newest is None else self._aligned(newest)
             share = self.replica.share(timedelta(0)) if self.replica is not None else None
             if share is not None:
@@ -149,7 +149,7 @@ class PrometheusPuller(Worker):
             if frame is not None:
                 new = frame if mark is None else frame[frame["timestamp"] > pd.Timestamp(mark)]
                 if len(new):
-                    n = self.store.ingest(new.reset_index(drop=True), not_after=end + CLOCK_SKEW)
+                    n = self.store.samples.ingest(new.reset_index(drop=True), not_after=end + CLOCK_SKEW)
                     self._mark_lost(new, end)
                     self._pull_workloads(end, share)
                 self.state.watermark = end
@@ -208,13 +208,13 @@ class PrometheusPuller(Worker):
         try:
             found = workloads_at(self.url, end, client=self.client)
             mine = {u: sets for u, (host, sets) in found.items() if share is None or share.has(host)}
-            self.store.set_workloads(mine, end)
+            self.store.workloads.replace(mine, end)
         except (HistoryError, StoreError) as err:
             log.warning("workloads on the GPUs not updated this pull: %s", err)
 
     def _check_future(self, end: datetime) -> None:
         """Note (log, /healthz, a metric) samples in the store dated past our clock."""
-        newest = self.store.newest_sample_time()
+        newest = self.store.samples.newest_time()
         future = newest if newest is not None and newest > end + CLOCK_SKEW else None
         if future is not None and future != self.state.future:
             log.error(
@@ -236,7 +236,7 @@ class PrometheusPuller(Worker):
             if g["hostname"] in hosts and g["uuid"] not in present and g["state"] != "lost"
         ]
         if gone:
-            self.store.upsert_gpus(gone)
+            self.store.gpus.upsert(gone)
             self.state.lost += len(gone)
             log.warning("%d GPU(s) no longer reported by their host: marked lost: %s",
                         len(gone), ", ".join(g["uuid"] for g in gone))  # fmt: skip

@@ -138,7 +138,7 @@ class Replica(Worker):
         with self._lock:
             before = time.time()
             try:
-                got = self.store.lease_tick(
+                got = self.store.leases.tick(
                     self.replica_id,
                     timedelta(seconds=self.lease_s),
                     shards=self.shards,
@@ -199,7 +199,7 @@ class Replica(Worker):
     def release(self) -> None:
         """Give every shard back (clean shutdown): the others claim them at their next tick."""
         try:
-            n = self.store.release_leases(self.replica_id)
+            n = self.store.leases.release(self.replica_id)
         except StoreError as err:
             log.warning("replica %s: could not give back its shards (they expire in %gs): %s",
                         self.replica_id, self.lease_s, err)  # fmt: skip

@@ -136,7 +136,7 @@ class Scorer(Worker):
         st = self.model_state
         try:
             # The row without its archive: the version, and the card whose hold may have been judged again.
-            active = self.store.active_model_info()
+            active = self.store.models.active_info()
         except StoreUnavailable:
             raise
         except StoreError as err:  # e.g. a database not yet upgraded to the models table
@@ -151,7 +151,7 @@ class Scorer(Worker):
         if version == st.failed_version:
             return False
         try:
-            stored = self.store.get_model(version)
+            stored = self.store.models.get(version)
         except StoreUnavailable:
             raise
         except StoreError as err:  # gone between the two reads: ask again next round
@@ -199,7 +199,7 @@ class Scorer(Worker):
             if share is not None:  # the share's GPUs (lost ones, probe findings, actions: only ours), their hosts
                 gpus = self._gpus_of(share)
                 hosts = share.hosts([str(g["hostname"]) for g in gpus])
-            frame = self.store.scoring_history(since=until - SCORE_WINDOW, until=until, hostnames=hosts)
+            frame = self.store.samples.scoring_history(since=until - SCORE_WINDOW, until=until, hostnames=hosts)
             if len(frame) == 0:
                 if share is not None:  # nothing of ours (no shard held): /metrics must not show GPUs given up
                     self.state.records, self.state.identities = [], {}
@@ -211,7 +211,7 @@ class Scorer(Worker):
                 frame,
                 at=pd.Timestamp(at) if at else None,
                 thresholds=self.thresholds,
-                failures=self.store.failures_frame(),  # repeat offenders: the fleet's own record
+                failures=self.store.labels.failures_frame(),  # repeat offenders: the fleet's own record
                 past=StoredRounds(self.store, self.thresholds),  # the rounds before, under this round's hold
             )
             cutoff = scored["cutoff"].max()
@@ -219,7 +219,7 @@ class Scorer(Worker):
             if gpus is None:
                 gpus = all_gpus(self.store)
             records = with_lost_gpus(to_records(scored, heat=True), gpus)
-            probes = self.store.recent_probe_results(scored_at - PROBE_WINDOW, scored_at)
+            probes = self.store.probes.recent(scored_at - PROBE_WINDOW, scored_at)
             if share is not None:
                 mine = {str(g["uuid"]) for g in gpus}
                 probes = [p for p in probes if str(p["gpu_uuid"]) in mine]
@@ -245,10 +245,10 @@ class Scorer(Worker):
         # to_records' dicts have ScoreRecord's keys; the store checks every record anyway.
         rows = cast(list[ScoreRecord], records)
         if share is None or self.replica is None:
-            self.store.write_scores(rows, scored_at, rule=decision_changes)
+            self.store.decisions.write_scores(rows, scored_at, rule=decision_changes)
             return records
         fence = self.replica.fence(share, round_of(scored_at, self.interval_s))
-        self.store.write_scores(rows, scored_at, rule=decision_changes, fence=fence)
+        self.store.decisions.write_scores(rows, scored_at, rule=decision_changes, fence=fence)
         written = [r for r in records if fence.admits(str(r["hostname"]))]
         self.replica.note_round(share, fence, len({str(r["hostname"]) for r in written}))
         return written
@@ -257,7 +257,7 @@ class Scorer(Worker):
         """Apply the retention to every table, at most once an hour (of data time)."""
         if self.retention is None or (self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY):
             return
-        done = self.store.apply_retention(now, self.retention)
+        done = self.store.pruner.apply(now, self.retention)
         self._pruned_at = now
         if any(done.values()):
             log.info("retention: %s", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in done.items() if v))
@@ -339,7 +339,7 @@ def all_gpus(store: Store, page: int = 10_000) -> list[GpuItem]:
     """Every GPU the store knows, page by page."""
     out: list[GpuItem] = []
     while True:
-        items, total = store.list_gpus(limit=page, offset=len(out))
+        items, total = store.gpus.find(limit=page, offset=len(out))
         out.extend(items)
         if not items or len(out) >= total:
             return out

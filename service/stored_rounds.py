@@ -2,7 +2,7 @@
 `PastRounds` (`gpuhealth score` rebuilds the same from a history's hours, `predictor.history_rounds`).
 
 The runs (of the risk at the demote level, of the heat alone, of the ECC risk at the remap hold's
-level) are read from the stored rounds (`Store.recent_rounds`); the probation, the hold and whether a
+level) are read from the stored rounds (`Decisions.recent_rounds`); the probation, the hold and whether a
 drain stands from the standing decisions. A restart or another replica therefore keeps every clock.
 """
 
@@ -50,10 +50,10 @@ class StoredRounds:
         their ECC risk held the hold's level within `remap_hold_clear_s` (`replay.recently_wore`, the
         stored rounds)."""
         th = self.thresholds
-        stands = set(self.store.drained(uuids))
+        stands = set(self.store.decisions.drained(uuids))
         if th.remap_hold_clear_s > 0:
             span = pd.Timedelta(seconds=th.remap_hold_clear_s + th.remap_hold_for_s) + pd.Timedelta(hours=1)
-            stored = self.store.recent_rounds(
+            stored = self.store.decisions.recent_rounds(
                 uuids, (cutoff - span).to_pydatetime(), cutoff.to_pydatetime(), of=("risk_ecc",)
             )
             risk = np.array([np.nan if r[2][0] is None else r[2][0] for r in stored], dtype=float)
@@ -62,12 +62,12 @@ class StoredRounds:
 
     def released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """When a drain or RMA let each GPU go, where its standing decision continues that release."""
-        went = self.store.released_at(uuids, cutoff.to_pydatetime())
+        went = self.store.decisions.released_at(uuids, cutoff.to_pydatetime())
         return {u: pd.Timestamp(t) for u, t in went.items()}
 
     def demoted(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
         """Since when each GPU's standing decision is a demote (a demote is held while its risk stays high)."""
-        return {u: pd.Timestamp(t) for u, t in self.store.demoted_since(uuids).items()}
+        return {u: pd.Timestamp(t) for u, t in self.store.decisions.demoted_since(uuids).items()}
 
     def _run_began(
         self,
@@ -77,9 +77,9 @@ class StoredRounds:
         of: tuple[str, ...],
         counts: Callable[[np.ndarray], np.ndarray],
     ) -> dict[str, pd.Timestamp]:
-        """When each GPU's run of stored rounds that `counts` (by their `of`, `Store.recent_rounds`, one
+        """When each GPU's run of stored rounds that `counts` (by their `of`, `Decisions.recent_rounds`, one
         column each, NaN where null) began, read over `span` and an hour before the cutoff."""
         lookback = cutoff - span - pd.Timedelta(hours=1)
-        stored = self.store.recent_rounds(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
+        stored = self.store.decisions.recent_rounds(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
         values = np.array([[np.nan if v is None else v for v in r[2]] for r in stored], dtype=float)
         return stored_run_began([r[:2] for r in stored], counts(values.reshape(len(stored), len(of))), uuids, cutoff)

@@ -271,7 +271,7 @@ class Decisions:
             opened = _persist_changes(conn, changes, at)
             return _decision_rows(conn, T_DECISIONS.c.id.in_(opened), newest_first=False) if opened else []
 
-    def decisions(
+    def find(
         self,
         *,
         decision: str | None = None,
@@ -301,7 +301,7 @@ class Decisions:
             ).scalar_one()
             return _decision_rows(conn, where, limit=limit, offset=offset), int(total)
 
-    def ack_decision(self, decision_id: int, by: str, at: datetime) -> Decision:
+    def ack(self, decision_id: int, by: str, at: datetime) -> Decision:
         """Acknowledge a decision (idempotent: the first acknowledgement stays); closed ones refuse."""
         who = text(by, "acknowledged_by")
         when = utc(at, "acknowledged_at")
@@ -355,6 +355,10 @@ class Decisions:
         """For the GPUs whose standing decision is a demote: when it was opened (the policy holds it
         while the risk stays at the release level, `replay.held_demotes`); others are left out."""
         return self.standing_since(uuids, ("demote",))
+
+    def drained(self, uuids: Sequence[str]) -> set[str]:
+        """The GPUs whose standing decision is a drain or RMA."""
+        return set(self.standing_since(uuids, OUT_OF_SERVICE))
 
     def standing_since(self, uuids: Sequence[str], decisions: Sequence[str]) -> dict[str, datetime]:
         """For the GPUs whose standing decision is one of `decisions`: when it was opened; others are

@@ -3,7 +3,7 @@
 Every part of the store (`store.gpus`, `store.samples`, `store.decisions`, …) works through one
 `Database`: it owns the SQLAlchemy Engine, turns driver errors into StoreErrors, writes the SQL
 that differs between SQLite and PostgreSQL, and keeps the per-thread SQLite read connections of
-the hottest read (`Gpus.get_gpu`).
+the hottest read (`Gpus.get`).
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ class Database(Sql):
                     dbapi: Any = conn.connection.driver_connection
                     yield dbapi
                     # End the read here, so the pool's rollback on return has nothing to do: psycopg
-                    # forgets its prepared statements on a rollback, and get_gpu would be planned on
+                    # forgets its prepared statements on a rollback, and Gpus.get would be planned on
                     # every call (3 ms instead of 0.5 with 36 day partitions of samples).
                     dbapi.commit()
                 return

@@ -1,7 +1,7 @@
 """GPUs and nodes: recording them as they are seen, and reading them with their latest score and decision.
 
 `upsert_gpu_rows` is the one writer of the gpus and nodes tables; ingest (`store.samples`) and
-scores (`store.decisions`) call it in their own transactions. `Gpus.get_gpu` is the API's
+scores (`store.decisions`) call it in their own transactions. `Gpus.get` is the API's
 hottest read: one statement, compiled once, run on the driver's cursor.
 """
 
@@ -27,14 +27,14 @@ from store.validate import MAX_LIMIT, choice, non_negative_int, optional_float, 
 
 _GAUGE_POSITIONS = tuple(i for i, c in enumerate(METRIC_COLUMNS) if catalog.BY_NAME[c].kind == "gauge")
 _SAMPLE = "sample_"
-"""The prefix of the sample columns in get_gpu's one statement."""
+"""The prefix of the sample columns in `get`'s one statement."""
 
 Sample = dict[str, datetime | float | None]
 """A stored sample as the API shows it: "timestamp", then every metric column (None when unknown)."""
 
 
 class GpuRow(TypedDict, total=False):
-    """A GPU a collector saw (`Store.upsert_gpus`); a state given is set as is, else lost becomes active
+    """A GPU a collector saw (`Gpus.upsert`); a state given is set as is, else lost becomes active
     when seen after it was marked lost."""
 
     uuid: Required[str]
@@ -273,7 +273,7 @@ class Gpus:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def upsert_gpus(self, gpus: Sequence[GpuRow | Mapping[str, Any]]) -> None:
+    def upsert(self, gpus: Sequence[GpuRow | Mapping[str, Any]]) -> None:
         """Record GPUs seen: uuid, hostname, gpu_index, model_name, serial?, pci_bus_id?, state?, seen_at."""
         rows = [_sighting(g, i) for i, g in enumerate(gpus)]
         with self.db.tx(write=True) as conn:
@@ -282,7 +282,7 @@ class Gpus:
             upsert_gpu_rows(self.db, conn, implicit, explicit_state=False)
             upsert_gpu_rows(self.db, conn, explicit, explicit_state=True)
 
-    def list_gpus(
+    def find(
         self,
         *,
         hostname: str | None = None,
@@ -316,9 +316,9 @@ class Gpus:
         return [gpu_item(r) for r in rows], total
 
     @functools.cached_property
-    def get_gpu_compiled(self) -> Compiled:
-        """get_gpu's statement, built and compiled once (building it cost more than running it):
-        the GPU as list_gpus shows it, joined to its newest sample, columns prefixed "sample_"."""
+    def get_compiled(self) -> Compiled:
+        """`get`'s statement, built and compiled once (building it cost more than running it):
+        the GPU as `find` shows it, joined to its newest sample, columns prefixed "sample_"."""
         q, _, _ = gpu_query()
         g, sm, older = T_GPUS.c, samples.c, samples.alias("older").c
         newest = sa.select(sa.func.max(older.timestamp)).where(older.gpu_uuid == g.uuid).scalar_subquery()
@@ -329,8 +329,8 @@ class Gpus:
         )
         return Compiled(q, self.db.engine.dialect)
 
-    def get_gpu(self, uuid: str, *, wait: bool = True) -> GpuDetail:
-        """One GPU as list_gpus shows it, plus its latest raw sample (or None); NotFound if unknown.
+    def get(self, uuid: str, *, wait: bool = True) -> GpuDetail:
+        """One GPU as `find` shows it, plus its latest raw sample (or None); NotFound if unknown.
 
         The API's hottest read: one statement, compiled once and run on the driver's cursor
         with SQLAlchemy's own type conversions (a quarter of the time of a Core execute).
@@ -339,7 +339,7 @@ class Gpus:
         with self.db.driver(wait) as raw:
             cur = raw.cursor()
             try:
-                row = self.get_gpu_compiled.fetchone(cur, uuid=uuid)
+                row = self.get_compiled.fetchone(cur, uuid=uuid)
             finally:
                 cur.close()
         if row is None:
@@ -360,13 +360,13 @@ class Gpus:
             rows = conn.execute(q).mappings().all()
         return {r["gpu_uuid"]: sample_dict(r) for r in rows}
 
-    def get_node(self, hostname: str) -> Node:
-        """A node, its GPUs (as list_gpus items) and how many GPUs carry each decision; NotFound if unknown."""
+    def node(self, hostname: str) -> Node:
+        """A node, its GPUs (as `find` items) and how many GPUs carry each decision; NotFound if unknown."""
         with self.db.tx() as conn:
             node = conn.execute(sa.select(T_NODES).where(T_NODES.c.hostname == hostname)).mappings().first()
         if node is None:
             raise NotFound(f"node {hostname} not found")
-        gpus, _ = self.list_gpus(hostname=hostname, limit=MAX_LIMIT)
+        gpus, _ = self.find(hostname=hostname, limit=MAX_LIMIT)
         counts = dict.fromkeys((*DECISIONS, "unscored"), 0)
         for g in gpus:
             counts[g["decision"] or "unscored"] += 1

@@ -230,7 +230,7 @@ class Leases:
             conn.execute(sa.delete(T_REPLICAS).where(T_REPLICAS.c.replica_id == rid))
         return len(mine)
 
-    def leases(self) -> list[Lease]:
+    def shards(self) -> list[Lease]:
         """Every shard's lease, by shard."""
         with self.db.tx() as conn:
             rows = conn.execute(sa.select(T_LEASES).order_by(T_LEASES.c.shard)).mappings().all()

@@ -4,8 +4,8 @@ The store keeps a model as bytes (the skops archive `predictor.model.RiskModel.t
 next to a JSON card (what it was trained on, how it scored, promote's comparison). It never
 opens the archive: loading, with its checks of the types inside, is the predictor's job.
 
-At most one model is active, enforced by a partial unique index; `activate_model` moves the
-flag in one transaction. The scoring loop asks `active_model_version` every round, a one-row
+At most one model is active, enforced by a partial unique index; `activate` moves the
+flag in one transaction. The scoring loop asks `active_version` every round, a one-row
 read, and fetches the archive only when the answer changed.
 """
 
@@ -28,7 +28,7 @@ from store.validate import paging, text, utc
 VERSION_CHARS = 64
 """Longest version name (the column's length)."""
 _ACTIVATE_LOCK = 4714
-"""PostgreSQL advisory lock taken by `activate_model`: two promotions at once wait for each other
+"""PostgreSQL advisory lock taken by `activate`: two promotions at once wait for each other
 instead of one failing on the unique index (SQLite's writers are serial anyway)."""
 
 
@@ -81,7 +81,7 @@ class Models:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def put_model(
+    def put(
         self,
         data: bytes,
         card: Mapping[str, Any],
@@ -108,7 +108,7 @@ class Models:
             new_id = conn.execute(sa.insert(T_MODELS).returning(m.id), row).scalar_one()
             return _info(conn.execute(sa.select(*_INFO_COLUMNS).where(m.id == new_id)).mappings().one())
 
-    def list_models(self, *, limit: int = 100) -> list[ModelInfo]:
+    def find(self, *, limit: int = 100) -> list[ModelInfo]:
         """Stored models without their archives, newest first."""
         paging(limit, 0)
         m = T_MODELS.c
@@ -116,12 +116,12 @@ class Models:
         with self.db.tx() as conn:
             return [_info(r) for r in conn.execute(q).mappings()]
 
-    def model_info(self, version: str) -> ModelInfo:
+    def info(self, version: str) -> ModelInfo:
         """One stored model without its archive; NotFound if there is none of that version."""
         with self.db.tx() as conn:
             return _find(conn, version)
 
-    def get_model(self, version: str) -> StoredModel:
+    def get(self, version: str) -> StoredModel:
         """One stored model with its archive; NotFound if there is none of that version."""
         m = T_MODELS.c
         with self.db.tx() as conn:
@@ -129,25 +129,25 @@ class Models:
             data = conn.execute(sa.select(m.data).where(m.id == info["id"])).scalar_one()
         return cast(StoredModel, {**info, "data": bytes(data)})
 
-    def active_model_version(self) -> str | None:
+    def active_version(self) -> str | None:
         """The active model's version, or None: one short row, read by the scoring loop every round."""
         m = T_MODELS.c
         with self.db.tx() as conn:
             return conn.execute(sa.select(m.version).where(m.active.is_(True))).scalar_one_or_none()
 
-    def active_model_info(self) -> ModelInfo | None:
+    def active_info(self) -> ModelInfo | None:
         """The active model without its archive, or None when no stored model is active."""
         m = T_MODELS.c
         with self.db.tx() as conn:
             row = conn.execute(sa.select(*_INFO_COLUMNS).where(m.active.is_(True))).mappings().first()
         return None if row is None else _info(row)
 
-    def active_model(self) -> StoredModel | None:
+    def active(self) -> StoredModel | None:
         """The active model with its archive, or None when no stored model is active."""
-        version = self.active_model_version()
-        return None if version is None else self.get_model(version)
+        version = self.active_version()
+        return None if version is None else self.get(version)
 
-    def update_model_card(self, version: str, card: Mapping[str, Any]) -> ModelInfo:
+    def update_card(self, version: str, card: Mapping[str, Any]) -> ModelInfo:
         """Replace a model's card (promote records its comparison there, refused or not)."""
         clean = _card(card)
         m = T_MODELS.c
@@ -156,7 +156,7 @@ class Models:
             conn.execute(sa.update(T_MODELS).where(m.id == info["id"]).values(card=clean))
             return _find(conn, version)
 
-    def activate_model(self, version: str, at: datetime, card: Mapping[str, Any] | None = None) -> ModelInfo:
+    def activate(self, version: str, at: datetime, card: Mapping[str, Any] | None = None) -> ModelInfo:
         """Make `version` the one active model from `at` (its card replaced when given), in one transaction."""
         when = utc(at, "activated_at")
         clean = None if card is None else _card(card)
@@ -172,7 +172,7 @@ class Models:
             conn.execute(sa.update(T_MODELS).where(m.id == info["id"]).values(**values))
             return _find(conn, version)
 
-    def prune_models(self, keep: int, *, dry_run: bool = False) -> list[ModelInfo]:
+    def prune(self, keep: int, *, dry_run: bool = False) -> list[ModelInfo]:
         """Delete all stored models but the `keep` newest and the active one; returns those deleted
         (with `dry_run`, those that would be), newest first.
 

@@ -20,7 +20,7 @@ from store.validate import choice, optional_float, paging, text, utc
 
 
 class ProbeResultRow(TypedDict):
-    """A probe result to store (`Store.add_probe_results`)."""
+    """A probe result to store (`Probes.add`)."""
 
     gpu_uuid: str
     ran_at: datetime
@@ -74,7 +74,7 @@ class Probes:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def add_probe_results(self, results: Sequence[ProbeResultRow | Mapping[str, Any]]) -> int:
+    def add(self, results: Sequence[ProbeResultRow | Mapping[str, Any]]) -> int:
         """Store probe results: gpu_uuid, ran_at, test, status, value, unit, expected, ratio, duration_s, details."""
         rows = [_probe_row(r, i) for i, r in enumerate(results)]
         if not rows:
@@ -83,7 +83,7 @@ class Probes:
             conn.execute(sa.insert(T_PROBES), rows)
         return len(rows)
 
-    def probe_results(self, uuid: str, *, limit: int = 100) -> list[ProbeResult]:
+    def of(self, uuid: str, *, limit: int = 100) -> list[ProbeResult]:
         """A GPU's probe results, newest first; NotFound if the GPU is unknown."""
         paging(limit, 0)
         p = T_PROBES.c
@@ -94,7 +94,7 @@ class Probes:
             ).mappings()
             return [cast(ProbeResult, dict(r)) for r in rows]
 
-    def recent_probe_results(self, since: datetime, until: datetime | None = None) -> list[ProbeResult]:
+    def recent(self, since: datetime, until: datetime | None = None) -> list[ProbeResult]:
         """Every GPU's probe results that ran in [since, until], oldest first (for the scoring loop)."""
         p = T_PROBES.c
         q = sa.select(T_PROBES).where(p.ran_at >= since)

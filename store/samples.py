@@ -414,7 +414,7 @@ class Samples:
         frame.attrs[hourly.HOURLY_ATTR] = True
         return frame
 
-    def newest_sample_time(self, until: datetime | None = None) -> datetime | None:
+    def newest_time(self, until: datetime | None = None) -> datetime | None:
         """The timestamp of the newest raw sample of any GPU, at or before `until` if given (None when none)."""
         q = sa.select(sa.func.max(samples.c.timestamp))
         if until is not None:

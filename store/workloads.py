@@ -35,7 +35,7 @@ class Workloads:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def set_workloads(self, per_gpu: Mapping[str, Sequence[Mapping[str, str]]], at: datetime) -> int:
+    def replace(self, per_gpu: Mapping[str, Sequence[Mapping[str, str]]], at: datetime) -> int:
         """Replace the workloads of these GPUs (an empty list: none now); returns the GPUs written."""
         when = utc(at, "workloads time")
         rows = [
@@ -56,7 +56,7 @@ class Workloads:
             conn.execute(stmt, rows)
         return len(rows)
 
-    def workloads(self, uuids: Collection[str]) -> dict[str, GpuWorkloads]:
+    def of(self, uuids: Collection[str]) -> dict[str, GpuWorkloads]:
         """The newest workloads of these GPUs (those ever reported)."""
         if not uuids:
             return {}

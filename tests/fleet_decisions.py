@@ -22,7 +22,7 @@ def set_decisions(
     store: Store, at: datetime, hosts: Sequence[str], bad: Mapping[tuple[str, int], str], *, gpus: int = 2
 ) -> None:
     """One scoring round at `at`: every GPU of `hosts` ok except those in `bad` ((host, index) -> decision)."""
-    store.upsert_gpus(
+    store.gpus.upsert(
         [{"uuid": uuid_of(h, i), "hostname": h, "gpu_index": i, "model_name": MODEL, "seen_at": at}
          for h in hosts for i in range(gpus)]
     )  # fmt: skip
@@ -32,7 +32,7 @@ def set_decisions(
             d = bad.get((h, i), "ok")
             records.append({"gpu_uuid": uuid_of(h, i), "hostname": h, "model_name": MODEL, "risk": 0.1,
                             "decision": d, "reasons": [REASON[d]] if REASON[d] else []})  # fmt: skip
-    store.write_scores(records, at, rule=decision_changes)
+    store.decisions.write_scores(records, at, rule=decision_changes)
 
 
 class Clock:

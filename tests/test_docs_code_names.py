@@ -22,6 +22,7 @@ CLASSES = {  # a class a page names without its module
     "NodeHeat": "predictor.node",
     "HistoryRounds": "predictor.history_rounds",
     "Store": "store",
+    "Decisions": "store.decisions",
     "Lowering": "actuate.plan",
 }
 CODE = re.compile(r"`([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+)(?:\([^`]*\))?`")
@@ -79,7 +80,7 @@ def test_the_page_names_code_that_exists(page: str) -> None:
 
 def test_a_renamed_function_or_setting_is_found() -> None:
     text = (
-        "`conditions.light_load` `Thresholds.release_level` `policy.decide(carried=…)` `Store.drained` "
+        "`conditions.light_load` `Thresholds.release_level` `policy.decide(carried=…)` `Decisions.drained` "
         "`thresholds.gone_away` `Thresholds.no_such_level` `GPUHEALTH_DEMOTE_FOR` `GPUHEALTH_NO_SUCH` "
         "`policy.py` `gpuhealth.io/state=watch`"
     )

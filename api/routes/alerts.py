@@ -42,7 +42,7 @@ def alertmanager(store: StoreDep, body: schemas.AmWebhook) -> dict[str, Any]:
     if errors:
         log.warning("alertmanager webhook: skipped %d invalid alert(s): %s", len(errors), "; ".join(errors[:5]))
     at = datetime.now(UTC)
-    stored = store.add_alerts(good, at, group_key=body.groupKey, receiver=body.receiver) if good else 0
+    stored = store.labels.add_alerts(good, at, group_key=body.groupKey, receiver=body.receiver) if good else 0
     return {"stored": stored, "skipped": len(errors), "errors": errors[:MAX_ERRORS_SHOWN]}
 
 
@@ -55,5 +55,5 @@ def list_alerts(
     offset: Offset = 0,
 ) -> dict[str, Any]:
     """Alerts received from Alertmanager, newest first."""
-    items, total = store.alerts(status=status, gpu_uuid=gpu_uuid, limit=limit, offset=offset)
+    items, total = store.labels.alerts(status=status, gpu_uuid=gpu_uuid, limit=limit, offset=offset)
     return {"items": items, "total": total, "limit": limit, "offset": offset}

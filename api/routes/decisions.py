@@ -27,10 +27,10 @@ def list_decisions(
 ) -> dict[str, Any]:
     """Decisions; by default the active ones. `?decision=rma` is the RMA list, `demote` the demotion list.
     Each names the pods or Slurm jobs on its GPU now: what acting on it affects."""
-    items, total = store.decisions(
+    items, total = store.decisions.find(
         decision=decision, state=None if state == "all" else state, hostname=hostname, limit=limit, offset=offset
     )
-    on = store.workloads([d["gpu_uuid"] for d in items])
+    on = store.workloads.of([d["gpu_uuid"] for d in items])
     out = [{**d, "workloads": on[d["gpu_uuid"]]["workloads"] if d["gpu_uuid"] in on else []} for d in items]
     return {"items": out, "total": total, "limit": limit, "offset": offset}
 
@@ -45,7 +45,7 @@ def ack_decision(
 ) -> Decision | JSONResponse:
     """Acknowledge a decision (someone is acting on it)."""
     try:
-        return store.ack_decision(decision_id, by=body.by, at=datetime.now(UTC))
+        return store.decisions.ack(decision_id, by=body.by, at=datetime.now(UTC))
     except (NotFound, StoreUnavailable):
         raise
     except StoreError as err:  # the decision is closed

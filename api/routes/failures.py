@@ -15,7 +15,7 @@ writes = APIRouter(prefix="/v1/failures", tags=["failures"], dependencies=[Write
 @writes.post("", response_model=schemas.FailureOut, status_code=201, responses={404: problem("no such GPU")})
 def add_failure(store: StoreDep, metrics: MetricsDep, body: schemas.FailureIn) -> Failure:
     """Record a failure or RMA outcome (a label for the next training run)."""
-    rec = store.add_failure(**body.model_dump())
+    rec = store.labels.add_failure(**body.model_dump())
     metrics.failure_recorded(body.mode, body.kind)
     return rec
 
@@ -23,4 +23,4 @@ def add_failure(store: StoreDep, metrics: MetricsDep, body: schemas.FailureIn) -
 @reads.get("", response_model=list[schemas.FailureOut])
 def list_failures(store: StoreDep, since: schemas.UtcTime | None = None, limit: Limit = 100) -> list[Failure]:
     """Recorded failures and RMAs, newest first."""
-    return store.failures(since=since, limit=limit)
+    return store.labels.failures(since=since, limit=limit)

@@ -30,7 +30,7 @@ def list_gpus(
     offset: Offset = 0,
 ) -> dict[str, Any]:
     """GPUs, riskiest first; filter by host, decision or minimum risk."""
-    items, total = store.list_gpus(hostname=hostname, decision=decision, min_risk=min_risk, limit=limit, offset=offset)
+    items, total = store.gpus.find(hostname=hostname, decision=decision, min_risk=min_risk, limit=limit, offset=offset)
     return {"items": items, "total": total, "limit": limit, "offset": offset}
 
 
@@ -45,9 +45,9 @@ async def get_gpu(uuid: Uuid, request: Request) -> Response:
         # A WAL read of a few indexed rows costs less than the thread-pool hop, so it runs on
         # the loop, but never waits there: a locked database sends it to a thread instead.
         with contextlib.suppress(StoreUnavailable):
-            item = store.get_gpu(uuid, wait=False)
+            item = store.gpus.get(uuid, wait=False)
     if item is None:
-        item = await run_in_threadpool(store.get_gpu, uuid)
+        item = await run_in_threadpool(store.gpus.get, uuid)
     # Validated and written as JSON by pydantic in one step.
     return Response(gpu_detail.dump_json(gpu_detail.validate_python(item)), media_type="application/json")
 
@@ -61,11 +61,11 @@ def risk_history(
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> dict[str, Any]:
     """Risk over time (oldest first); beyond the score retention (7 d), one point per hour: its highest risks."""
-    points = store.risk_history(uuid, since=since, until=until, limit=limit)
+    points = store.decisions.risk_history(uuid, since=since, until=until, limit=limit)
     return {"uuid": uuid, "points": points}
 
 
 @reads.get("/{uuid}/probes", response_model=list[schemas.ProbeOut], responses=UNKNOWN_GPU)
 def probe_results(store: StoreDep, uuid: Uuid, limit: Limit = 100) -> list[ProbeResult]:
     """The GPU's latest probe results (GEMM, memtest, bandwidth, PCIe), newest first."""
-    return store.probe_results(uuid, limit=limit)
+    return store.probes.of(uuid, limit=limit)

@@ -27,7 +27,7 @@ def get_model(store: StoreDep, config: ConfigDep) -> dict[str, Any]:
     loop applies). `pending_version` names a newly active
     stored model the loop has not loaded yet (it does at its next round), `load_error` why one failed.
     """
-    active = store.active_model_info()
+    active = store.models.active_info()
     scorer = config.scorer
     if scorer is None:  # an API without a scoring loop: the store's word
         if active is None:
@@ -37,7 +37,7 @@ def get_model(store: StoreDep, config: ConfigDep) -> dict[str, Any]:
     st = scorer.model_state
     pending = active["version"] if active is not None and active["version"] != st.version else None
     if st.source == "store" and st.version is not None:
-        info = active if active is not None and active["version"] == st.version else store.model_info(st.version)
+        info = active if active is not None and active["version"] == st.version else store.models.info(st.version)
         return describe(info["card"], source="store", version=st.version, created_at=info["created_at"],
                         activated_at=info["activated_at"], loaded_at=st.loaded_at, pending_version=pending,
                         load_error=st.last_error, remap_hold_risk=st.remap_hold_risk)  # fmt: skip

@@ -107,7 +107,7 @@ def test_failures_become_training_labels(fleet: Fleet) -> None:
     r = c.post("/v1/failures", json=rec, headers=auth())
     assert r.status_code == 201, r.text
     assert r.json()["id"] > 0
-    labels = fleet.svc.loops.store.failures_frame()
+    labels = fleet.svc.loops.store.labels.failures_frame()
     assert fleet.uuids[1] in set(labels["gpu_uuid"].astype(str))
     metrics = c.get("/metrics").text
     assert 'gpuhealth_failures_recorded_total{kind="rma",mode="ecc"} 1.0' in metrics
@@ -233,7 +233,7 @@ def test_naive_and_offset_times_are_accepted(fleet: Fleet, since: str) -> None:
 def test_probe_results_of_a_gpu(fleet: Fleet) -> None:
     uuid = fleet.uuids[2]
     ran = datetime(2026, 3, 1, tzinfo=UTC)
-    fleet.svc.loops.store.add_probe_results([
+    fleet.svc.loops.store.probes.add([
         {"gpu_uuid": uuid, "ran_at": ran, "test": "gemm", "status": "pass", "value": 410.0, "unit": "TFLOP/s",
          "expected": 400.0, "ratio": 1.025, "duration_s": 2.5, "details": {"errors": 0}},
     ])  # fmt: skip

@@ -49,7 +49,7 @@ CARD = {
 def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(f"sqlite:///{tmp_path / 'model.db'}")
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=5), days=1, interval_s=3600)
-    s.ingest(frame)
+    s.samples.ingest(frame)
     try:
         yield s
     finally:
@@ -76,10 +76,10 @@ def test_a_file_model_is_described_from_its_metadata(store: Store, file_model: R
 
 
 def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_model: RiskModel) -> None:
-    scorer = Scorer(store, file_model, Thresholds(), 3600, now=lambda: store.newest_sample_time())
+    scorer = Scorer(store, file_model, Thresholds(), 3600, now=lambda: store.samples.newest_time())
     client = client_for(store, scorer)
-    version = store.put_model(tiny_model("stored", seed=1).to_bytes(), CARD, created_at=AT)["version"]
-    store.activate_model(version, AT)
+    version = store.models.put(tiny_model("stored", seed=1).to_bytes(), CARD, created_at=AT)["version"]
+    store.models.activate(version, AT)
     body = client.get("/v1/model").json()
     assert (body["source"], body["pending_version"], body["remap_hold_risk"]) == ("file", version, 0.0)
 
@@ -103,15 +103,15 @@ def test_without_a_scoring_loop_the_store_answers(store: Store) -> None:
     client = client_for(store, None)
     r = client.get("/v1/model")
     assert r.status_code == 404 and "no stored model is active" in r.json()["detail"]
-    version = store.put_model(b"archive", CARD, created_at=AT)["version"]
-    store.activate_model(version, AT)
+    version = store.models.put(b"archive", CARD, created_at=AT)["version"]
+    store.models.activate(version, AT)
     body = client.get("/v1/model").json()
     assert (body["source"], body["version"], body["loaded_at"]) == ("store", version, None)
     assert body["remap_hold"]["risk"] == 0.3 and body["remap_hold_risk"] is None  # no loop: nothing applied
     assert (body["trained_by"], body["added_from"]) == (None, None)  # a card without them
     added = {**CARD, "trained_by": "a model file (gpuhealth model add)",
              "source": {"file": "default.skops", "sha256": "ab" * 32, "bytes": 1_600_000}}  # fmt: skip
-    store.activate_model(store.put_model(b"another archive", added, created_at=AT)["version"], AT)
+    store.models.activate(store.models.put(b"another archive", added, created_at=AT)["version"], AT)
     body = client.get("/v1/model").json()
     assert body["trained_by"] == "a model file (gpuhealth model add)"
     assert body["added_from"] == {"file": "default.skops", "sha256": "ab" * 32, "bytes": 1_600_000}

@@ -16,7 +16,7 @@ def test_nodes_and_decisions_list_the_workloads_on_their_gpus(tmp_path: Path) ->
     try:
         set_decisions(store, T0, ["node-a"], {("node-a", 1): "drain"})
         pod = {"pod": "infer-7", "namespace": "serve", "container": "triton"}
-        store.set_workloads({"GPU-node-a-0": [], "GPU-node-a-1": [pod]}, T0)
+        store.workloads.replace({"GPU-node-a-0": [], "GPU-node-a-1": [pod]}, T0)
         client = TestClient(create_app(store, ApiConfig()))
         node = client.get("/v1/nodes/node-a").json()
         assert node["workloads"]["GPU-node-a-1"]["workloads"] == [pod]

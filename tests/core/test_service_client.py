@@ -383,11 +383,11 @@ def test_not_an_http_url(url: str) -> None:
 
 def fill_store(store: Store) -> None:
     """node-a: GPU 0 ok, GPU 1 demoted, GPU 2 drained, GPU 3 never scored; node-b: one GPU watched."""
-    store.upsert_gpus([
+    store.gpus.upsert([
         {"uuid": f"GPU-a{i}", "hostname": "node-a", "gpu_index": i, "model_name": "NVIDIA H100 80GB HBM3",
          "seen_at": T0} for i in range(4)
     ] + [{"uuid": "GPU-b0", "hostname": "node-b", "gpu_index": 0, "seen_at": T0}])  # fmt: skip
-    store.write_scores(
+    store.decisions.write_scores(
         [score("GPU-a0", "ok", 0.05, host="node-a"), score("GPU-a1", "demote", 0.74, host="node-a"),
          score("GPU-a2", "drain", 0.31, host="node-a"), score("GPU-b0", "watch", 0.4, host="node-b")],
         T0, rule=decision_changes,

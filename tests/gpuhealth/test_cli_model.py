@@ -42,10 +42,10 @@ def test_list_and_show(url: str) -> None:
     assert r.exit_code == 0 and "no stored models" in r.stderr
     store = Store.open(url)
     try:
-        a = store.put_model(b"first", CARD, created_at=AT)["version"]
-        b = store.put_model(b"second", {**CARD, "promotion": {"promoted": False, "refusals": ["recall_ecc worse"]}},
+        a = store.models.put(b"first", CARD, created_at=AT)["version"]
+        b = store.models.put(b"second", {**CARD, "promotion": {"promoted": False, "refusals": ["recall_ecc worse"]}},
                             created_at=AT.replace(hour=13))["version"]  # fmt: skip
-        store.activate_model(a, AT)
+        store.models.activate(a, AT)
     finally:
         store.close()
     listing = json.loads(runner.invoke(app, ["model", "list", "--db", url, "--format", "json"]).stdout)
@@ -78,8 +78,8 @@ def test_errors_are_one_line(url: str) -> None:
 def test_promote_refusal_exits_1_and_force_activates(url: str) -> None:
     store = Store.open(url)
     try:
-        broken = store.put_model(b"not even a model", {"holdout": None}, created_at=AT)["version"]
-        v = store.put_model(tiny_model("cli").to_bytes(), {"holdout": None}, created_at=AT)["version"]
+        broken = store.models.put(b"not even a model", {"holdout": None}, created_at=AT)["version"]
+        v = store.models.put(tiny_model("cli").to_bytes(), {"holdout": None}, created_at=AT)["version"]
     finally:
         store.close()
     assert "not a gpuhealth model file" in error_line(["model", "promote", broken, "--db", url, "--force"])
@@ -101,7 +101,7 @@ def test_add_stores_a_model_file_as_a_candidate_and_says_what_promote_will_judge
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
     store = Store.open(url)
     try:
-        store.ingest(frame)
+        store.samples.ingest(frame)
     finally:
         store.close()
     r = runner.invoke(app, ["model", "add", str(path), "--db", url, "--holdout-days", "2"])
@@ -122,9 +122,9 @@ def test_hold_judges_the_active_models_drain_again_and_records_it(url: str) -> N
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
     store = Store.open(url)
     try:
-        store.ingest(frame)
-        v = store.put_model(tiny_model("cli").to_bytes(), {"holdout": None}, created_at=AT)["version"]
-        store.activate_model(v, AT)
+        store.samples.ingest(frame)
+        v = store.models.put(tiny_model("cli").to_bytes(), {"holdout": None}, created_at=AT)["version"]
+        store.models.activate(v, AT)
     finally:
         store.close()
     r = runner.invoke(app, ["model", "hold", "--db", url, "--days", "8", "--dry-run"])
@@ -144,9 +144,9 @@ def test_hold_judges_the_active_models_drain_again_and_records_it(url: str) -> N
 def test_prune_lists_what_goes_and_keeps_the_active_model(url: str) -> None:
     store = Store.open(url)
     try:
-        made = [store.put_model(bytes([i]) * 2_000_000, CARD, created_at=AT.replace(hour=i))["version"]
+        made = [store.models.put(bytes([i]) * 2_000_000, CARD, created_at=AT.replace(hour=i))["version"]
                 for i in range(4)]  # fmt: skip
-        store.activate_model(made[0], AT)
+        store.models.activate(made[0], AT)
     finally:
         store.close()
     r = runner.invoke(app, ["model", "prune", "--keep", "1", "--dry-run", "--db", url])
@@ -168,7 +168,7 @@ def test_promote_on_a_fleet_younger_than_the_holdout_is_a_refusal_not_a_tracebac
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
     store = Store.open(url)
     try:
-        store.ingest(frame)
+        store.samples.ingest(frame)
     finally:
         store.close()
     path = tiny_model("young").save(tmp_path / "young.skops")
@@ -199,7 +199,7 @@ def test_add_of_a_file_with_malformed_metadata_is_a_one_line_error(
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=3, interval_s=3600)
     store = Store.open(url)
     try:
-        store.ingest(frame)
+        store.samples.ingest(frame)
     finally:
         store.close()
     model = tiny_model("odd")

@@ -105,7 +105,7 @@ def test_the_fleet_trains_and_serve_picks_up_the_promoted_model(tmp_path: Path) 
     frame, failures = simulate(SimConfig(**FLEET, start=start), DAYS)
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     with opened(url) as store:
-        store.ingest(frame)
+        store.samples.ingest(frame)
 
     (tmp_path / "token").write_text(TOKEN + "\n")
     port = free_port()
@@ -126,7 +126,7 @@ def test_the_fleet_trains_and_serve_picks_up_the_promoted_model(tmp_path: Path) 
         # 3. Train from the database: a new, inactive version with its holdout slice.
         out = cli("train", "--db", url, *TRAIN, "--out", str(tmp_path / "candidate.skops"))
         with opened(url) as store:
-            (info,) = store.list_models()
+            (info,) = store.models.find()
         first = info["version"]
         assert f"stored model {first} (inactive)" in out and not info["active"]
         card = info["card"]
@@ -163,21 +163,21 @@ def test_the_fleet_trains_and_serve_picks_up_the_promoted_model(tmp_path: Path) 
 
         # 5. A worse candidate (never raises risk: the rules alone) is refused, and says why.
         with opened(url) as store:
-            active = RiskModel.from_bytes(store.get_model(first)["data"])
-            worse = store.put_model(silent_model(active).to_bytes(), {**card, "promotion": None})["version"]
+            active = RiskModel.from_bytes(store.models.get(first)["data"])
+            worse = store.models.put(silent_model(active).to_bytes(), {**card, "promotion": None})["version"]
         out = cli("model", "promote", worse, "--db", url, code=1)
         assert f"refused: model {worse} stays inactive" in out
         assert re.search(rf"recall_\w+ \d\.\d\d is worse than the active model {first}'s \d\.\d\d", out), out
         with opened(url) as store:
-            assert store.active_model_version() == first
-            promo = store.model_info(worse)["card"]["promotion"]
+            assert store.models.active_version() == first
+            promo = store.models.info(worse)["card"]["promotion"]
         assert not promo["promoted"] and promo["refusals"]
         assert any(m["worse"] and m["candidate"] < m["baseline"] for m in promo["measures"])
 
         # 6. A candidate no worse (the same heads, another archive) is promoted by the rule, and served.
         same = RiskModel(heads=active.heads, meta={**active.meta, "note": "the same heads, stored again"})
         with opened(url) as store:
-            equal = store.put_model(same.to_bytes(), {**card, "promotion": None})["version"]
+            equal = store.models.put(same.to_bytes(), {**card, "promotion": None})["version"]
         out = cli("model", "promote", equal, "--db", url)
         assert f"promoted {equal} over the active model {first}" in out and "FORCED" not in out
         scored_with(svc, equal)

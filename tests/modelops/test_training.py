@@ -37,9 +37,9 @@ from tests.service.tiny_model import silent_model, tiny_model
 
 def test_fleet_history_reads_the_stored_hours_in_batches(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=3, seed=2), days=1, interval_s=600)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max().to_pydatetime()
-    store.prune(end, timedelta(hours=12))  # the older raw half goes; its hours stay
+    store.pruner.prune_samples(end, timedelta(hours=12))  # the older raw half goes; its hours stay
     got = fleet_history(store, batch=2)
     want = to_hours(frame)
     assert got["gpu_uuid"].nunique() == 3
@@ -69,7 +69,7 @@ def test_training_needs_history(store: Store) -> None:
     with pytest.raises(TrainingError, match="holds no history"):
         train_from_store(store, TrainOptions(prior_fleets=0))
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=12)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     with pytest.raises(TrainingError, match=r"leaves 0\.0 days to train on after keeping the newest 14 days out"):
         train_from_store(store, TrainOptions(prior_fleets=0))
     with pytest.raises(TrainingError, match="the fleet weighs 0 and there is no prior"):
@@ -78,7 +78,7 @@ def test_training_needs_history(store: Store) -> None:
 
 def test_history_days_reads_only_the_newest_days(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=12)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     # 12 days stored, 4 held out: 8 left to train on, or 6 of the newest 10 (too few for a 7-day
     # label window either way, so nothing trains).
     with pytest.raises(TrainingError, match=r"leaves 8\.0 days to train on after keeping the newest 4 days out"):
@@ -114,14 +114,14 @@ def test_compare_judges_each_measure_it_has_evidence_for() -> None:
 
 def test_promote_refuses_without_a_holdout_and_force_records_why(store: Store) -> None:
     data = tiny_model("x").to_bytes()
-    v = store.put_model(data, {"holdout": None})["version"]
+    v = store.models.put(data, {"holdout": None})["version"]
     verdict = promote(store, v)
     assert not verdict.promoted and "no holdout slice" in verdict.refusals[0]
-    assert store.active_model_version() is None
-    assert store.model_info(v)["card"]["promotion"]["refusals"] == verdict.refusals
+    assert store.models.active_version() is None
+    assert store.models.info(v)["card"]["promotion"]["refusals"] == verdict.refusals
     forced = promote(store, v, force=True, now=datetime(2026, 3, 1, tzinfo=UTC))
-    assert forced.promoted and forced.forced and store.active_model_version() == v
-    card = store.model_info(v)["card"]["promotion"]
+    assert forced.promoted and forced.forced and store.models.active_version() == v
+    card = store.models.info(v)["card"]["promotion"]
     assert card["forced"] and card["baseline"] == "shipped default model" and card["at"].startswith("2026-03-01")
     with pytest.raises(PromoteError, match="already the active model"):
         promote(store, v)
@@ -129,10 +129,10 @@ def test_promote_refuses_without_a_holdout_and_force_records_why(store: Store) -
 
 def test_promote_refuses_when_the_slice_is_gone(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=3)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     old = {"days": 14, "start": "2025-01-01T00:00:00+00:00", "end": "2025-01-15T00:00:00+00:00", "gpus": 2,
            "failures": {}}  # fmt: skip
-    v = store.put_model(tiny_model("y").to_bytes(), {"holdout": old})["version"]
+    v = store.models.put(tiny_model("y").to_bytes(), {"holdout": old})["version"]
     verdict = promote(store, v, against=None)
     assert not verdict.promoted and "no longer holds the holdout slice" in verdict.refusals[0]
 
@@ -145,11 +145,11 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
     domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
     frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
     assert fails.empty
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max()
     holdout = {"days": 14, "start": (end - pd.Timedelta(days=14)).isoformat(), "end": end.isoformat(), "gpus": 64,
                "failures": {}}  # fmt: skip
-    v = store.put_model(silent_model().to_bytes(), {"holdout": holdout})["version"]
+    v = store.models.put(silent_model().to_bytes(), {"holdout": holdout})["version"]
     # Each is judged as it would serve: the candidate, held, raises no alert and the slice has no failure,
     # so nothing is judged and promote refuses; the verdict is in the promotion entry, not yet in force.
     refused = promote(store, v)
@@ -160,7 +160,7 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
         "compared as each would serve: the candidate with a pending remap's drain held while the ECC risk is "
         "under 0.3, the shipped default model with NVIDIA's drain at once"
     )
-    card = store.model_info(v)["card"]
+    card = store.models.info(v)["card"]
     assert card["promotion"]["remap_hold"]["hold"] and "remap_hold" not in card
     verdict = promote(store, v, force=True)
     assert verdict.promoted and verdict.forced
@@ -169,7 +169,7 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
     ev = hold["evidence"]
     assert ev["pending_remap_gpus"] >= MIN_REMAP_GPUS and ev["failed_ecc"] == 0 and ev["catches_lost_by_hold"] == {}
     assert ev["false_episodes_hold"] < ev["false_episodes_drain"]
-    assert store.model_info(v)["card"]["remap_hold"] == hold
+    assert store.models.info(v)["card"]["remap_hold"] == hold
 
     last = frame[frame["timestamp"] == end]
     pending = set(last.loc[last["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
@@ -181,29 +181,29 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
 
 def test_a_model_file_is_stored_as_a_candidate_judged_on_the_fleets_newest_days(store: Store, tmp_path: Path) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=3, seed=2), days=6, interval_s=3600)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max()
     gpu = str(frame["gpu_uuid"].iloc[0])
-    store.add_failure(gpu_uuid=gpu, failed_at=(end - pd.Timedelta(days=1)).to_pydatetime(), mode="pcie")
-    store.add_failure(gpu_uuid=gpu, failed_at=(end - pd.Timedelta(days=4)).to_pydatetime(), mode="ecc")
+    store.labels.add_failure(gpu_uuid=gpu, failed_at=(end - pd.Timedelta(days=1)).to_pydatetime(), mode="pcie")
+    store.labels.add_failure(gpu_uuid=gpu, failed_at=(end - pd.Timedelta(days=4)).to_pydatetime(), mode="ecc")
     path = tiny_model("release").save(tmp_path / "release.skops")
     added = store_model_file(store, path, holdout_days=2)
-    info = store.model_info(added.info["version"])
-    assert not info["active"] and store.active_model_version() is None
+    info = store.models.info(added.info["version"])
+    assert not info["active"] and store.models.active_version() is None
     card = info["card"]
     held = card["holdout"]
     assert pd.Timestamp(held["end"]) == end and pd.Timestamp(held["start"]) == end - pd.Timedelta(days=2)
     assert held["failures"] == {"pcie": 1} and held["gpus"] == 3  # the ECC failure is older than the slice
     assert card["trained_by"] == "a model file (gpuhealth model add)" and card["promotion"] is None
     assert card["source"]["file"] == "release.skops" and card["source"]["bytes"] == path.stat().st_size
-    assert store.get_model(added.info["version"])["data"] == path.read_bytes()
+    assert store.models.get(added.info["version"])["data"] == path.read_bytes()
     assert card["meta"]["tag"] == "release"
     # The same archive again: the store keeps its record and card, and says which version it is.
     with pytest.raises(TrainingError, match=rf"already stored as an inactive model, version {info['version']} .*"
                        rf"its holdout {re.escape(held['start'])}.*promote {info['version']}"):  # fmt: skip
         store_model_file(store, path, holdout_days=4)
-    assert [m["version"] for m in store.list_models()] == [info["version"]]
-    assert store.model_info(info["version"])["card"] == card
+    assert [m["version"] for m in store.models.find()] == [info["version"]]
+    assert store.models.info(info["version"])["card"] == card
 
 
 def test_a_model_file_that_would_not_load_or_has_nothing_to_be_judged_on_is_not_stored(
@@ -213,19 +213,19 @@ def test_a_model_file_that_would_not_load_or_has_nothing_to_be_judged_on_is_not_
     with pytest.raises(TrainingError, match="holds no history"):
         store_model_file(store, path)
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=3, interval_s=3600)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     with pytest.raises(TrainingError, match="above 0"):
         store_model_file(store, path, holdout_days=0)
     broken = tmp_path / "broken.skops"
     broken.write_bytes(b"not a model")
     with pytest.raises(ModelError, match="not a gpuhealth model file"):
         store_model_file(store, broken)
-    assert store.list_models() == []
+    assert store.models.find() == []
 
 
 def test_a_model_trained_on_the_fleets_newest_days_is_not_judged_on_them(store: Store, tmp_path: Path) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=6, interval_s=3600)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max()
     model = tiny_model("db")
     trained_until = end - pd.Timedelta(days=1)
@@ -236,7 +236,7 @@ def test_a_model_trained_on_the_fleets_newest_days_is_not_judged_on_them(store: 
     path = model.save(tmp_path / "db.skops")
     with pytest.raises(TrainingError, match=r"trained on a fleet.s own history up to .* inside the newest 2 days"):
         store_model_file(store, path, holdout_days=2)
-    assert store.list_models() == []
+    assert store.models.find() == []
     assert store_model_file(store, path, holdout_days=0.5).card["holdout"]["days"] == 0.5  # after its training
 
 
@@ -247,14 +247,14 @@ def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store:
     domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
     frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
     assert fails.empty
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max()
     drain = {"hold": False, "risk": 0.0, "decided_by": "fleet outcomes", "reasons": ["NVIDIA's drain stands: …"],
              "evidence": {}}  # fmt: skip
     with pytest.raises(PromoteError, match="no stored model is active"):
         judge_hold(store)
-    v = store.put_model(silent_model().to_bytes(), {"holdout": None, "remap_hold": drain})["version"]
-    store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
+    v = store.models.put(silent_model().to_bytes(), {"holdout": None, "remap_hold": drain})["version"]
+    store.models.activate(v, datetime(2026, 1, 1, tzinfo=UTC))
     with pytest.raises(PromoteError, match="GPUHEALTH_REMAP_HOLD_RISK is set"):
         judge_hold(store, thresholds=Thresholds(remap_hold_risk=0.0, remap_hold_fixed=True))
 
@@ -276,11 +276,11 @@ def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store:
 
     dry = judge_hold(store, days=14, record=False)
     assert dry.before == drain and dry.after["hold"] and dry.after["risk"] == 0.3 and not dry.recorded
-    assert store.model_info(v)["card"]["remap_hold"] == drain  # a dry run records nothing
+    assert store.models.info(v)["card"]["remap_hold"] == drain  # a dry run records nothing
     judged = judge_hold(store, days=14, now=datetime(2026, 2, 1, tzinfo=UTC))
     ev = judged.after["evidence"]
     assert ev["pending_remap_gpus"] >= MIN_REMAP_GPUS and ev["failed_ecc"] == 0 and ev["catches_lost_by_hold"] == {}
-    card = store.model_info(v)["card"]
+    card = store.models.info(v)["card"]
     assert card["remap_hold"] == judged.after
     assert [h["at"] for h in card["remap_hold_history"]] == ["2026-02-01T00:00:00+00:00"]
     assert pd.Timestamp(card["remap_hold_history"][0]["slice"]["end"]) == end
@@ -292,20 +292,20 @@ def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store:
 
 def test_a_hold_is_judged_only_on_days_the_model_did_not_train_on(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max()
     trained = {"training_sets": [{"name": FLEET_SET, "span": [str(frame["timestamp"].min()),
                                                              str(end - pd.Timedelta(days=3))]}]}  # fmt: skip
-    v = store.put_model(tiny_model("db").to_bytes(), {"holdout": None, "meta": trained})["version"]
-    store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
+    v = store.models.put(tiny_model("db").to_bytes(), {"holdout": None, "meta": trained})["version"]
+    store.models.activate(v, datetime(2026, 1, 1, tzinfo=UTC))
     with pytest.raises(PromoteError, match=r"trained on this fleet's history up to .*fewer than the 7-day window"):
         judge_hold(store, days=28)
 
 
 def test_a_hold_needs_a_week_of_features_then_days_to_judge(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=6, interval_s=3600)
-    store.ingest(frame)
-    store.activate_model(store.put_model(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
+    store.samples.ingest(frame)
+    store.models.activate(store.models.put(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
     with pytest.raises(PromoteError, match="too little history to judge the hold on"):
         judge_hold(store, days=28)
 
@@ -313,18 +313,18 @@ def test_a_hold_needs_a_week_of_features_then_days_to_judge(store: Store) -> Non
 def test_promote_on_a_fleet_younger_than_its_holdout_refuses_and_force_activates(store: Store) -> None:
     """The slice's scoring starts a week before a 14-day holdout; a 4-day fleet has no GPU there to score."""
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
-    store.ingest(frame)
+    store.samples.ingest(frame)
     end = frame["timestamp"].max()
     holdout = {"days": 14, "start": (end - pd.Timedelta(days=14)).isoformat(), "end": end.isoformat(), "gpus": 2,
                "failures": {}}  # fmt: skip
-    v = store.put_model(tiny_model("young").to_bytes(), {"holdout": holdout})["version"]
+    v = store.models.put(tiny_model("young").to_bytes(), {"holdout": holdout})["version"]
     verdict = promote(store, v)
     assert not verdict.promoted and len(verdict.refusals) == 1
     assert re.search(r"cannot be scored on this fleet's history: no GPU has samples .* \(data begins ",
                      verdict.refusals[0]), verdict.refusals  # fmt: skip
-    assert store.model_info(v)["card"]["promotion"]["refusals"] == verdict.refusals
+    assert store.models.info(v)["card"]["promotion"]["refusals"] == verdict.refusals
     forced = promote(store, v, force=True)
-    assert forced.promoted and forced.forced and store.active_model_version() == v
+    assert forced.promoted and forced.forced and store.models.active_version() == v
 
 
 MALFORMED_SETS = [
@@ -362,14 +362,14 @@ def test_a_model_file_with_malformed_training_sets_is_not_stored(store: Store, t
     path = model.save(tmp_path / "odd.skops")
     with pytest.raises(TrainingError, match=r"odd\.skops: the model's metadata is malformed: training_sets\[0\]"):
         store_model_file(store, path)  # said before "holds no history": it is the file that is wrong
-    assert store.list_models() == []
+    assert store.models.find() == []
 
 
 def test_a_hold_on_a_card_with_malformed_training_sets_is_a_promote_error(store: Store) -> None:
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
-    store.ingest(frame)
-    v = store.put_model(tiny_model("db").to_bytes(), {"holdout": None, "meta": {"training_sets": ["x"]}})["version"]
-    store.activate_model(v, datetime(2026, 1, 1, tzinfo=UTC))
+    store.samples.ingest(frame)
+    v = store.models.put(tiny_model("db").to_bytes(), {"holdout": None, "meta": {"training_sets": ["x"]}})["version"]
+    store.models.activate(v, datetime(2026, 1, 1, tzinfo=UTC))
     with pytest.raises(PromoteError, match=rf"model {v}'s card: the model's metadata is malformed: training_sets\[0\]"):
         judge_hold(store, days=28)
 
@@ -378,7 +378,7 @@ def test_a_hold_over_a_week_without_samples_is_a_promote_error(store: Store) -> 
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=24, interval_s=3600)
     t0 = frame["timestamp"].min()
     down = (frame["timestamp"] >= t0 + pd.Timedelta(days=9)) & (frame["timestamp"] < t0 + pd.Timedelta(days=16))
-    store.ingest(frame[~down])  # the collectors were down a week
-    store.activate_model(store.put_model(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
+    store.samples.ingest(frame[~down])  # the collectors were down a week
+    store.models.activate(store.models.put(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
     with pytest.raises(PromoteError, match=r"cannot score .*: no GPU has samples within 24 h .*; try other --days"):
         judge_hold(store, days=14, record=False)

@@ -28,13 +28,13 @@ def samples(hours: float, uuid: str = "GPU-a") -> list[dict[str, Any]]:
 
 
 def open_decision(store: Store) -> str:
-    found, _ = store.decisions(state="open")
+    found, _ = store.decisions.find(state="open")
     return str(found[0]["decision"]) if found else "ok"
 
 
 def test_a_model_demote_stands_after_its_risk_held_demote_for_and_a_restart_keeps_the_clock(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    store.ingest(pd.DataFrame(samples(4 * 24)))
+    store.samples.ingest(pd.DataFrame(samples(4 * 24)))
     start = T0 + timedelta(days=3)
     scorer = Scorer(store, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=3 * 3600), 300)
     seen = []
@@ -52,7 +52,7 @@ def test_a_model_demote_stands_after_its_risk_held_demote_for_and_a_restart_keep
 
 def test_a_dip_below_the_threshold_starts_the_clock_again(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    store.ingest(pd.DataFrame(samples(4 * 24)))
+    store.samples.ingest(pd.DataFrame(samples(4 * 24)))
     start = T0 + timedelta(days=3)
     th = Thresholds(ecc_demote_for_s=2 * 3600)
     high, low = Scorer(store, constant_model(("ecc",)), th, 300), Scorer(store, constant_model(), th, 300)

@@ -63,7 +63,7 @@ def served(
 ) -> tuple[Store, list[dict[str, dict[str, Any]]]]:
     """Each GPU's record at each hour of HOURS after `start`, every round by a scorer of its own (a restart)."""
     store = Store.open(f"sqlite:///{tmp_path / 'heat'}.db")
-    store.ingest(fleet)
+    store.samples.ingest(fleet)
     out = []
     for h in HOURS:
         recs = Scorer(store, MODEL, th, 300).run_once(at=start + timedelta(hours=h))
@@ -76,7 +76,7 @@ def test_the_service_demotes_once_the_heat_has_held_and_gpuhealth_score_agrees(
 ) -> None:
     store, rounds = served(tmp_path, fleet, TH)
     # The heat each round judged, as stored: GPU-0 climbs through the level and stays; the others never near it.
-    heat = store.recent_rounds(["GPU-0", "GPU-1"], DAY7, DAY7 + timedelta(hours=13), of=("heat_z",))
+    heat = store.decisions.recent_rounds(["GPU-0", "GPU-1"], DAY7, DAY7 + timedelta(hours=13), of=("heat_z",))
     hot0 = [z is not None and z >= 4.0 for u, _, (z,) in heat if u == "GPU-0"]
     assert len(hot0) == len(HOURS) and max(z or 0 for u, _, (z,) in heat if u == "GPU-1") < 1.0
     first = hot0.index(True)
@@ -90,7 +90,7 @@ def test_the_service_demotes_once_the_heat_has_held_and_gpuhealth_score_agrees(
     assert said[0].startswith("thermal demote on heat alone: the core runs +")
     assert f"at 4 σ or more in every round since {began:%Y-%m-%d %H:%M} UTC (the hold: 3 h)" in said[0]
     assert said[1] == "risk 0.00 (ECC 0.00)"
-    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-0"]
+    (dec,) = [d for d in store.decisions.find(state="active")[0] if d["gpu_uuid"] == "GPU-0"]
     assert dec["decision"] == "demote" and dec["created_at"] == DAY7 + timedelta(hours=first + 3)
     # `gpuhealth score` reads the same hold from the history's own hours.
     frame = fleet.assign(timestamp=pd.to_datetime(fleet["timestamp"], utc=True))
@@ -127,7 +127,7 @@ def test_the_heat_over_its_node_demotes_where_the_room_swings_and_its_own_heat_s
     th = Thresholds(thermal_heat_z=4.0, thermal_heat_vs_node_z=5.0, thermal_heat_vs_node_excess_z=2.0,
                     thermal_heat_for_s=3 * 3600)  # fmt: skip
     store, rounds = served(tmp_path, fleet, th, start=day9)
-    judged = store.recent_rounds(["GPU-0"], day9, day9 + timedelta(hours=13), of=HEAT_COLUMNS)
+    judged = store.decisions.recent_rounds(["GPU-0"], day9, day9 + timedelta(hours=13), of=HEAT_COLUMNS)
     values = np.array([[np.nan if v is None else v for v in vs] for *_, vs in judged])
     heat, vs_node = values[:, 0], values[:, 1]
     assert len(heat) == len(HOURS) and np.nanmax(heat) < 4.0  # its own yardstick never reaches the level

@@ -44,7 +44,7 @@ def rounds(store: Store, th: Thresholds, hours: list[int]) -> list[dict[str, Any
 
 def new_store(tmp_path: Path, name: str = "d") -> Store:
     s = Store.open(f"sqlite:///{tmp_path / name}.db")
-    s.ingest(pd.DataFrame(samples()))
+    s.samples.ingest(pd.DataFrame(samples()))
     return s
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -23,6 +24,10 @@ class FlakyStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.down = False
+        # The parts the ingest buffer writes to, each through this store's (patchable) methods.
+        self.samples = SimpleNamespace(ingest=lambda frame, not_after=None: self.ingest(frame, not_after=not_after))
+        self.gpus = SimpleNamespace(upsert=lambda gpus: self.upsert_gpus(gpus))
+        self.probes = SimpleNamespace(add=lambda results: self.add_probe_results(results))
 
     def _check(self) -> None:
         if self.down:
@@ -30,15 +35,15 @@ class FlakyStore:
 
     def ingest(self, frame: pd.DataFrame, not_after: datetime | None = None) -> int:
         self._check()
-        return self.store.ingest(frame, not_after=not_after)
+        return self.store.samples.ingest(frame, not_after=not_after)
 
     def upsert_gpus(self, gpus: Any) -> None:
         self._check()
-        self.store.upsert_gpus(gpus)
+        self.store.gpus.upsert(gpus)
 
     def add_probe_results(self, results: Any) -> int:
         self._check()
-        return self.store.add_probe_results(results)
+        return self.store.probes.add(results)
 
 
 def rows(n: int, start: int = 0, uuid: str = "GPU-a") -> list[dict[str, Any]]:
@@ -55,7 +60,7 @@ def flaky(tmp_path: Path) -> FlakyStore:
 
 
 def stored(f: FlakyStore) -> int:
-    return len(f.store.history())
+    return len(f.store.samples.history())
 
 
 def test_samples_wait_in_memory_while_the_database_is_down(flaky: FlakyStore) -> None:
@@ -80,7 +85,7 @@ def test_the_bound_drops_the_oldest_and_counts_them(flaky: FlakyStore) -> None:
     assert len(buf) == 20 and buf.stats.dropped == 30
     flaky.down = False
     buf.flush()
-    h = flaky.store.history()
+    h = flaky.store.samples.history()
     assert len(h) == 20
     assert h["timestamp"].min() == pd.Timestamp(T0 + timedelta(seconds=300))  # the newest 20 were kept
 
@@ -116,7 +121,7 @@ def test_gpu_states_survive_an_outage(flaky: FlakyStore) -> None:
     buf.flush()
     flaky.down = False
     buf.flush()
-    assert flaky.store.get_gpu("GPU-a")["state"] == "lost"
+    assert flaky.store.gpus.get("GPU-a")["state"] == "lost"
 
 
 def probe(i: int, status: str = "pass", uuid: str = "GPU-a") -> dict[str, Any]:
@@ -137,7 +142,7 @@ def test_probe_results_wait_in_memory_while_the_database_is_down(flaky: FlakySto
     assert buf.probes_held() == 3 and len(buf) == 2 and not buf.store_up
     flaky.down = False
     buf.flush()
-    got = flaky.store.probe_results("GPU-a")
+    got = flaky.store.probes.of("GPU-a")
     assert [r["value"] for r in got] == [303.0, 302.0, 301.0]  # all three, newest first
     st = buf.stats
     assert (st.probes_received, st.probes_written, st.probes_dropped, buf.probes_held()) == (3, 3, 0, 0)
@@ -155,7 +160,7 @@ def test_the_probe_bound_drops_the_oldest_and_counts_them(flaky: FlakyStore) -> 
     assert buf.probes_held() == 2 and buf.stats.probes_dropped == 1
     flaky.down = False
     buf.flush()
-    assert [r["value"] for r in flaky.store.probe_results("GPU-a")] == [303.0, 302.0]
+    assert [r["value"] for r in flaky.store.probes.of("GPU-a")] == [303.0, 302.0]
 
 
 def test_probe_results_the_store_rejects_are_dropped_without_taking_samples(flaky: FlakyStore) -> None:
@@ -167,7 +172,7 @@ def test_probe_results_the_store_rejects_are_dropped_without_taking_samples(flak
     assert buf.stats.probes_dropped == 1 and "status" in (buf.stats.last_error or "")
     buf.add_probes([probe(2)])
     buf.flush()
-    assert [r["value"] for r in flaky.store.probe_results("GPU-a")] == [302.0]
+    assert [r["value"] for r in flaky.store.probes.of("GPU-a")] == [302.0]
 
 
 def test_an_unexpected_error_does_not_end_the_writer(flaky: FlakyStore, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,13 +219,13 @@ def test_the_scoring_loop_applies_the_retention(tmp_path: Path) -> None:
 
     store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
     frame = pd.DataFrame(rows(6 * 360 * 18))  # 18 h at 10 s
-    store.ingest(frame)
+    store.samples.ingest(frame)
     scorer = Scorer(store, load_model(), Thresholds(), 300, retention=Retention(samples=timedelta(hours=6)))
     end = T0 + timedelta(hours=18)
     scorer.run_once(at=end)
-    kept = store.history()
+    kept = store.samples.history()
     assert kept["timestamp"].min() >= pd.Timestamp(end - timedelta(hours=7))
-    with_hourly = store.scoring_history(since=None, until=end)
+    with_hourly = store.samples.scoring_history(since=None, until=end)
     assert with_hourly["timestamp"].min() == pd.Timestamp(T0)  # older data lives on as hourly rows
     assert len(with_hourly) < len(frame)
 
@@ -277,7 +282,7 @@ def test_a_chunk_that_could_not_be_written_goes_back_in_front_within_the_bound(f
     # 8 in flight went back in front of the 6 that came meanwhile: 14 > 10, the 4 oldest really go
     assert len(buf) == 10 and buf.stats.dropped == 4
     assert buf.flush() == 10
-    kept = flaky.store.history()["timestamp"]
+    kept = flaky.store.samples.history()["timestamp"]
     assert kept.min() == pd.Timestamp(T0 + timedelta(seconds=40)) and stored(flaky) == 10
 
 
@@ -285,4 +290,4 @@ def test_with_a_wall_clock_samples_from_the_future_are_refused(flaky: FlakyStore
     buf = IngestBuffer(flaky, clock=lambda: T0 + timedelta(seconds=50))  # type: ignore[arg-type]
     buf.add(rows(5) + rows(3, start=60))  # 0..40 s, then 600..620 s: past the clock and its 5 min skew
     assert buf.flush() == 5
-    assert flaky.store.newest_sample_time() == T0 + timedelta(seconds=40)
+    assert flaky.store.samples.newest_time() == T0 + timedelta(seconds=40)

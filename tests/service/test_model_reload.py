@@ -30,7 +30,7 @@ def models() -> dict[str, RiskModel]:
 def store(tmp_path: Path) -> Iterator[Store]:
     s = Store.open(f"sqlite:///{tmp_path / 'reload.db'}")
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=5), days=1, interval_s=3600)
-    s.ingest(frame)
+    s.samples.ingest(frame)
     try:
         yield s
     finally:
@@ -38,7 +38,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def scorer_on(store: Store, model: RiskModel) -> Scorer:
-    newest = store.newest_sample_time()
+    newest = store.samples.newest_time()
     return Scorer(store, model, Thresholds(), 3600, now=lambda: newest)  # scores as of the simulated day
 
 
@@ -60,11 +60,11 @@ def test_without_a_stored_model_the_file_model_scores(store: Store, models: dict
 def test_a_promoted_model_is_loaded_at_the_next_round(store: Store, models: dict[str, RiskModel]) -> None:
     scorer = scorer_on(store, models["file"])
     scorer.run_once()
-    first = store.put_model(models["first"].to_bytes(), CARD)["version"]
+    first = store.models.put(models["first"].to_bytes(), CARD)["version"]
     scorer.run_once()
     assert scorer.model_state.source == "file", "an inactive stored model is not used"
 
-    store.activate_model(first, store.list_models()[0]["created_at"] + timedelta(minutes=1))
+    store.models.activate(first, store.models.find()[0]["created_at"] + timedelta(minutes=1))
     records = scorer.run_once()
     st = scorer.model_state
     assert (st.source, st.version, st.reloads, st.meta["tag"]) == ("store", first, 1, "first")
@@ -72,8 +72,8 @@ def test_a_promoted_model_is_loaded_at_the_next_round(store: Store, models: dict
     scorer.run_once()
     assert scorer.model_state.reloads == 1, "the same active version is not loaded again"
 
-    second = store.put_model(models["second"].to_bytes(), CARD)["version"]
-    store.activate_model(second, store.model_info(second)["created_at"])
+    second = store.models.put(models["second"].to_bytes(), CARD)["version"]
+    store.models.activate(second, store.models.info(second)["created_at"])
     scorer.run_once()
     assert (scorer.model_state.version, scorer.model.meta["tag"]) == (second, "second")
     assert metric(scorer, "gpuhealth_model_reloads_total") == 2.0
@@ -84,11 +84,11 @@ def test_a_model_that_does_not_load_is_counted_and_the_old_one_kept(
     store: Store, models: dict[str, RiskModel], caplog: pytest.LogCaptureFixture
 ) -> None:
     scorer = scorer_on(store, models["file"])
-    first = store.put_model(models["first"].to_bytes(), CARD)["version"]
-    store.activate_model(first, store.model_info(first)["created_at"])
+    first = store.models.put(models["first"].to_bytes(), CARD)["version"]
+    store.models.activate(first, store.models.info(first)["created_at"])
     scorer.run_once()
-    broken = store.put_model(b"PK\x03\x04 not a skops archive", CARD)["version"]
-    store.activate_model(broken, store.model_info(broken)["created_at"])
+    broken = store.models.put(b"PK\x03\x04 not a skops archive", CARD)["version"]
+    store.models.activate(broken, store.models.info(broken)["created_at"])
     assert scorer.run_once(), "scoring goes on"
     st = scorer.model_state
     assert (st.version, st.load_failures, st.failed_version) == (first, 1, broken)
@@ -99,7 +99,7 @@ def test_a_model_that_does_not_load_is_counted_and_the_old_one_kept(
     scorer.run_once()
     assert scorer.model_state.load_failures == 1, "a broken version is not retried every round"
 
-    store.activate_model(first, store.model_info(first)["created_at"])  # rolled back: nothing to load
+    store.models.activate(first, store.models.info(first)["created_at"])  # rolled back: nothing to load
     scorer.run_once()
     assert scorer.model_state.failed_version == broken and scorer.model_state.reloads == 1
 

@@ -94,7 +94,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict
     """The history; what the service's stored rounds answered before each of its rounds; its decisions."""
     frame = samples()
     store = Store.open(f"sqlite:///{Path(tmp_path_factory.mktemp('past')) / 'p.db'}")
-    store.ingest(frame)
+    store.samples.ingest(frame)
     scorer = Scorer(store, MODEL, TH, 300)
     answers, decisions = {}, []
     for h in HOURS:

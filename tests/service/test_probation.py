@@ -37,7 +37,7 @@ def samples(hours: float = 4 * 24, uuid: str = "GPU-a") -> list[dict[str, Any]]:
 
 def test_the_service_keeps_a_released_gpu_demoted_while_its_risk_holds_across_a_restart(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    store.ingest(pd.DataFrame(samples()))
+    store.samples.ingest(pd.DataFrame(samples()))
     risky = Scorer(store, constant_model(("ecc",)), TH, 300)
     at = [DAY3 + timedelta(hours=h) for h in range(10)]
     assert risky.run_once(at=at[1])[0]["decision"] == "drain"
@@ -59,7 +59,7 @@ def test_the_service_keeps_a_released_gpu_demoted_while_its_risk_holds_across_a_
 
 def test_a_probation_ends_after_probation_for_and_is_off_at_zero(tmp_path: Path) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'd.db'}")
-    store.ingest(pd.DataFrame(samples()))
+    store.samples.ingest(pd.DataFrame(samples()))
     short = Scorer(
         store, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=12 * 3600, probation_for_s=2 * 3600), 300
     )
@@ -70,7 +70,7 @@ def test_a_probation_ends_after_probation_for_and_is_off_at_zero(tmp_path: Path)
     assert got[2]["reasons"][0].startswith("probation: a drain or RMA let it go on 2026-03-04 04:00 UTC")
     assert got[3]["reasons"][0].startswith("demote held: demoted since 2026-03-04 04:00 UTC, and its risk 1.00")
     store2 = Store.open(f"sqlite:///{tmp_path / 'e.db'}")
-    store2.ingest(pd.DataFrame(samples()))
+    store2.samples.ingest(pd.DataFrame(samples()))
     off = Scorer(store2, constant_model(("ecc",)), Thresholds(ecc_demote_for_s=12 * 3600, probation_for_s=0), 300)
     assert [off.run_once(at=DAY3 + timedelta(hours=h))[0]["decision"] for h in (1, 4)] == ["drain", "watch"]
 

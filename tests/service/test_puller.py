@@ -54,7 +54,7 @@ def puller(store: Store, prom: FakePrometheus, clock: Clock, backfill_steps: int
 
 
 def stored(store: Store, uuid: str = "GPU-0") -> list[pd.Timestamp]:
-    h = store.history(uuids=[uuid])
+    h = store.samples.history(uuids=[uuid])
     return list(h["timestamp"])
 
 
@@ -88,7 +88,7 @@ def test_an_xid_at_the_first_step_of_a_window_counts_once(store: Store) -> None:
     for step in (13, 16):  # step 13 opens the next window; the overlap step 12 shows it changed
         clock.step = step
         p.pull_once()
-    h = store.history(uuids=["GPU-0"])
+    h = store.samples.history(uuids=["GPU-0"])
     assert dict(zip(h["timestamp"], h["xid"], strict=True)) == {
         pd.Timestamp(at(k)): (79.0 if k == 13 else 0.0) for k in range(3, 17)
     } | {pd.Timestamp(at(2)): 0.0}
@@ -103,7 +103,7 @@ def test_nothing_is_lost_while_the_database_is_down(store: Store, monkeypatch: p
         raise StoreUnavailable("cannot reach the database: connection refused")
 
     with monkeypatch.context() as m:
-        m.setattr(store, "ingest", down)
+        m.setattr(store.samples, "ingest", down)
         for step in (22, 24):
             clock.step = step
             with pytest.raises(StoreUnavailable):
@@ -155,7 +155,7 @@ def test_a_gpu_gone_from_its_host_is_marked_lost(store: Store) -> None:
     p.pull_once()
     clock.step = 24
     p.pull_once()
-    states = {g["uuid"]: g["state"] for g in store.list_gpus()[0]}
+    states = {g["uuid"]: g["state"] for g in store.gpus.find()[0]}
     assert states == {"GPU-0": "active", "GPU-1": "lost", "GPU-x": "active"}  # a silent node is not a lost GPU
     assert p.state.lost == 1
     reg = CollectorRegistry(auto_describe=False)
@@ -206,7 +206,7 @@ def test_a_sample_from_the_future_does_not_stop_the_pulls(store: Store) -> None:
     """Issue 12.5: one future sample in the store put the watermark past now and no pull ran again."""
     prom, clock = fleet(40), Clock(20)
     future = at(20) + timedelta(days=365)
-    assert store.ingest(_sample_at(future)) == 1  # an older store, or a tool with a wrong clock, let it in
+    assert store.samples.ingest(_sample_at(future)) == 1  # an older store, or a tool with a wrong clock, let it in
     p = puller(store, prom, clock)
     assert p.pull_once() == 2 * 11  # steps 10..20, as for an empty store: not "nothing until next year"
     clock.step = 23
@@ -222,9 +222,9 @@ def test_a_sample_from_the_future_does_not_stop_the_pulls(store: Store) -> None:
 def test_future_samples_are_refused_at_ingest(store: Store) -> None:
     now = at(20)
     frame = pd.concat([_sample_at(now), _sample_at(now + timedelta(hours=2), uuid="GPU-1")], ignore_index=True)
-    assert store.ingest(frame, not_after=now + timedelta(minutes=5)) == 1
-    assert store.newest_sample_time() == now
-    assert store.newest_sample_time(until=now - timedelta(seconds=1)) is None
+    assert store.samples.ingest(frame, not_after=now + timedelta(minutes=5)) == 1
+    assert store.samples.newest_time() == now
+    assert store.samples.newest_time(until=now - timedelta(seconds=1)) is None
 
 
 def test_a_bad_series_is_skipped_counted_and_named_once(store: Store, caplog: pytest.LogCaptureFixture) -> None:
@@ -238,7 +238,7 @@ def test_a_bad_series_is_skipped_counted_and_named_once(store: Store, caplog: py
         assert p.pull_once() == 2 * 11
         clock.step = 22
         assert p.pull_once() == 2 * 2
-    assert sorted(g["uuid"] for g in store.list_gpus()[0]) == ["GPU-0", "GPU-1"]
+    assert sorted(g["uuid"] for g in store.gpus.find()[0]) == ["GPU-0", "GPU-1"]
     reg = CollectorRegistry()
     reg.register(p)
     skipped = "gpuhealth_pull_series_skipped_total"
@@ -259,10 +259,10 @@ def test_a_gpu_of_unknown_index_that_goes_quiet_is_marked_lost(store: Store, leg
     clock = Clock(20)
     p = puller(store, prom, clock)
     p.pull_once()
-    assert store.get_gpu("GPU-1")["gpu_index"] is None, "unknown is NULL, not -1"
+    assert store.gpus.get("GPU-1")["gpu_index"] is None, "unknown is NULL, not -1"
     if legacy:  # what an older release (or `db import` of a history with -1) left in the store
         with store._db.tx(write=True) as conn:
             conn.execute(sa.update(T_GPUS).where(T_GPUS.c.uuid == "GPU-1").values(gpu_index=-1))
     clock.step = 24
     assert p.pull_once() == 4
-    assert store.get_gpu("GPU-1")["state"] == "lost" and p.state.failures == 0
+    assert store.gpus.get("GPU-1")["state"] == "lost" and p.state.failures == 0

@@ -58,7 +58,7 @@ def rounds(store: Store, th: Thresholds, hours: list[int]) -> list[dict[str, Any
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     s = Store.open(f"sqlite:///{tmp_path / 'd'}.db")
-    s.ingest(samples())
+    s.samples.ingest(samples())
     return s
 
 
@@ -90,18 +90,18 @@ def test_the_drain_waits_while_no_wear_shows_and_stands_once_made(store: Store) 
 @pytest.mark.parametrize("th", [NO_CLEAR, SHORT_CLEAR], ids=["no look back", "6 h"])
 def test_a_remap_long_enough_after_the_wear_is_held_again(tmp_path: Path, th: Thresholds) -> None:
     s = Store.open(f"sqlite:///{tmp_path / 'c'}.db")
-    s.ingest(samples())
+    s.samples.ingest(samples())
     assert [r["decision"] for r in rounds(s, th, [3, 7, 13, 17, 21])] == ["watch", "drain", "drain", "ok", "watch"]
 
 
 def test_without_the_hold_nvidia_drains_at_once_and_a_wait_for_the_risk_holds_longer(tmp_path: Path) -> None:
     s = Store.open(f"sqlite:///{tmp_path / 'off'}.db")
-    s.ingest(samples())
+    s.samples.ingest(samples())
     off = rounds(s, Thresholds(), [3, 13])
     assert [r["decision"] for r in off] == ["drain", "drain"]
     assert off[1]["reasons"][1].startswith("its ECC risk 0.05 (under 0.3) shows no wearing memory")
     s = Store.open(f"sqlite:///{tmp_path / 'for'}.db")
-    s.ingest(samples())
+    s.samples.ingest(samples())
     # The ECC risk must hold 0.3 for 3 h: it rose to 0.5 at 06:00 (the first stored round at it); at
     # 07:00 it has held 1 h (watch), at 09:00 3 h (drain).
     got = rounds(s, Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3 * 3600), [6, 7, 9, 13])
@@ -135,7 +135,7 @@ def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
     and in `gpuhealth score` alike."""
     model = schedule_model(((3.0, 0.05), (3.25, 0.5), (3.5, 0.2)))
     s = Store.open(f"sqlite:///{tmp_path / 'p'}.db")
-    s.ingest(samples())
+    s.samples.ingest(samples())
     got = [Scorer(s, model, NO_CLEAR, 300).run_once(at=DAY3 + timedelta(hours=h))[0] for h in (3, 7, 13, 17, 21)]
     assert [r["decision"] for r in got] == ["watch", "drain", "drain", "demote", "demote"]
     assert got[4]["reasons"][0].startswith("probation: a drain or RMA let it go on 2026-03-04 17:00 UTC")
@@ -161,8 +161,8 @@ def test_a_promoted_models_fleet_verdict_sets_the_hold_unless_the_operator_did(
 
     def first_round(name: str, verdict: dict[str, Any], th: Thresholds) -> tuple[str, float]:
         s = Store.open(f"sqlite:///{tmp_path / name}.db")
-        s.ingest(samples())
-        s.activate_model(s.put_model(tiny_model("stored").to_bytes(), {"remap_hold": verdict})["version"], DAY3)
+        s.samples.ingest(samples())
+        s.models.activate(s.models.put(tiny_model("stored").to_bytes(), {"remap_hold": verdict})["version"], DAY3)
         scorer = Scorer(s, tiny_model("file"), th, 300)
         rec = scorer.run_once(at=DAY3 + timedelta(hours=3))[0]
         reg = CollectorRegistry(auto_describe=False)

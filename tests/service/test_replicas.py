@@ -61,7 +61,7 @@ def scored_hosts(records: list[dict[str, object]]) -> set[str]:
 
 
 def test_each_replica_scores_its_share_and_a_round_is_written_once(store: Store, history: pd.DataFrame) -> None:
-    store.ingest(history)
+    store.samples.ingest(history)
     end = pd.Timestamp(history["timestamp"].max()).to_pydatetime()
     # a round boundary just before the data's end, so that a lease period later is the same round
     clock = Clock(datetime.fromtimestamp((end.timestamp() // ROUND_S) * ROUND_S + 10, end.tzinfo))
@@ -75,7 +75,7 @@ def test_each_replica_scores_its_share_and_a_round_is_written_once(store: Store,
     assert a.state.hostnames == 2 and a.state.dropped == 0
     everyone = sorted(history["gpu_uuid"].unique())
     assert sorted(str(r["gpu_uuid"]) for r in got_a + got_b) == everyone
-    assert {u: len(store.risk_history(u)) for u in everyone} == dict.fromkeys(everyone, 1)
+    assert {u: len(store.decisions.risk_history(u)) for u in everyone} == dict.fromkeys(everyone, 1)
 
     # a dies; a lease later b holds everything, but this round is written already: nothing twice
     clock.advance(61)
@@ -83,18 +83,18 @@ def test_each_replica_scores_its_share_and_a_round_is_written_once(store: Store,
     assert len(b.held()) == 64 and round_of(clock(), ROUND_S) == round_of(clock.t - timedelta(seconds=61), ROUND_S)
     assert sb.run_once() == []
     assert b.state.dropped == 64
-    assert {u: len(store.risk_history(u)) for u in everyone} == dict.fromkeys(everyone, 1)
+    assert {u: len(store.decisions.risk_history(u)) for u in everyone} == dict.fromkeys(everyone, 1)
     assert sb.state.records == [], "/metrics shows what the round wrote"
 
     # the next round b scores the whole fleet
     clock.advance(ROUND_S)
     b.tick()
     assert scored_hosts(sb.run_once()) == {f"sim-node-0{i}" for i in range(4)}
-    assert {u: len(store.risk_history(u)) for u in everyone} == dict.fromkeys(everyone, 2)
+    assert {u: len(store.decisions.risk_history(u)) for u in everyone} == dict.fromkeys(everyone, 2)
 
 
 def test_a_replica_without_shards_scores_nothing_and_shows_nothing(store: Store, history: pd.DataFrame) -> None:
-    store.ingest(history)
+    store.samples.ingest(history)
     clock = Clock(pd.Timestamp(history["timestamp"].max()).to_pydatetime())
     a = Replica(store, "a", 60, clock=clock, shards=64)
     s = Scorer(store, tiny_model(), Thresholds(), ROUND_S, now=clock, replica=a)
@@ -119,7 +119,7 @@ def test_replica_metrics_and_health(store: Store) -> None:
     assert reg.get_sample_value("gpuhealth_replica_shards") == 0.0
     assert "holds no shard" in a.health()
     a.release()
-    assert {x["owner"] for x in store.leases()} == {None}
+    assert {x["owner"] for x in store.leases.shards()} == {None}
     assert until_next_round(clock(), 60) == pytest.approx(60 - 41)
 
 
@@ -210,7 +210,7 @@ def test_the_puller_pulls_only_its_hosts(store: Store) -> None:
     p = PrometheusPuller(store, URL, every_s=60, step_s=STEP, backfill=timedelta(seconds=STEP * 10),
                          client=prom.client(), now=now, replica=replica)  # fmt: skip
     assert p.pull_once() > 0
-    assert sorted(g["hostname"] for g in store.list_gpus()[0]) == ["10.0.0.7", "node-a.example"]
+    assert sorted(g["hostname"] for g in store.gpus.find()[0]) == ["10.0.0.7", "node-a.example"]
     queried = [r.url.params["query"] for r in prom.requests if r.url.path.endswith("query_range")]
     assert queried and all("node-b" not in q and "node-d" not in q and "node-a" in q for q in queried)
 
@@ -223,8 +223,8 @@ def test_the_puller_pulls_only_its_hosts(store: Store) -> None:
     (first,) = [r for r in prom.requests if r.url.path.endswith("query_range")][:1]
     span = float(first.url.params["end"]) - float(first.url.params["start"])
     assert span >= 60 + 2 * 60, span
-    assert "node-b" in {g["hostname"] for g in store.list_gpus()[0]}
-    assert "node-d" not in {g["hostname"] for g in store.list_gpus()[0]}
+    assert "node-b" in {g["hostname"] for g in store.gpus.find()[0]}
+    assert "node-d" not in {g["hostname"] for g in store.gpus.find()[0]}
 
 
 def test_a_long_share_is_asked_for_in_a_post_body() -> None:

@@ -78,7 +78,7 @@ def test_active_decisions_of_gpus_in_service(store: Store) -> None:
     set_decisions(store, T0, ["n1", "n2"], {("n1", 1): "rma", ("n2", 0): "watch"})
     got = sorted((d["hostname"], d["gpu_index"], d["decision"]) for d in store.actuation.active_decisions())
     assert got == [("n1", 1, "rma"), ("n2", 0, "watch")]
-    store.upsert_gpus([{"uuid": "GPU-n1-1", "hostname": "n1", "gpu_index": 1, "seen_at": T0, "state": "retired"}])
+    store.gpus.upsert([{"uuid": "GPU-n1-1", "hostname": "n1", "gpu_index": 1, "seen_at": T0, "state": "retired"}])
     assert [d["hostname"] for d in store.actuation.active_decisions()] == ["n2"]
     assert store.actuation.hostnames() == ["n1", "n2"]
 

@@ -73,7 +73,7 @@ def test_db_import_then_prune(tmp_path: Path, sim_history: pd.DataFrame) -> None
     store = Store.open(url)
     try:
         assert store.counts()["samples"] == 0
-        failures = store.failures()
+        failures = store.labels.failures()
         assert len(failures) == 2 and all(f["hostname"] is not None for f in failures)
         assert {f["failed_at"].replace(tzinfo=None).isoformat() for f in failures} == {
             "2026-01-02T00:00:00", "2026-01-03T04:05:06.123456"}  # fmt: skip
@@ -96,6 +96,6 @@ def test_db_import_checks_the_gpu_index_as_upsert_does(tmp_path: Path) -> None:
     assert "GPU 'GPU--5': the GPU index -5 is outside" in proc.stderr
     store = Store.open(url)
     try:
-        assert {g["uuid"]: g["gpu_index"] for g in store.list_gpus()[0]} == {"GPU--1": None, "GPU-3": 3}
+        assert {g["uuid"]: g["gpu_index"] for g in store.gpus.find()[0]} == {"GPU--1": None, "GPU-3": 3}
     finally:
         store.close()

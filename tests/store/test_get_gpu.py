@@ -20,30 +20,30 @@ from tests.store.test_scores import score
 
 
 def test_get_gpu_is_its_list_item_plus_the_newest_sample(store: Store) -> None:
-    store.ingest(frame([
+    store.samples.ingest(frame([
         {"timestamp": T0 + timedelta(minutes=m), "gpu_uuid": u, "gpu_temp_c": 40.0 + m, "ecc_sbe_aggregate": float(m)}
         for m in (0, 20, 10) for u in ("GPU-a", "GPU-b")
     ]))  # fmt: skip
-    store.write_scores([score("GPU-a", "watch", 0.5), score("GPU-b", "ok")], T0, rule=decision_changes)
-    (watch,) = store.write_scores(
+    store.decisions.write_scores([score("GPU-a", "watch", 0.5), score("GPU-b", "ok")], T0, rule=decision_changes)
+    (watch,) = store.decisions.write_scores(
         [score("GPU-a", "demote", 0.7)], T0 + timedelta(minutes=5), rule=decision_changes
     )  # closes the watch
-    items = {g["uuid"]: g for g in store.list_gpus()[0]}
+    items = {g["uuid"]: g for g in store.gpus.find()[0]}
     for uuid in ("GPU-a", "GPU-b"):
-        g = store.get_gpu(uuid)
+        g = store.gpus.get(uuid)
         latest = g.pop("latest_sample")
         assert g == items[uuid]
         assert (latest["timestamp"], latest["gpu_temp_c"], latest["ecc_sbe_aggregate"]) == (
             T0 + timedelta(minutes=20), 60.0, 20.0)  # fmt: skip
         assert list(latest) == ["timestamp", *METRIC_COLUMNS]  # catalogue order
-    a = store.get_gpu("GPU-a")
+    a = store.gpus.get("GPU-a")
     assert (a["decision"], a["decision_id"], a["risk"]) == ("demote", watch["id"], 0.7)
 
 
 def test_the_active_decision_condition_is_written_into_the_sql(store: Store) -> None:
     # The active-decision index is partial on `state != 'closed'`. Bound as a parameter, the value
     # makes SQLite re-prepare the statement on every run (45 µs instead of 8 for a lookup).
-    sql = store._gpus.get_gpu_compiled.sql
+    sql = store.gpus.get_compiled.sql
     assert "state != 'closed'" in sql
     assert sql.count("?") + sql.count("%(") == 1  # the UUID is the only parameter
 
@@ -67,10 +67,10 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
 
 def test_sqlite_reads_see_new_writes_and_hold_no_snapshot(sqlite_store: Store, tmp_path: Path) -> None:
     s = sqlite_store
-    s.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}]))
-    assert s.get_gpu("GPU-a")["latest_sample"]["gpu_temp_c"] == 40.0
-    s.ingest(frame([{"timestamp": T0 + timedelta(minutes=1), "gpu_uuid": "GPU-a", "gpu_temp_c": 41.0}]))
-    assert s.get_gpu("GPU-a")["latest_sample"]["gpu_temp_c"] == 41.0  # the held connection is not stale
+    s.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}]))
+    assert s.gpus.get("GPU-a")["latest_sample"]["gpu_temp_c"] == 40.0
+    s.samples.ingest(frame([{"timestamp": T0 + timedelta(minutes=1), "gpu_uuid": "GPU-a", "gpu_temp_c": 41.0}]))
+    assert s.gpus.get("GPU-a")["latest_sample"]["gpu_temp_c"] == 41.0  # the held connection is not stale
     # Between reads the connection holds no read transaction, so a checkpoint can empty the WAL.
     other = sqlite3.connect(tmp_path / "g.db")
     try:
@@ -83,13 +83,13 @@ def test_sqlite_reads_see_new_writes_and_hold_no_snapshot(sqlite_store: Store, t
 
 def test_sqlite_read_connections_are_per_thread_closed_with_the_store(sqlite_store: Store) -> None:
     s = sqlite_store
-    s.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a"}]))
+    s.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a"}]))
     errors: list[BaseException] = []
 
     def read() -> None:
         try:
             for _ in range(20):
-                assert s.get_gpu("GPU-a")["uuid"] == "GPU-a"
+                assert s.gpus.get("GPU-a")["uuid"] == "GPU-a"
         except BaseException as err:  # reported below
             errors.append(err)
 
@@ -110,12 +110,12 @@ def test_sqlite_read_connections_are_per_thread_closed_with_the_store(sqlite_sto
 
 def test_a_broken_sqlite_read_connection_is_replaced(sqlite_store: Store) -> None:
     s = sqlite_store
-    s.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a"}]))
-    s.get_gpu("GPU-a")
+    s.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a"}]))
+    s.gpus.get("GPU-a")
     (raw,) = s._db.readers
     raw.close()  # e.g. closed behind our back
     with pytest.raises(StoreError):
-        s.get_gpu("GPU-a")
-    assert s.get_gpu("GPU-a")["uuid"] == "GPU-a"
+        s.gpus.get("GPU-a")
+    assert s.gpus.get("GPU-a")["uuid"] == "GPU-a"
     assert len(s._db.readers) == 1 and s._db.readers[0] is not raw
     s.close()

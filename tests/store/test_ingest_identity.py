@@ -38,8 +38,8 @@ def test_gpus_the_store_cannot_keep_are_skipped_and_the_rest_stored(
     rows = [{"timestamp": T0, "gpu_uuid": "GPU-ok", "gpu_temp_c": 40.0}]
     rows += [{"timestamp": T0, "gpu_uuid": uuid, "gpu_temp_c": 40.0, **odd} for uuid, odd in ODD.items()]
     with caplog.at_level(logging.WARNING, logger="store.samples"):
-        assert store.ingest(frame(rows)) == 1
-    assert [g["uuid"] for g in store.list_gpus()[0]] == ["GPU-ok"]
+        assert store.samples.ingest(frame(rows)) == 1
+    assert [g["uuid"] for g in store.gpus.find()[0]] == ["GPU-ok"]
     assert store.counts()["samples"] == 1
     for reason in ("label_too_long", "nul_byte", "index_out_of_range"):
         assert reason in caplog.text
@@ -48,9 +48,11 @@ def test_gpus_the_store_cannot_keep_are_skipped_and_the_rest_stored(
 
 def test_an_unknown_index_is_kept_as_null(store: Store) -> None:
     """A history's -1 is "unknown": stored as NULL (as a GPU only ever scored has), read back as -1."""
-    assert store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_index": -1, "gpu_temp_c": 40.0}])) == 1
-    assert store.get_gpu("GPU-a")["gpu_index"] is None
-    assert store.history()["gpu_index"].tolist() == [-1]
+    assert (
+        store.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_index": -1, "gpu_temp_c": 40.0}])) == 1
+    )
+    assert store.gpus.get("GPU-a")["gpu_index"] is None
+    assert store.samples.history()["gpu_index"].tolist() == [-1]
 
 
 def test_a_pull_skips_odd_series_and_stores_every_other_gpu(store: Store) -> None:
@@ -68,5 +70,5 @@ def test_a_pull_skips_odd_series_and_stores_every_other_gpu(store: Store) -> Non
         store, URL, every_s=60, step_s=30, backfill=timedelta(minutes=10), client=prom.client(), now=lambda: now
     )
     assert puller.pull_once() == 2 * 11
-    assert sorted(g["uuid"] for g in store.list_gpus()[0]) == ["GPU-0", "GPU-1"]
+    assert sorted(g["uuid"] for g in store.gpus.find()[0]) == ["GPU-0", "GPU-1"]
     assert puller.state.skipped["label_too_long"] == 1 and puller.state.skipped["nul_byte"] == 1

@@ -19,18 +19,22 @@ UUID = "GPU-8f3c1a2e-0000-4000-8000-000000000001"
 @pytest.fixture
 def known(store: Store) -> Store:
     """A store that has seen one GPU (UUID on node-a)."""
-    store.ingest(frame([{"timestamp": T0, "gpu_uuid": UUID, "gpu_temp_c": 40.0}]))
+    store.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": UUID, "gpu_temp_c": 40.0}]))
     return store
 
 
 def test_failures_round_trip_as_training_labels(known: Store) -> None:
-    f1 = known.add_failure(gpu_uuid=UUID, failed_at=T0 + timedelta(days=1), mode="ecc", xid=48, recorded_by="ops")
+    f1 = known.labels.add_failure(
+        gpu_uuid=UUID, failed_at=T0 + timedelta(days=1), mode="ecc", xid=48, recorded_by="ops"
+    )
     assert (f1["hostname"], f1["kind"], f1["xid"], f1["failed_at"]) == ("node-a", "failure", 48, T0 + timedelta(days=1))
-    known.add_failure(gpu_uuid="GPU-elsewhere", hostname="node-z", failed_at=T0, mode="pcie", kind="rma", note="RMA 42")
-    assert [f["gpu_uuid"] for f in known.failures()] == [UUID, "GPU-elsewhere"]  # newest first
-    assert [f["gpu_uuid"] for f in known.failures(since=T0 + timedelta(hours=1))] == [UUID]
+    known.labels.add_failure(
+        gpu_uuid="GPU-elsewhere", hostname="node-z", failed_at=T0, mode="pcie", kind="rma", note="RMA 42"
+    )
+    assert [f["gpu_uuid"] for f in known.labels.failures()] == [UUID, "GPU-elsewhere"]  # newest first
+    assert [f["gpu_uuid"] for f in known.labels.failures(since=T0 + timedelta(hours=1))] == [UUID]
 
-    labels = known.failures_frame()
+    labels = known.labels.failures_frame()
     assert list(labels.columns) == ["gpu_uuid", "failed_at", "mode", "hostname", "xid"]
     again = history.validate_failures(labels)
     pd.testing.assert_frame_equal(labels, again)
@@ -41,14 +45,14 @@ def test_failures_round_trip_as_training_labels(known: Store) -> None:
 
 def test_failure_input_is_checked(known: Store) -> None:
     with pytest.raises(NotFound, match="give its hostname"):
-        known.add_failure(gpu_uuid="GPU-unknown", failed_at=T0, mode="ecc")
+        known.labels.add_failure(gpu_uuid="GPU-unknown", failed_at=T0, mode="ecc")
     with pytest.raises(StoreError, match="unknown failure mode 'melted'; use one of ecc, thermal, pcie, other"):
-        known.add_failure(gpu_uuid=UUID, failed_at=T0, mode="melted")
+        known.labels.add_failure(gpu_uuid=UUID, failed_at=T0, mode="melted")
     with pytest.raises(StoreError, match="unknown failure kind 'oops'"):
-        known.add_failure(gpu_uuid=UUID, failed_at=T0, mode="ecc", kind="oops")
+        known.labels.add_failure(gpu_uuid=UUID, failed_at=T0, mode="ecc", kind="oops")
     with pytest.raises(StoreError, match="failed_at must be a datetime"):
-        known.add_failure(gpu_uuid=UUID, failed_at="yesterday", mode="ecc")  # type: ignore[arg-type]
-    assert known.failures() == []
+        known.labels.add_failure(gpu_uuid=UUID, failed_at="yesterday", mode="ecc")  # type: ignore[arg-type]
+    assert known.labels.failures() == []
 
 
 def _payload(status: str = "firing", ends: str = "0001-01-01T00:00:00Z") -> dict[str, Any]:
@@ -96,8 +100,8 @@ def _payload(status: str = "firing", ends: str = "0001-01-01T00:00:00Z") -> dict
 
 def test_alertmanager_firing_then_resolved(known: Store) -> None:
     received = T0 + timedelta(hours=10)
-    assert known.add_alertmanager(_payload(), received) == 2
-    items, total = known.alerts()
+    assert known.labels.add_alertmanager(_payload(), received) == 2
+    items, total = known.labels.alerts()
     assert total == 2
     gpu_alert = next(a for a in items if a["alertname"] == "GpuEccRowRemapPending")
     assert (gpu_alert["gpu_uuid"], gpu_alert["hostname"], gpu_alert["severity"], gpu_alert["action"]) == (
@@ -109,13 +113,13 @@ def test_alertmanager_firing_then_resolved(known: Store) -> None:
     assert (node_alert["gpu_uuid"], node_alert["hostname"]) == (None, "10.0.0.2")
 
     # the resolved notification updates the same alert instances instead of adding rows
-    known.add_alertmanager(_payload("resolved", "2026-01-05T11:00:00Z"), received + timedelta(hours=1))
-    items, total = known.alerts()
+    known.labels.add_alertmanager(_payload("resolved", "2026-01-05T11:00:00Z"), received + timedelta(hours=1))
+    items, total = known.labels.alerts()
     assert total == 2
     assert {a["status"] for a in items} == {"resolved"}
     assert {a["ends_at"] for a in items} == {datetime(2026, 1, 5, 11, tzinfo=UTC)}
-    assert [a["alertname"] for a in known.alerts(gpu_uuid=UUID)[0]] == ["GpuEccRowRemapPending"]
-    assert known.alerts(status="firing") == ([], 0)
+    assert [a["alertname"] for a in known.labels.alerts(gpu_uuid=UUID)[0]] == ["GpuEccRowRemapPending"]
+    assert known.labels.alerts(status="firing") == ([], 0)
 
 
 def test_typed_alerts_are_stored_as_their_json_payload_is(store: Store, tmp_path: Any) -> None:
@@ -128,11 +132,11 @@ def test_typed_alerts_are_stored_as_their_json_payload_is(store: Store, tmp_path
         for a, t in zip(payload["alerts"], starts, strict=True)
     ]  # fmt: skip
     received = T0 + timedelta(hours=10)
-    assert store.add_alerts(typed, received, group_key=payload["groupKey"], receiver=payload["receiver"]) == 2
+    assert store.labels.add_alerts(typed, received, group_key=payload["groupKey"], receiver=payload["receiver"]) == 2
     other = Store.open(f"sqlite:///{tmp_path / 'other.db'}")
     try:
-        assert other.add_alertmanager(payload, received) == 2
-        assert store.alerts() == other.alerts()
+        assert other.labels.add_alertmanager(payload, received) == 2
+        assert store.labels.alerts() == other.labels.alerts()
     finally:
         other.close()
 
@@ -171,9 +175,9 @@ def test_malformed_alertmanager_payloads(store: Store, spoil: Any, message: str)
     p = copy.deepcopy(_payload())
     spoil(p)
     with pytest.raises(StoreError) as err:
-        store.add_alertmanager(p, T0)
+        store.labels.add_alertmanager(p, T0)
     assert message in str(err.value)
-    assert store.alerts() == ([], 0)  # nothing half-stored
+    assert store.labels.alerts() == ([], 0)  # nothing half-stored
 
 
 def test_probe_results(known: Store) -> None:
@@ -183,13 +187,13 @@ def test_probe_results(known: Store) -> None:
         {"gpu_uuid": UUID, "ran_at": T0 + timedelta(hours=6), "test": "memtest", "status": "fail",
          "details": {"errors": 3}},
     ]  # fmt: skip
-    assert known.add_probe_results(rows) == 2
-    got = known.probe_results(UUID)
+    assert known.probes.add(rows) == 2
+    got = known.probes.of(UUID)
     assert [(r["test"], r["status"], r["details"]) for r in got] == [("memtest", "fail", {"errors": 3}),
                                                                      ("gemm", "pass", {"size": 8192})]  # fmt: skip
     assert got[1]["ratio"] == pytest.approx(650 / 700) and got[0]["value"] is None
     with pytest.raises(StoreError, match="unknown probe result 0: status 'meh'"):
-        known.add_probe_results([rows[0] | {"status": "meh"}])
+        known.probes.add([rows[0] | {"status": "meh"}])
     with pytest.raises(NotFound):
-        known.probe_results("GPU-unknown")
+        known.probes.of("GPU-unknown")
     assert known.counts()["probe_results"] == 2

@@ -18,7 +18,7 @@ LEASE = timedelta(seconds=60)
 
 
 def owners(store: Store) -> dict[int, str | None]:
-    return {x["shard"]: x["owner"] for x in store.leases()}
+    return {x["shard"]: x["owner"] for x in store.leases.shards()}
 
 
 def held_by(store: Store, rid: str) -> set[int]:
@@ -35,60 +35,60 @@ def test_shard_of_is_a_stable_hash() -> None:
 
 
 def test_one_replica_claims_every_shard_and_renews(store: Store) -> None:
-    first = store.lease_tick("a", LEASE, now=T0)
+    first = store.leases.tick("a", LEASE, now=T0)
     assert (first["live"], first["target"], first["claimed"]) == (1, 64, list(range(64)))
     assert first["held"] == dict.fromkeys(range(64), T0 + LEASE) and first["now"] == T0
-    again = store.lease_tick("a", LEASE, now=T0 + timedelta(seconds=20))
+    again = store.leases.tick("a", LEASE, now=T0 + timedelta(seconds=20))
     assert again["claimed"] == [] and again["released"] == []
     assert set(again["held"].values()) == {T0 + timedelta(seconds=80)}
-    assert {x["expires_at"] for x in store.leases()} == {T0 + timedelta(seconds=80)}
-    (r,) = store.replicas()
+    assert {x["expires_at"] for x in store.leases.shards()} == {T0 + timedelta(seconds=80)}
+    (r,) = store.leases.replicas()
     assert (r["replica_id"], r["started_at"], r["heartbeat_at"]) == ("a", T0, T0 + timedelta(seconds=20))
 
 
 def test_fair_share_makes_room_for_newcomers(store: Store) -> None:
     t = iter(T0 + timedelta(seconds=i) for i in range(100))
-    store.lease_tick("a", LEASE, now=next(t))
-    b = store.lease_tick("b", LEASE, now=next(t))  # all taken: nothing yet
+    store.leases.tick("a", LEASE, now=next(t))
+    b = store.leases.tick("b", LEASE, now=next(t))  # all taken: nothing yet
     assert (b["live"], b["target"], b["held"]) == (2, 32, {})
-    a = store.lease_tick("a", LEASE, now=next(t))
+    a = store.leases.tick("a", LEASE, now=next(t))
     assert (a["target"], len(a["held"]), a["released"]) == (32, 32, list(range(32, 64)))
-    b = store.lease_tick("b", LEASE, now=next(t))
+    b = store.leases.tick("b", LEASE, now=next(t))
     assert sorted(b["held"]) == list(range(32, 64))
-    store.lease_tick("c", LEASE, now=next(t))
+    store.leases.tick("c", LEASE, now=next(t))
     for rid in ("a", "b", "c", "a", "b", "c"):
-        store.lease_tick(rid, LEASE, now=next(t))
+        store.leases.tick(rid, LEASE, now=next(t))
     counts = sorted(len(held_by(store, rid)) for rid in ("a", "b", "c"))
     assert counts == [20, 22, 22]  # ceil(64 / 3) = 22 each at most, nothing left over
     assert None not in owners(store).values()
 
 
 def test_a_dead_replicas_shards_move_after_one_lease(store: Store) -> None:
-    store.lease_tick("a", LEASE, now=T0)
-    store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=1))
-    store.lease_tick("a", LEASE, now=T0 + timedelta(seconds=2))  # gives 32 back
-    store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=3))
+    store.leases.tick("a", LEASE, now=T0)
+    store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=1))
+    store.leases.tick("a", LEASE, now=T0 + timedelta(seconds=2))  # gives 32 back
+    store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=3))
     assert len(held_by(store, "a")) == len(held_by(store, "b")) == 32
     # a dies after its tick at T0+2s; before its leases expire b cannot take them
-    early = store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=61))
+    early = store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=61))
     assert (early["live"], early["claimed"]) == (2, [])
-    late = store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=62, milliseconds=1))
+    late = store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=62, milliseconds=1))
     assert (late["live"], sorted(late["held"])) == (1, list(range(64)))
     # a comes back: what it held is b's now; it gets a share again through fair share
-    back = store.lease_tick("a", LEASE, now=T0 + timedelta(seconds=63))
+    back = store.leases.tick("a", LEASE, now=T0 + timedelta(seconds=63))
     assert (back["live"], back["held"]) == (2, {})
-    store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=64))
-    again = store.lease_tick("a", LEASE, now=T0 + timedelta(seconds=65))
+    store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=64))
+    again = store.leases.tick("a", LEASE, now=T0 + timedelta(seconds=65))
     assert len(again["held"]) == 32 and set(again["held"]).isdisjoint(held_by(store, "b"))
 
 
 def test_release_hands_the_shards_over_at_once(store: Store) -> None:
-    store.lease_tick("a", LEASE, now=T0)
-    store.lease_tick("b", LEASE, now=T0)
-    assert store.release_leases("a") == 64
+    store.leases.tick("a", LEASE, now=T0)
+    store.leases.tick("b", LEASE, now=T0)
+    assert store.leases.release("a") == 64
     assert set(owners(store).values()) == {None}
-    assert [r["replica_id"] for r in store.replicas()] == ["b"]
-    b = store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=1))
+    assert [r["replica_id"] for r in store.leases.replicas()] == ["b"]
+    b = store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=1))
     assert (b["live"], len(b["held"])) == (1, 64)
 
 
@@ -106,7 +106,7 @@ def test_concurrent_claims_are_exclusive(store: Store, clock: str) -> None:
             for k in range(rounds):
                 barrier.wait(timeout=30)
                 now = T0 + timedelta(seconds=k) if clock == "passed" else None
-                seen[(k, rid)] = set(store.lease_tick(rid, LEASE, now=now)["held"])
+                seen[(k, rid)] = set(store.leases.tick(rid, LEASE, now=now)["held"])
         except BaseException as err:  # reported below
             errors.append(err)
             barrier.abort()
@@ -138,48 +138,48 @@ def hosts_by_shard() -> dict[int, str]:
 
 def test_the_fence_admits_a_round_once_and_only_while_held(store: Store) -> None:
     host = hosts_by_shard()
-    store.lease_tick("a", LEASE, now=T0)
+    store.leases.tick("a", LEASE, now=T0)
     records = [score(f"GPU-{s}", host=host[s]) for s in (0, 1, 2)]
     fence = RoundFence("a", 100, frozenset({0, 1, 2}), now=T0 + timedelta(seconds=1))
-    store.write_scores(records, T0, rule=decision_changes, fence=fence)
+    store.decisions.write_scores(records, T0, rule=decision_changes, fence=fence)
     assert fence.admitted == {0, 1, 2}
-    assert {x["shard"]: x["scored_round"] for x in store.leases()}[1] == 100
+    assert {x["shard"]: x["scored_round"] for x in store.leases.shards()}[1] == 100
 
     # the same round again (a retry, or the next owner after a handover): nothing is written
     again = RoundFence("a", 100, frozenset({0, 1, 2}), now=T0 + timedelta(seconds=2))
-    store.write_scores([score("GPU-0", "watch", 0.5, host=host[0])], T0 + timedelta(seconds=2),
+    store.decisions.write_scores([score("GPU-0", "watch", 0.5, host=host[0])], T0 + timedelta(seconds=2),
                        rule=decision_changes, fence=again)  # fmt: skip
     assert again.admitted == frozenset()
-    assert store.get_gpu("GPU-0")["decision"] == "ok"
+    assert store.gpus.get("GPU-0")["decision"] == "ok"
 
     # past the lease (less the margin) the round is not written either
     late = RoundFence("a", 101, frozenset({0}), margin=timedelta(seconds=10), now=T0 + timedelta(seconds=55))
-    store.write_scores([score("GPU-0", "watch", 0.5, host=host[0])], T0 + timedelta(seconds=55),
+    store.decisions.write_scores([score("GPU-0", "watch", 0.5, host=host[0])], T0 + timedelta(seconds=55),
                        rule=decision_changes, fence=late)  # fmt: skip
-    assert late.admitted == frozenset() and store.get_gpu("GPU-0")["decision"] == "ok"
+    assert late.admitted == frozenset() and store.gpus.get("GPU-0")["decision"] == "ok"
 
     # shards held by another replica are dropped, ours written: one transaction, partial admission
-    store.lease_tick("b", LEASE, now=T0 + timedelta(seconds=61))  # a's leases have expired: b takes all
-    store.lease_tick("a", LEASE, now=T0 + timedelta(seconds=62))
+    store.leases.tick("b", LEASE, now=T0 + timedelta(seconds=61))  # a's leases have expired: b takes all
+    store.leases.tick("a", LEASE, now=T0 + timedelta(seconds=62))
     mixed = RoundFence("b", 101, frozenset({0, 1}), now=T0 + timedelta(seconds=63))
     written = [score("GPU-0", "watch", 0.5, host=host[0]), score("GPU-1", "watch", 0.5, host=host[1]),
                score("GPU-2", "watch", 0.5, host=host[2])]  # fmt: skip
-    opened = store.write_scores(written, T0 + timedelta(seconds=63), rule=decision_changes, fence=mixed)
+    opened = store.decisions.write_scores(written, T0 + timedelta(seconds=63), rule=decision_changes, fence=mixed)
     assert mixed.admitted == {0, 1}
     assert sorted(d["gpu_uuid"] for d in opened) == ["GPU-0", "GPU-1"]
-    assert store.get_gpu("GPU-2")["decision"] == "ok"
+    assert store.gpus.get("GPU-2")["decision"] == "ok"
 
 
 def test_bad_input_is_refused(store: Store) -> None:
     with pytest.raises(StoreError, match="lease must be positive"):
-        store.lease_tick("a", timedelta(0))
+        store.leases.tick("a", timedelta(0))
     with pytest.raises(StoreError, match="replica_id"):
-        store.lease_tick("", LEASE)
+        store.leases.tick("", LEASE)
 
 
 def test_the_database_clock_decides(store: Store) -> None:
     """Without a clock passed in, expiry is measured by the database's time (now() on PostgreSQL)."""
     before = datetime.now().astimezone()
-    got = store.lease_tick("a", LEASE)
+    got = store.leases.tick("a", LEASE)
     assert before - timedelta(seconds=5) <= got["now"] <= datetime.now().astimezone() + timedelta(seconds=5)
     assert set(got["held"].values()) == {got["now"] + LEASE}

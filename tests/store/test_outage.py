@@ -18,11 +18,11 @@ def test_postgres_restart(pg_template: PostgresServer) -> None:
     url = server.create_database("outage", template="gpuhealth_template")
     store = Store.open(url)
     try:
-        assert store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}])) == 1
+        assert store.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}])) == 1
         server.stop()
         try:
             late = frame([{"timestamp": T0 + timedelta(seconds=10), "gpu_uuid": "GPU-a", "gpu_temp_c": 41.0}])
-            for call in (store.ping, lambda: store.ingest(late), store.list_gpus, store.counts):
+            for call in (store.ping, lambda: store.samples.ingest(late), store.gpus.find, store.counts):
                 with pytest.raises(StoreUnavailable) as err:
                     call()
                 assert str(err.value).startswith(f"cannot reach the database at {store.url}: ")
@@ -31,7 +31,7 @@ def test_postgres_restart(pg_template: PostgresServer) -> None:
             server.start()
         # the pooled connections died with the server; the same Store reconnects by itself
         store.ping()
-        assert store.ingest(late) == 1
+        assert store.samples.ingest(late) == 1
         assert store.counts()["samples"] == 2
     finally:
         store.close()

@@ -55,12 +55,12 @@ def _names(s: Store) -> list[str]:
 
 def test_ingest_makes_the_days_partitions_and_midnight_opens_a_day(pg: Store) -> None:
     before, after = MIDNIGHT - timedelta(minutes=5), MIDNIGHT + timedelta(minutes=5)
-    assert pg.ingest(_samples(before, MIDNIGHT, after)) == 3
+    assert pg.samples.ingest(_samples(before, MIDNIGHT, after)) == 3
     assert _names(pg) == ["samples_p20260105", "samples_p20260106"]
     assert _where(pg) == [("samples_p20260105", before), ("samples_p20260106", MIDNIGHT),
                           ("samples_p20260106", after)]  # fmt: skip
-    assert pg.ingest(_samples(before, MIDNIGHT, after)) == 0  # repeated samples are still skipped
-    assert pg.ingest(_samples(MIDNIGHT, uuid="GPU-b")) == 1
+    assert pg.samples.ingest(_samples(before, MIDNIGHT, after)) == 0  # repeated samples are still skipped
+    assert pg.samples.ingest(_samples(MIDNIGHT, uuid="GPU-b")) == 1
     assert pg.counts()["samples"] == 4
     with pg._db.tx() as conn:
         (p,) = [p for p in list_partitions(conn) if p.name == "samples_p20260106"]
@@ -69,16 +69,16 @@ def test_ingest_makes_the_days_partitions_and_midnight_opens_a_day(pg: Store) ->
 
 def test_a_sample_far_in_the_past_or_future_makes_only_its_day(pg: Store) -> None:
     past, future = datetime(1700, 3, 1, 23, 59, 59, tzinfo=UTC), datetime(2261, 12, 31, 12, tzinfo=UTC)
-    assert pg.ingest(_samples(past, T0, future)) == 3
+    assert pg.samples.ingest(_samples(past, T0, future)) == 3
     assert _names(pg) == ["samples_p17000301", "samples_p20260105", "samples_p22611231"]
     assert [t for _, t in _where(pg)] == [past, T0, future]
-    assert pg.history()["timestamp"].tolist() == [pd.Timestamp(t) for t in (past, T0, future)]
+    assert pg.samples.history()["timestamp"].tolist() == [pd.Timestamp(t) for t in (past, T0, future)]
 
 
 def test_bad_timestamps_are_clear_errors(pg: Store) -> None:
     bad = frame([{"timestamp": "yesterday-ish", "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}])
     with pytest.raises(StoreError, match="unparseable timestamp 'yesterday-ish' in row 0"):
-        pg.ingest(bad)
+        pg.samples.ingest(bad)
     with pytest.raises(StoreError, match="timezone-aware"):
         days_of(pd.Series(pd.to_datetime(["2026-01-05"])))
     with pytest.raises(StoreError, match="no timestamp"):
@@ -97,27 +97,27 @@ def test_ensure_days_creates_once_and_rechecks_days_before_today(pg: Store) -> N
     with db.tx(write=True) as conn:
         conn.exec_driver_sql("DROP TABLE samples_p20260301")  # another process's prune
     assert ensure_days(db, [day], today=day + timedelta(days=1)) == 1  # a past day is looked up again
-    assert pg.ingest(_samples(datetime(2026, 3, 1, 8, tzinfo=UTC))) == 1
+    assert pg.samples.ingest(_samples(datetime(2026, 3, 1, 8, tzinfo=UTC))) == 1
 
 
 def test_prune_drops_exactly_the_days_wholly_before_the_cutoff(pg: Store) -> None:
     days = [T0 + timedelta(days=i) for i in range(4)]  # Jan 5..8
     for d in days:
-        pg.ingest(_samples(d, d + timedelta(hours=6), d + timedelta(hours=23, minutes=59), uuid="GPU-a"))
-        pg.ingest(_samples(d + timedelta(hours=12), uuid="GPU-b"))
+        pg.samples.ingest(_samples(d, d + timedelta(hours=6), d + timedelta(hours=23, minutes=59), uuid="GPU-a"))
+        pg.samples.ingest(_samples(d + timedelta(hours=12), uuid="GPU-b"))
     hourly = pg.counts()["samples_hourly"]
     cutoff = days[2] + timedelta(hours=12)  # Jan 7 12:00: Jan 5 and 6 end before it, Jan 7 does not
-    assert pg.prune(cutoff + timedelta(days=1), timedelta(days=1)) == 8
+    assert pg.pruner.prune_samples(cutoff + timedelta(days=1), timedelta(days=1)) == 8
     assert _names(pg) == ["samples_p20260107", "samples_p20260108"]
     assert min(t for _, t in _where(pg)) == days[2]  # the cutoff's day stays whole, before the cutoff too
     assert pg.counts()["samples"] == 8
     assert pg.counts()["samples_hourly"] == hourly  # prune only removes raw samples
-    assert pg.prune(cutoff + timedelta(days=1), timedelta(days=1)) == 0
+    assert pg.pruner.prune_samples(cutoff + timedelta(days=1), timedelta(days=1)) == 0
     # a cutoff on midnight: the day that ends there goes
-    out = pg.apply_retention(days[3] + timedelta(days=35), Retention(samples=timedelta(days=35)))
+    out = pg.pruner.apply(days[3] + timedelta(days=35), Retention(samples=timedelta(days=35)))
     assert out["samples_deleted"] == 4
     assert _names(pg) == ["samples_p20260108"]
-    assert pg.ingest(_samples(days[0] + timedelta(hours=1))) == 1  # a pruned day can be written again
+    assert pg.samples.ingest(_samples(days[0] + timedelta(hours=1))) == 1  # a pruned day can be written again
 
 
 def _race(jobs: list[tuple[Store, str]], day: datetime) -> tuple[list[int], list[Exception]]:
@@ -129,7 +129,7 @@ def _race(jobs: list[tuple[Store, str]], day: datetime) -> tuple[list[int], list
     def run(s: Store, uuid: str) -> None:
         barrier.wait()
         try:
-            results.append(s.ingest(_samples(day, day + timedelta(minutes=5), uuid=uuid)))
+            results.append(s.samples.ingest(_samples(day, day + timedelta(minutes=5), uuid=uuid)))
         except Exception as err:
             errors.append(err)
 
@@ -196,11 +196,11 @@ def test_a_drop_that_waits_too_long_for_its_lock_is_left_for_the_next_prune(
     pg: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr("store.partitions.DROP_LOCK_TIMEOUT_MS", 50)
-    pg.ingest(_samples(T0, T0 + timedelta(days=3)))
+    pg.samples.ingest(_samples(T0, T0 + timedelta(days=3)))
     now, keep = T0 + timedelta(days=3), timedelta(days=1)
     with pg._db.tx() as reader:  # a long read of samples holds its lock
         reader.exec_driver_sql("SELECT count(*) FROM samples").scalar_one()
-        assert pg.prune(now, keep) == 0
+        assert pg.pruner.prune_samples(now, keep) == 0
         assert "samples_p20260105 is in use" in caplog.text
-    assert pg.prune(now, keep) == 1
+    assert pg.pruner.prune_samples(now, keep) == 1
     assert _names(pg) == ["samples_p20260108"]

@@ -31,20 +31,20 @@ def test_row_records_have_their_tables_columns() -> None:
 
 
 def test_returned_records_match_their_types(store: Store) -> None:
-    store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}]))
-    (opened,) = store.write_scores([score("GPU-a", "watch", 0.4)], T0, rule=decision_changes)
-    store.add_failure(gpu_uuid="GPU-a", failed_at=T0, mode="ecc")
-    store.add_alertmanager({"alerts": [{"status": "firing", "labels": {"UUID": "GPU-a"}, "startsAt": T0}]}, T0)
-    store.add_probe_results([{"gpu_uuid": "GPU-a", "ran_at": T0, "test": "gemm", "status": "pass"}])
+    store.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "gpu_temp_c": 40.0}]))
+    (opened,) = store.decisions.write_scores([score("GPU-a", "watch", 0.4)], T0, rule=decision_changes)
+    store.labels.add_failure(gpu_uuid="GPU-a", failed_at=T0, mode="ecc")
+    store.labels.add_alertmanager({"alerts": [{"status": "firing", "labels": {"UUID": "GPU-a"}, "startsAt": T0}]}, T0)
+    store.probes.add([{"gpu_uuid": "GPU-a", "ran_at": T0, "test": "gemm", "status": "pass"}])
 
-    assert list(store.list_gpus()[0][0]) == keys(GpuItem)
-    assert list(store.get_gpu("GPU-a")) == keys(GpuDetail) == [*keys(GpuItem), "latest_sample"]
-    assert list(store.get_node("node-a")) == keys(Node)
+    assert list(store.gpus.find()[0][0]) == keys(GpuItem)
+    assert list(store.gpus.get("GPU-a")) == keys(GpuDetail) == [*keys(GpuItem), "latest_sample"]
+    assert list(store.gpus.node("node-a")) == keys(Node)
     assert list(opened) == keys(Decision)
-    assert list(store.decisions()[0][0]) == keys(Decision)
-    assert list(store.ack_decision(opened["id"], "ops", T0 + timedelta(minutes=1))) == keys(Decision)
-    assert list(store.risk_history("GPU-a")[0]) == keys(ScorePoint)
-    assert list(store.failures()[0]) == keys(Failure)
-    assert list(store.alerts()[0][0]) == keys(Alert)
-    assert list(store.probe_results("GPU-a")[0]) == keys(ProbeResult)
-    assert list(store.recent_probe_results(T0)[0]) == keys(ProbeResult)
+    assert list(store.decisions.find()[0][0]) == keys(Decision)
+    assert list(store.decisions.ack(opened["id"], "ops", T0 + timedelta(minutes=1))) == keys(Decision)
+    assert list(store.decisions.risk_history("GPU-a")[0]) == keys(ScorePoint)
+    assert list(store.labels.failures()[0]) == keys(Failure)
+    assert list(store.labels.alerts()[0][0]) == keys(Alert)
+    assert list(store.probes.of("GPU-a")[0]) == keys(ProbeResult)
+    assert list(store.probes.recent(T0)[0]) == keys(ProbeResult)

@@ -21,59 +21,61 @@ def score(uuid: str, decision: str = "ok", risk: float | None = 0.1, host: str =
 
 def test_decision_lifecycle(store: Store) -> None:
     t = [T0 + timedelta(minutes=5 * i) for i in range(6)]
-    assert store.write_scores([score("GPU-a", "ok")], t[0], rule=decision_changes) == []
-    opened = store.write_scores([score("GPU-a", "watch", 0.4)], t[1], rule=decision_changes)
+    assert store.decisions.write_scores([score("GPU-a", "ok")], t[0], rule=decision_changes) == []
+    opened = store.decisions.write_scores([score("GPU-a", "watch", 0.4)], t[1], rule=decision_changes)
     assert [(d["gpu_uuid"], d["decision"], d["state"], d["created_at"]) for d in opened] == [
         ("GPU-a", "watch", "open", t[1])
     ]
     watch_id = opened[0]["id"]
-    acked = store.ack_decision(watch_id, "alice", t[1])
+    acked = store.decisions.ack(watch_id, "alice", t[1])
     assert (acked["state"], acked["acknowledged_by"], acked["acknowledged_at"]) == ("acknowledged", "alice", t[1])
 
     # the same decision again: no new one, reasons refreshed, the acknowledgement kept
-    refreshed = store.write_scores([score("GPU-a", "watch", 0.45, reasons=["still warm"])], t[2], rule=decision_changes)
+    refreshed = store.decisions.write_scores(
+        [score("GPU-a", "watch", 0.45, reasons=["still warm"])], t[2], rule=decision_changes
+    )
     assert refreshed == []
-    (d,), total = store.decisions(state="active")
+    (d,), total = store.decisions.find(state="active")
     assert total == 1
     assert (d["id"], d["state"], d["reasons"], d["updated_at"], d["risk"]) == (
         watch_id, "acknowledged", ["still warm"], t[2], 0.45)  # fmt: skip
 
     # escalation closes the old decision and opens a new one
-    (demote,) = store.write_scores([score("GPU-a", "demote", 0.8)], t[3], rule=decision_changes)
+    (demote,) = store.decisions.write_scores([score("GPU-a", "demote", 0.8)], t[3], rule=decision_changes)
     assert demote["decision"] == "demote" and demote["id"] != watch_id
-    closed, _ = store.decisions(state="closed")
+    closed, _ = store.decisions.find(state="closed")
     assert [(c["id"], c["closed_at"]) for c in closed] == [(watch_id, t[3])]
     with pytest.raises(StoreError, match=f"decision {watch_id} is closed"):
-        store.ack_decision(watch_id, "bob", t[3])
+        store.decisions.ack(watch_id, "bob", t[3])
 
     # acknowledging twice keeps the first acknowledgement
-    store.ack_decision(demote["id"], "alice", t[3])
-    again = store.ack_decision(demote["id"], "bob", t[4])
+    store.decisions.ack(demote["id"], "alice", t[3])
+    again = store.decisions.ack(demote["id"], "bob", t[4])
     assert (again["acknowledged_by"], again["acknowledged_at"]) == ("alice", t[3])
 
     # ok closes it; nothing stays active
-    assert store.write_scores([score("GPU-a", "ok", 0.05)], t[5], rule=decision_changes) == []
-    assert store.decisions(state="active") == ([], 0)
-    assert store.decisions(state=None)[1] == 2
-    g = store.get_gpu("GPU-a")
+    assert store.decisions.write_scores([score("GPU-a", "ok", 0.05)], t[5], rule=decision_changes) == []
+    assert store.decisions.find(state="active") == ([], 0)
+    assert store.decisions.find(state=None)[1] == 2
+    g = store.gpus.get("GPU-a")
     assert (g["decision"], g["decision_id"], g["risk"], g["scored_at"]) == ("ok", None, 0.05, t[5])
 
-    hist = store.risk_history("GPU-a")
+    hist = store.decisions.risk_history("GPU-a")
     assert [h["decision"] for h in hist] == ["ok", "watch", "watch", "demote", "ok"]
     assert [h["scored_at"] for h in hist] == [t[0], t[1], t[2], t[3], t[5]]
-    assert [h["scored_at"] for h in store.risk_history("GPU-a", limit=2)] == [t[3], t[5]]
-    assert [h["scored_at"] for h in store.risk_history("GPU-a", since=t[2], until=t[3])] == [t[2], t[3]]
+    assert [h["scored_at"] for h in store.decisions.risk_history("GPU-a", limit=2)] == [t[3], t[5]]
+    assert [h["scored_at"] for h in store.decisions.risk_history("GPU-a", since=t[2], until=t[3])] == [t[2], t[3]]
 
 
 def test_scores_with_unknown_risk_and_unknown_gpus(store: Store) -> None:
-    store.write_scores(
+    store.decisions.write_scores(
         [score("GPU-new", "ok", float("nan"), reasons=["not scored: too little history"])], T0, rule=decision_changes
     )
-    g = store.get_gpu("GPU-new")  # a GPU seen only through its score (e.g. scored from Prometheus)
+    g = store.gpus.get("GPU-new")  # a GPU seen only through its score (e.g. scored from Prometheus)
     assert (g["hostname"], g["risk"], g["decision"], g["reasons"]) == (
         "node-a", None, "ok", ["not scored: too little history"])  # fmt: skip
     assert g["gpu_index"] is None
-    assert store.get_node("node-a")["counts"]["ok"] == 1
+    assert store.gpus.node("node-a")["counts"]["ok"] == 1
 
 
 @pytest.mark.parametrize(
@@ -87,14 +89,14 @@ def test_scores_with_unknown_risk_and_unknown_gpus(store: Store) -> None:
 )
 def test_bad_scores_are_refused(store: Store, record: dict[str, Any], message: str) -> None:
     with pytest.raises(StoreError) as err:
-        store.write_scores([score("GPU-a") | record], T0, rule=decision_changes)
+        store.decisions.write_scores([score("GPU-a") | record], T0, rule=decision_changes)
     assert message in str(err.value)
     assert store.counts()["risk_scores"] == 0
 
 
 def test_a_failed_round_writes_nothing(store: Store) -> None:
     with pytest.raises(StoreError, match="GPU-a is scored twice"):
-        store.write_scores([score("GPU-a", "watch"), score("GPU-a", "demote")], T0, rule=decision_changes)
+        store.decisions.write_scores([score("GPU-a", "watch"), score("GPU-a", "demote")], T0, rule=decision_changes)
     assert store.counts()["risk_scores"] == 0
 
 
@@ -106,8 +108,10 @@ def test_the_rule_decides_and_the_store_persists(store: Store) -> None:
         seen.append((dict(active), [(u, d, list(r)) for u, d, r in scored]))
         return decision_changes(active, scored)
 
-    (watch,) = store.write_scores([score("GPU-a", "watch", reasons=["warm"]), score("GPU-b")], T0, rule=rule)
-    store.write_scores([score("GPU-a", "watch", reasons=["still warm"])], T0 + timedelta(minutes=5), rule=rule)
+    (watch,) = store.decisions.write_scores([score("GPU-a", "watch", reasons=["warm"]), score("GPU-b")], T0, rule=rule)
+    store.decisions.write_scores(
+        [score("GPU-a", "watch", reasons=["still warm"])], T0 + timedelta(minutes=5), rule=rule
+    )
     assert seen == [
         ({}, [("GPU-a", "watch", ["warm"]), ("GPU-b", "ok", ["ok because"])]),
         ({"GPU-a": (watch["id"], "watch")}, [("GPU-a", "watch", ["still warm"])]),
@@ -117,12 +121,14 @@ def test_the_rule_decides_and_the_store_persists(store: Store) -> None:
         return DecisionChanges()
 
     assert (
-        store.write_scores([score("GPU-a", "rma"), score("GPU-c", "drain")], T0 + timedelta(minutes=10), rule=never)
+        store.decisions.write_scores(
+            [score("GPU-a", "rma"), score("GPU-c", "drain")], T0 + timedelta(minutes=10), rule=never
+        )
         == []
     )
-    (d,), _ = store.decisions(state="active")
+    (d,), _ = store.decisions.find(state="active")
     assert (d["id"], d["decision"], d["reasons"]) == (watch["id"], "watch", ["still warm"])
-    assert store.get_gpu("GPU-a")["risk"] == 0.1  # the scores are stored whatever the rule says
+    assert store.gpus.get("GPU-a")["risk"] == 0.1  # the scores are stored whatever the rule says
 
 
 @pytest.mark.parametrize(
@@ -138,20 +144,20 @@ def test_a_rule_acting_outside_the_round_is_refused_and_nothing_is_written(
     store: Store, changes: DecisionChanges
 ) -> None:
     with pytest.raises(StoreError, match="decision rule"):
-        store.write_scores([score("GPU-a", "watch")], T0, rule=lambda active, scored: changes)
+        store.decisions.write_scores([score("GPU-a", "watch")], T0, rule=lambda active, scored: changes)
     assert store.counts()["risk_scores"] == 0
 
 
 def test_write_scores_has_no_rule_of_its_own(store: Store) -> None:
     with pytest.raises(TypeError, match="rule"):
-        store.write_scores([score("GPU-a", "watch")], T0)  # type: ignore[call-arg]
+        store.decisions.write_scores([score("GPU-a", "watch")], T0)  # type: ignore[call-arg]
 
 
 @pytest.fixture
 def fleet(store: Store) -> Store:
     """Six GPUs on two nodes: rma, demote, watch, two ok (one unknown risk), one never scored."""
-    store.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-never", "hostname": "node-b", "gpu_index": 2}]))
-    store.write_scores(
+    store.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-never", "hostname": "node-b", "gpu_index": 2}]))
+    store.decisions.write_scores(
         [
             score("GPU-rma", "rma", 0.5),
             score("GPU-demote", "demote", 0.9),
@@ -166,54 +172,54 @@ def fleet(store: Store) -> Store:
 
 
 def test_list_gpus_ordering_filters_and_paging(fleet: Store) -> None:
-    items, total = fleet.list_gpus()
+    items, total = fleet.gpus.find()
     assert total == 6
     assert [i["uuid"] for i in items] == ["GPU-demote", "GPU-rma", "GPU-watch", "GPU-ok", "GPU-nan", "GPU-never"]
     assert [i["decision"] for i in items] == ["demote", "rma", "watch", "ok", "ok", None]
-    page, total = fleet.list_gpus(limit=2, offset=2)
+    page, total = fleet.gpus.find(limit=2, offset=2)
     assert ([i["uuid"] for i in page], total) == (["GPU-watch", "GPU-ok"], 6)
-    assert [i["uuid"] for i in fleet.list_gpus(hostname="node-b")[0]] == ["GPU-watch", "GPU-nan", "GPU-never"]
-    assert [i["uuid"] for i in fleet.list_gpus(decision="ok")[0]] == ["GPU-ok", "GPU-nan"]
-    assert [i["uuid"] for i in fleet.list_gpus(decision="rma")[0]] == ["GPU-rma"]
-    assert fleet.list_gpus(min_risk=0.45) == (fleet.list_gpus(limit=2)[0], 2)
+    assert [i["uuid"] for i in fleet.gpus.find(hostname="node-b")[0]] == ["GPU-watch", "GPU-nan", "GPU-never"]
+    assert [i["uuid"] for i in fleet.gpus.find(decision="ok")[0]] == ["GPU-ok", "GPU-nan"]
+    assert [i["uuid"] for i in fleet.gpus.find(decision="rma")[0]] == ["GPU-rma"]
+    assert fleet.gpus.find(min_risk=0.45) == (fleet.gpus.find(limit=2)[0], 2)
     with pytest.raises(StoreError, match="unknown decision 'bad'"):
-        fleet.list_gpus(decision="bad")
+        fleet.gpus.find(decision="bad")
     with pytest.raises(StoreError, match="limit must be"):
-        fleet.list_gpus(limit=-1)
+        fleet.gpus.find(limit=-1)
 
 
 def test_decisions_listing(fleet: Store) -> None:
-    items, total = fleet.decisions(state="active")
+    items, total = fleet.decisions.find(state="active")
     assert total == 3
     assert {i["decision"] for i in items} == {"rma", "demote", "watch"}
-    (rma,), _ = fleet.decisions(decision="rma", state="active")
+    (rma,), _ = fleet.decisions.find(decision="rma", state="active")
     assert (rma["gpu_uuid"], rma["hostname"], rma["risk"], rma["reasons"]) == (
         "GPU-rma",
         "node-a",
         0.5,
         ["rma because"],
     )
-    assert [i["gpu_uuid"] for i in fleet.decisions(hostname="node-b")[0]] == ["GPU-watch"]
-    fleet.ack_decision(rma["id"], "ops", T0)
-    assert fleet.decisions(state="open")[1] == 2
-    assert fleet.decisions(state="acknowledged")[1] == 1
+    assert [i["gpu_uuid"] for i in fleet.decisions.find(hostname="node-b")[0]] == ["GPU-watch"]
+    fleet.decisions.ack(rma["id"], "ops", T0)
+    assert fleet.decisions.find(state="open")[1] == 2
+    assert fleet.decisions.find(state="acknowledged")[1] == 1
     with pytest.raises(StoreError, match="unknown state 'gone'"):
-        fleet.decisions(state="gone")
+        fleet.decisions.find(state="gone")
     with pytest.raises(NotFound, match="decision 999 not found"):
-        fleet.ack_decision(999, "ops", T0)
+        fleet.decisions.ack(999, "ops", T0)
 
 
 def test_get_node_and_not_found(fleet: Store) -> None:
-    node = fleet.get_node("node-b")
+    node = fleet.gpus.node("node-b")
     assert [g["uuid"] for g in node["gpus"]] == ["GPU-watch", "GPU-nan", "GPU-never"]
     assert node["counts"] == {"ok": 1, "watch": 1, "demote": 0, "drain": 0, "rma": 0, "unscored": 1}
     assert node["first_seen"] == T0
     with pytest.raises(NotFound, match="node nowhere not found"):
-        fleet.get_node("nowhere")
+        fleet.gpus.node("nowhere")
     with pytest.raises(NotFound, match="GPU GPU-x not found"):
-        fleet.get_gpu("GPU-x")
+        fleet.gpus.get("GPU-x")
     with pytest.raises(NotFound):
-        fleet.risk_history("GPU-x")
+        fleet.decisions.risk_history("GPU-x")
 
 
 def test_counts(fleet: Store) -> None:
@@ -224,25 +230,27 @@ def test_counts(fleet: Store) -> None:
 
 def test_recent_rounds_are_the_rounds_in_the_window_oldest_first(store: Store) -> None:
     for h, (a, b) in enumerate([(0.8, 0.1), (0.9, None), (0.2, 0.95)]):
-        store.write_scores([score("GPU-a", risk=a), score("GPU-b", risk=b)], T0 + timedelta(hours=h),
+        store.decisions.write_scores([score("GPU-a", risk=a), score("GPU-b", risk=b)], T0 + timedelta(hours=h),
                            rule=decision_changes)  # fmt: skip
-    got = store.recent_rounds(["GPU-a", "GPU-b", "GPU-x"], T0 + timedelta(hours=1), T0 + timedelta(hours=3))
+    got = store.decisions.recent_rounds(["GPU-a", "GPU-b", "GPU-x"], T0 + timedelta(hours=1), T0 + timedelta(hours=3))
     assert got == [
         ("GPU-a", T0 + timedelta(hours=1), (0.9,)), ("GPU-a", T0 + timedelta(hours=2), (0.2,)),
         ("GPU-b", T0 + timedelta(hours=1), (None,)), ("GPU-b", T0 + timedelta(hours=2), (0.95,)),
     ]  # fmt: skip
     # The end is open: a round at `until` is the one being scored, not yet stored.
-    assert store.recent_rounds(["GPU-a"], T0, T0) == []
-    assert store.recent_rounds([], T0, T0 + timedelta(hours=9)) == []
+    assert store.decisions.recent_rounds(["GPU-a"], T0, T0) == []
+    assert store.decisions.recent_rounds([], T0, T0 + timedelta(hours=9)) == []
 
 
 def test_each_round_keeps_the_core_heat_it_judged(store: Store) -> None:
     """What a demote on heat alone reads: the round's `heat_z` and `heat_vs_node_z`, in the order
     asked, each null where not judged (light load, a young GPU)."""
     for h, (z, v) in enumerate([(4.5, 1.0), (None, None), (2.25, 6.5)]):
-        store.write_scores([score("GPU-a", heat_z=z, heat_vs_node_z=v), score("GPU-b")], T0 + timedelta(hours=h),
-                           rule=decision_changes)  # fmt: skip
-    got = store.recent_rounds(["GPU-a", "GPU-b"], T0, T0 + timedelta(hours=3), of=("heat_vs_node_z", "heat_z"))
+        rows = [score("GPU-a", heat_z=z, heat_vs_node_z=v), score("GPU-b")]
+        store.decisions.write_scores(rows, T0 + timedelta(hours=h), rule=decision_changes)
+    got = store.decisions.recent_rounds(
+        ["GPU-a", "GPU-b"], T0, T0 + timedelta(hours=3), of=("heat_vs_node_z", "heat_z")
+    )
     assert [(u, t - T0, z) for u, t, z in got] == [
         ("GPU-a", timedelta(0), (1.0, 4.5)), ("GPU-a", timedelta(hours=1), (None, None)),
         ("GPU-a", timedelta(hours=2), (6.5, 2.25)), ("GPU-b", timedelta(0), (None, None)),
@@ -250,11 +258,13 @@ def test_each_round_keeps_the_core_heat_it_judged(store: Store) -> None:
     ]  # fmt: skip
     for bad in ("heat_z", "heat_vs_node_z"):
         with pytest.raises(StoreError, match=f"score 0: {bad}"):
-            store.write_scores([score("GPU-a", **{bad: "hot"})], T0 + timedelta(hours=4), rule=decision_changes)
+            store.decisions.write_scores(
+                [score("GPU-a", **{bad: "hot"})], T0 + timedelta(hours=4), rule=decision_changes
+            )
     with pytest.raises(StoreError, match=r"recent_rounds reads risk, .*heat_vs_node_z; not 'decision'"):
-        store.recent_rounds(["GPU-a"], T0, T0 + timedelta(hours=3), of=("heat_z", "decision"))
+        store.decisions.recent_rounds(["GPU-a"], T0, T0 + timedelta(hours=3), of=("heat_z", "decision"))
     with pytest.raises(StoreError, match="not none"):
-        store.recent_rounds(["GPU-a"], T0, T0 + timedelta(hours=3), of=())
+        store.decisions.recent_rounds(["GPU-a"], T0, T0 + timedelta(hours=3), of=())
 
 
 def test_demoted_since_is_when_the_standing_demote_was_opened(store: Store) -> None:
@@ -267,12 +277,12 @@ def test_demoted_since_is_when_the_standing_demote_was_opened(store: Store) -> N
         "GPU-d": ["demote", "watch", "watch"],  # fell back
     }
     for i in range(3):
-        store.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
-    assert store.demoted_since([*rounds, "GPU-unknown"]) == {"GPU-a": t[1], "GPU-b": t[2]}
-    assert store.demoted_since([]) == {}
-    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
-    store.ack_decision(dec["id"], "alice", t[3])
-    assert store.demoted_since(["GPU-a"]) == {"GPU-a": t[1]}
+        store.decisions.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
+    assert store.decisions.demoted_since([*rounds, "GPU-unknown"]) == {"GPU-a": t[1], "GPU-b": t[2]}
+    assert store.decisions.demoted_since([]) == {}
+    (dec,) = [d for d in store.decisions.find(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
+    store.decisions.ack(dec["id"], "alice", t[3])
+    assert store.decisions.demoted_since(["GPU-a"]) == {"GPU-a": t[1]}
 
 
 def test_drained_are_the_gpus_whose_standing_decision_is_a_drain_or_rma(store: Store) -> None:
@@ -285,12 +295,12 @@ def test_drained_are_the_gpus_whose_standing_decision_is_a_drain_or_rma(store: S
         "GPU-d": ["drain", "demote", "demote"],  # a demote took over
     }
     for i in range(3):
-        store.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
-    assert store.drained([*rounds, "GPU-unknown"]) == {"GPU-a", "GPU-c"}
-    assert store.drained([]) == set()
-    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
-    store.ack_decision(dec["id"], "alice", t[3])
-    assert store.drained(["GPU-a"]) == {"GPU-a"}
+        store.decisions.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
+    assert store.decisions.drained([*rounds, "GPU-unknown"]) == {"GPU-a", "GPU-c"}
+    assert store.decisions.drained([]) == set()
+    (dec,) = [d for d in store.decisions.find(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
+    store.decisions.ack(dec["id"], "alice", t[3])
+    assert store.decisions.drained(["GPU-a"]) == {"GPU-a"}
 
 
 def test_released_at_follows_a_drain_through_the_demotes_that_took_over_from_it(store: Store) -> None:
@@ -306,12 +316,12 @@ def test_released_at_follows_a_drain_through_the_demotes_that_took_over_from_it(
         "GPU-f": ["drain", "ok", "demote", "demote"],  # closed without a successor, then a new demote
     }
     for i in range(4):
-        store.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
+        store.decisions.write_scores([score(u, d[i], 0.5) for u, d in rounds.items()], t[i], rule=decision_changes)
     now = t[4]
-    got = store.released_at([*rounds, "GPU-unknown"], now)
+    got = store.decisions.released_at([*rounds, "GPU-unknown"], now)
     assert got == {"GPU-a": t[1], "GPU-c": now, "GPU-e": t[3]}
-    assert store.released_at([], now) == {}
+    assert store.decisions.released_at([], now) == {}
     # An acknowledged demote is still the standing decision.
-    (dec,) = [d for d in store.decisions(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
-    store.ack_decision(dec["id"], "alice", now)
-    assert store.released_at(["GPU-a"], now) == {"GPU-a": t[1]}
+    (dec,) = [d for d in store.decisions.find(state="active")[0] if d["gpu_uuid"] == "GPU-a"]
+    store.decisions.ack(dec["id"], "alice", now)
+    assert store.decisions.released_at(["GPU-a"], now) == {"GPU-a": t[1]}
