@@ -162,8 +162,8 @@ def test_an_empty_token_disables_writes_instead_of_refusing_every_token(fleet: F
 def test_serve_says_writes_are_disabled_for_an_empty_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from gpuhealth import cli_serve
     from gpuhealth.cli import app
+    from gpuhealth.cli import serve as cli_serve
 
     monkeypatch.setenv("GPUHEALTH_TOKEN", "")
     ran: list[Any] = []

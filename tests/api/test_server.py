@@ -19,7 +19,7 @@ import uvicorn
 from api.app import ApiConfig, create_app
 from api.server import ServerLimits, uvicorn_config
 from core.settings import Settings
-from gpuhealth.cli_serve import server_limits
+from gpuhealth.cli.serve import server_limits
 from store import Store
 from tests.api.conftest import TOKEN
 from tests.api.live import free_port

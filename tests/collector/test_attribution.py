@@ -156,7 +156,7 @@ def test_a_lost_gpu_exports_no_instance_series() -> None:
 def test_collect_options_choose_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from collector.podresources import client
     from core.settings import Settings
-    from gpuhealth.cli_backend import attributors_from
+    from gpuhealth.cli.backend import attributors_from
 
     kubelet = tmp_path / "kubelet.sock"
     monkeypatch.setattr(client, "DEFAULT_SOCKET", kubelet)

@@ -23,7 +23,7 @@ from core import catalog, history
 from core.history import HistoryError
 from core.labels import HOSTNAME
 from core.prom_import import MAX_POINTS, SkippedSeries, import_history
-from gpuhealth.cli_history import history_app, parse_time
+from gpuhealth.cli.history import history_app, parse_time
 
 URL = "http://prom.test:9090"
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -171,7 +171,7 @@ def test_score_takes_failure_records_for_the_repeat_offender_features(
 
 
 def test_the_model_seed_reaches_the_cross_domain_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuhealth.cli_crossdomain as cli_cd
+    import gpuhealth.cli.crossdomain as cli_cd
 
     seen: list[int] = []
 

@@ -11,7 +11,7 @@ import pytest
 
 from core import catalog
 from core.settings import Settings
-from gpuhealth.cli_backend import BackendFlags, select_fields
+from gpuhealth.cli.backend import BackendFlags, select_fields
 
 DEFAULT_CSV = Path(__file__).resolve().parents[1] / "data" / "dcgm-exporter-default-counters.csv"
 

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from core import settings_doc
 from core.settings import Settings
-from gpuhealth import cli_docs
 from gpuhealth.cli import app
+from gpuhealth.cli import docs as cli_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "configuration.md"

@@ -22,7 +22,7 @@ from core import history
 from core.history import HistoryError
 from core.openmetrics import write_openmetrics
 from core.prom_import import import_history
-from gpuhealth.cli_history import history_app
+from gpuhealth.cli.history import history_app
 from simulator.fleet import FaultMode, FaultSpec, FleetSim
 from tests.integration.conftest import Service, free_port, require_tool, start_service
 

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gpuhealth.cli_crossdomain import parse_families, parse_seeds
+from gpuhealth.cli.crossdomain import parse_families, parse_seeds
 from modelops.crossdomain import (
     FLOOR_NAMES,
     Plan,
@@ -255,7 +255,7 @@ def test_the_cli_says_how_many_fleets_and_families_hold(tmp_path: Path, monkeypa
     """`gpuhealth evaluate --cross-domain` ends with the fleets and the pooled families that hold."""
     from rich.console import Console
 
-    import gpuhealth.cli_crossdomain as cli_cd
+    import gpuhealth.cli.crossdomain as cli_cd
     from modelops import crossdomain
 
     good = table_row("temperate", 0.93) | {"seed": 900, "judged_gpu_days": 300_000.0}  # field precision 0.96

@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from core import history
-from gpuhealth.cli import app, downtime_params
+from gpuhealth.cli import app
+from gpuhealth.cli.offline import downtime_params
 from predictor.downtime import (
     REPAIR_DEFAULT,
     Alerts,
@@ -310,7 +311,7 @@ FLAG_DEFAULTS = {
 def test_flag_defaults_are_the_documented_defaults() -> None:
     import inspect
 
-    from gpuhealth.cli import evaluate as evaluate_command
+    from gpuhealth.cli.offline import evaluate as evaluate_command
 
     sig = inspect.signature(evaluate_command).parameters
     assert {k: sig[k].default for k in FLAG_DEFAULTS} == FLAG_DEFAULTS

@@ -1,8 +1,8 @@
-"""The `gpuhealth` command line; the only place that turns errors into exit codes."""
+"""The commands on files and simulated fleets: `gpuhealth version`, `simulate`, `train`, `score`,
+`evaluate` and `fields`."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,53 +14,24 @@ from core import catalog
 from core.settings import Settings
 from core.units import parse_duration
 from gpuhealth import __version__
-from gpuhealth.cli_actuate import register_actuate
-from gpuhealth.cli_alerts import alerts_app, dashboards_app, deploy_app
-from gpuhealth.cli_backend import (
-    fail,
-)
-from gpuhealth.cli_collect import register_collect
-from gpuhealth.cli_db import db_app
-from gpuhealth.cli_docs import register_docs_settings
-from gpuhealth.cli_history import history_app
-from gpuhealth.cli_model import register_model
-from gpuhealth.cli_probe import register_probe
-from gpuhealth.cli_serve import register_serve
+from gpuhealth.cli.backend import fail
 
 if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
     from predictor.downtime import DowntimeParams
 
-app = typer.Typer(
-    help="gpuhealth: GPU fleet health, failure prediction and decisions.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-docs_app = typer.Typer(help="Generate documentation from the catalogue and the settings.", no_args_is_help=True)
-app.add_typer(docs_app, name="docs")
-app.add_typer(history_app, name="history")
-app.add_typer(alerts_app, name="alerts")
-app.add_typer(dashboards_app, name="dashboards")
-app.add_typer(deploy_app, name="deploy")
-app.add_typer(db_app, name="db")
-register_collect(app)
-register_probe(app)
-register_serve(app)
-register_actuate(app)
-register_model(app)
-register_docs_settings(docs_app, app)
+offline_app = typer.Typer()
+"""`gpuhealth version`, `simulate`, `train`, `score`, `evaluate` and `fields`: added at the top level of
+the command line (`gpuhealth.cli`)."""
 err = Console(stderr=True)
 
-DEFAULT_METRICS_DOC = Path("docs/metrics.md")
 
-
-@app.command()
+@offline_app.command()
 def version() -> None:
     """Print the gpuhealth version."""
     typer.echo(__version__)
 
 
-@app.command()
+@offline_app.command()
 def simulate(
     out: Annotated[Path, typer.Option(help="history file to write (.parquet or .csv)")],
     failures: Annotated[Path, typer.Option(help="failure labels to write (.csv)")],
@@ -151,7 +122,7 @@ def _progress_printer(prefix: str) -> Any:
     return lambda msg: err.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
 
 
-@app.command()
+@offline_app.command()
 def train(
     history: Annotated[
         list[Path] | None, typer.Option(help="history frame (.parquet/.csv); repeat for several fleets")
@@ -203,7 +174,7 @@ def train(
 
     lead_td, window_td, _ = _timedeltas(lead, window, every)
     if families is not None:
-        from gpuhealth.cli_crossdomain import train_families
+        from gpuhealth.cli.crossdomain import train_families
 
         if out is None or history or db:
             raise fail("--families trains on simulated fleets alone: give --out, and no --history or --db")
@@ -213,7 +184,7 @@ def train(
             raise fail(str(e)) from None
         return
     if db is not None:
-        from gpuhealth.cli_model import DbTraining, train_from_db
+        from gpuhealth.cli.model import DbTraining, train_from_db
 
         if history or failures:
             raise fail("give either --db (the fleet's own store) or --history/--failures files, not both")
@@ -257,7 +228,7 @@ def train(
     )
 
 
-@app.command()
+@offline_app.command()
 def score(
     history: Annotated[Path, typer.Option(help="history frame (.parquet/.csv)")],
     model: Annotated[Path | None, typer.Option(help="model file (default: the shipped model)")] = None,
@@ -307,7 +278,7 @@ def score(
     Console(width=200).print(table)
 
 
-@app.command()
+@offline_app.command()
 def evaluate(
     out: Annotated[Path, typer.Option(help="folder for report.md, report.json and the plots")],
     history: Annotated[Path | None, typer.Option(help="history frame of a fleet the model never saw")] = None,
@@ -389,7 +360,7 @@ def evaluate(
     from predictor.thresholds import Thresholds
 
     if cross_domain:
-        from gpuhealth.cli_crossdomain import evaluate_cross_domain
+        from gpuhealth.cli.crossdomain import evaluate_cross_domain
 
         try:
             th = Thresholds.from_settings(Settings())
@@ -461,7 +432,7 @@ def downtime_params(
         raise fail(f"--{e.name.split('[')[0].replace('_', '-')}: {e.detail}") from None
 
 
-@app.command("fields")
+@offline_app.command("fields")
 def list_fields(
     all_fields: Annotated[bool, typer.Option("--all", help="include fields off by default")] = False,
 ) -> None:
@@ -471,48 +442,3 @@ def list_fields(
         if all_fields or f.default:
             table.add_row(f.name, f.metric_name, f.unit, f.kind, f.category, "on" if f.default else "off")
     Console().print(table)
-
-
-@docs_app.command("metrics")
-def docs_metrics(
-    out: Annotated[Path, typer.Option(help="where to write")] = DEFAULT_METRICS_DOC,
-    check: Annotated[bool, typer.Option(help="fail if the file is not up to date")] = False,
-) -> None:
-    """Write docs/metrics.md from the catalogue (or --check that it is current)."""
-    text = catalog.metrics_markdown()
-    if check:
-        current = out.read_text() if out.exists() else ""
-        if current != text:
-            raise fail(f"{out} is out of date: run `gpuhealth docs metrics`", code=1)
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    typer.echo(f"wrote {out}")
-
-
-@docs_app.command("simulator")
-def docs_simulator(
-    out: Annotated[Path, typer.Option(help="folder for the PNG plots")] = Path("docs/img"),
-    seed: Annotated[int, typer.Option(help="random seed of the fleet to draw from")] = 1,
-) -> None:
-    """Plot each simulated fault mode's signals before a failure (for docs/simulator.md)."""
-    from simulator.plots import fault_mode_plots
-
-    try:
-        paths = fault_mode_plots(out, seed=seed)
-    except RuntimeError as e:
-        raise fail(str(e)) from None
-    for p in paths:
-        typer.echo(f"wrote {p}")
-
-
-def main() -> None:
-    """Console-script entry point."""
-    try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()

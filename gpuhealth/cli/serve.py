@@ -13,8 +13,8 @@ from rich.console import Console
 
 from core.settings import Settings
 from core.units import parse_duration, parse_listen
-from gpuhealth.cli_actuate import ActuateOpt, ActuateTargetOpt, actuation_from_settings, actuator_plan
-from gpuhealth.cli_backend import (
+from gpuhealth.cli.actuate import ActuateOpt, ActuateTargetOpt, actuation_from_settings, actuator_plan
+from gpuhealth.cli.backend import (
     BackendFlags,
     BackendOpt,
     FieldsOpt,
@@ -39,7 +39,7 @@ from gpuhealth.cli_backend import (
     open_from_flags,
     setup_logging,
 )
-from gpuhealth.cli_db import retention_from_settings
+from gpuhealth.cli.db import retention_from_settings
 
 if TYPE_CHECKING:
     from api.server import ServerLimits
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from store import Store
 
 out = Console(stderr=True)
+serve_app = typer.Typer()
+"""`gpuhealth serve` and `gpuhealth demo`: top-level commands (`gpuhealth.cli` adds them)."""
 
 DbOpt = Annotated[
     str | None, typer.Option(help="database URL: sqlite:///FILE or postgresql+psycopg://… (GPUHEALTH_DB)")
@@ -178,6 +180,7 @@ def _run(svc: Service, host: str, port: int, log_level: str, limits: ServerLimit
         raise fail(f"cannot listen on {host}:{port}") from None
 
 
+@serve_app.command()
 def serve(
     backend: BackendOpt = None,
     db: DbOpt = None,
@@ -403,6 +406,7 @@ def _announce(what: str, store: Store, score_s: float, host: str, port: int, tok
         )
 
 
+@serve_app.command()
 def demo(
     listen: Annotated[str, typer.Option(help="HOST:PORT of the API and /metrics")] = "127.0.0.1:8080",
     db: Annotated[Path, typer.Option(help="SQLite file for the demo (started afresh)")] = Path("build/demo.db"),
@@ -474,8 +478,3 @@ Stop with Ctrl-C.""",
         soft_wrap=True,
     )
     _run(svc, host, port, level)
-
-
-def register_serve(app: typer.Typer) -> None:
-    app.command()(serve)
-    app.command()(demo)

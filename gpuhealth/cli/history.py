@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from core.units import parse_duration
-from gpuhealth.cli_backend import fail
+from gpuhealth.cli.backend import fail
 
 history_app = typer.Typer(
     help="Import GPU history from Prometheus into history files.",

@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from core.settings import Settings
 from core.units import parse_duration, parse_listen
-from gpuhealth.cli_backend import (
+from gpuhealth.cli.backend import (
     BackendFlags,
     BackendOpt,
     CollectorsOpt,
@@ -36,7 +36,7 @@ from gpuhealth.cli_backend import (
     open_from_flags,
     setup_logging,
 )
-from gpuhealth.cli_serve import probe_config
+from gpuhealth.cli.serve import probe_config
 
 if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
     from collector.attribution import Attributor
@@ -44,8 +44,11 @@ if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor 
     from collector.nfd import NfdConfig
 
 err = Console(stderr=True)
+collect_app = typer.Typer()
+"""`gpuhealth collect`: top-level commands (`gpuhealth.cli` adds them)."""
 
 
+@collect_app.command()
 def collect(
     backend: BackendOpt = None,
     listen: Annotated[str | None, typer.Option(help="HOST:PORT to serve /metrics on")] = None,
@@ -220,7 +223,3 @@ def _nfd_config(flags: tuple[Path, str, str | None, float], backend: Backend, ho
     directory, url, token, interval_s = flags
     node = hosts[0] if hosts else (hostname or socket.gethostname())
     return NfdConfig(directory=directory, service_url=url, hostname=node, token=token, interval_s=interval_s)
-
-
-def register_collect(app: typer.Typer) -> None:
-    app.command()(collect)

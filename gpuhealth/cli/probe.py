@@ -11,16 +11,20 @@ from rich.table import Table
 
 from core.settings import Settings
 from core.units import parse_duration
-from gpuhealth.cli_backend import fail, load_settings
+from gpuhealth.cli.backend import fail, load_settings
 
 if TYPE_CHECKING:
     from collector.backends.base import Backend
     from collector.probes import ProbeRunner
     from kernels.runner import ProbeResult
 
+probe_app = typer.Typer()
+"""`gpuhealth probe`: top-level commands (`gpuhealth.cli` adds them)."""
+
 NO_GPU = "no GPU to probe: {why} (try `gpuhealth probe --backend sim` for a simulated node)"
 
 
+@probe_app.command("probe")
 def probe(
     gpu: Annotated[list[int] | None, typer.Option("--gpu", help="GPU index to probe (repeat; default: all)")] = None,
     tests: Annotated[
@@ -162,8 +166,3 @@ def _print_table(results: list[ProbeResult]) -> None:
             f"{r.duration_s:.1f}s", note,
         )  # fmt: skip
     Console(width=200).print(table)
-
-
-def register_probe(app: typer.Typer) -> None:
-    """Add `gpuhealth probe` to the CLI."""
-    app.command("probe")(probe)

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from core.settings import Settings
 from core.units import parse_duration
-from gpuhealth.cli_backend import LogLevelOpt, fail, load_settings, setup_logging
+from gpuhealth.cli.backend import LogLevelOpt, fail, load_settings, setup_logging
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from store import Store
 
 out = Console()
+actuate_app = typer.Typer()
+"""`gpuhealth actuate` and `gpuhealth slurm-healthcheck`: top-level commands (`gpuhealth.cli` adds them)."""
 TARGETS = ("slurm", "kubernetes", "sim")
 
 ActuateOpt = Annotated[
@@ -119,6 +121,7 @@ def _target(s: Settings, store: Store, where: str) -> Target:
     raise AssertionError(where)  # actuator_plan checked it
 
 
+@actuate_app.command()
 def actuate(
     once: Annotated[bool, typer.Option("--once", help="one reconciliation pass, then exit (cron, debugging)")] = False,
     mode: Annotated[str, typer.Option(help="dry-run (record only) or on")] = "dry-run",
@@ -172,6 +175,7 @@ def _print_report(report: PassReport, target: str, mode: str) -> None:
         out.print("[bold red]the breaker is open[/]: POST /v1/actuator/reset once you checked why")
 
 
+@actuate_app.command("slurm-healthcheck")
 def slurm_healthcheck(
     service_url: Annotated[
         str | None, typer.Option(help="the gpuhealth service (GPUHEALTH_SERVICE_URL; default http://127.0.0.1:8080)")
@@ -211,8 +215,3 @@ def slurm_healthcheck(
         raise fail(f"slurm-healthcheck: {e}", code=2) from None
     out.print(f"{host}: {want.state}, {'drained now' if drained else 'already drained'}: {want.why}")
     raise typer.Exit(1)
-
-
-def register_actuate(app: typer.Typer) -> None:
-    app.command()(actuate)
-    app.command("slurm-healthcheck")(slurm_healthcheck)

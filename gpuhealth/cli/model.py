@@ -13,8 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from core.settings import Settings, get_settings
-from gpuhealth.cli_backend import fail
-from gpuhealth.cli_db import DbOption, opened_store
+from gpuhealth.cli.backend import fail
+from gpuhealth.cli.db import DbOption, opened_store
 
 if TYPE_CHECKING:
     from modelops.promote import Verdict
@@ -360,8 +360,3 @@ def train_from_db(opts: DbTraining) -> None:
         + f"\nnext: gpuhealth model promote {info['version']} --db …",
         highlight=False,
     )
-
-
-def register_model(app: typer.Typer) -> None:
-    """Add `gpuhealth model …` to the command line."""
-    app.add_typer(model_app, name="model")

@@ -12,7 +12,7 @@ import typer
 
 from core.settings import get_settings
 from core.units import parse_duration
-from gpuhealth.cli_backend import fail
+from gpuhealth.cli.backend import fail
 
 if TYPE_CHECKING:
     from core.settings import Settings

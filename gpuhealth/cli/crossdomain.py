@@ -1,5 +1,5 @@
 """`gpuhealth train --families` and `gpuhealth evaluate --cross-domain`: randomised training
-fleets and the leave-one-family-out table (service/crossdomain.py does the work)."""
+fleets and the leave-one-family-out table (modelops/crossdomain.py does the work)."""
 
 from __future__ import annotations
 

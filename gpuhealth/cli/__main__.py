@@ -1,0 +1,5 @@
+"""`python -m gpuhealth.cli …`, as the `gpuhealth` script."""
+
+from gpuhealth.cli import main
+
+main()
