@@ -340,6 +340,25 @@ class Settings(BaseSettings):
         default=None, description="Slurm jobs per GPU, written by deploy/slurm's prolog; unset: off."
     )
 
+    # Node reboots on Kubernetes through kured (collector/reboot.py, docs/actuation.md).
+    reboot_sentinel: str = Field(
+        default="",
+        description=(
+            "kured's sentinel file the node agent writes to ask for a node reboot, e.g. /var/run/reboot-required"
+            " (kured's --reboot-sentinel); empty: off."
+        ),
+    )
+
+    # GPU reset by the node agent (`collect --allow-reset`, collector/remedy.py): off unless asked for.
+    allow_reset: bool = Field(
+        default=False,
+        description="The collector may reset an idle GPU of its node (needs root or CAP_SYS_ADMIN); off: refuses all.",
+    )
+    nvidia_smi: str = Field(default="nvidia-smi", description="The nvidia-smi a GPU reset runs; a bare name: PATH.")
+    reset_timeout: str = Field(
+        default="120s", description="A GPU reset (nvidia-smi --gpu-reset) not done within this has failed."
+    )
+
     @field_validator("token", "service_token")
     @classmethod
     def _empty_token_is_none(cls, v: str | None) -> str | None:

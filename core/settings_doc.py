@@ -27,6 +27,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("probe_every", "Probes"),
     ("nfd_features_dir", "Node labels through Node Feature Discovery"),
     ("pod_resources_socket", "Workload labels (pods and Slurm jobs)"),
+    ("reboot_sentinel", "Node reboots through kured (Kubernetes)"),
 )
 """The first setting of each section and its heading; sections follow the order of `Settings`."""
 
