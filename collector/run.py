@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collector.attribution import Attributor
     from collector.nfd import NfdConfig, NfdLabeler
     from collector.probes import ProbeConfig, ProbeScheduler
+    from collector.remedy import Resetter
     from collector.webconfig import WebConfigFile
 
 
@@ -36,6 +37,8 @@ class RunningCollector:
     """The probe scheduler, when probing is on."""
     nfd: NfdLabeler | None = None
     """The loop writing Node Feature Discovery labels, when on (`--nfd-features-dir`)."""
+    resetter: Resetter | None = None
+    """Resets this node's GPUs when allowed (`--allow-reset`), refuses otherwise (collector.remedy)."""
 
     def start(self) -> None:
         self.sampler.start()

@@ -28,6 +28,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("nfd_features_dir", "Node labels through Node Feature Discovery"),
     ("pod_resources_socket", "Workload labels (pods and Slurm jobs)"),
     ("reboot_sentinel", "Node reboots through kured (Kubernetes)"),
+    ("allow_reset", "GPU reset by the node agent"),
 )
 """The first setting of each section and its heading; sections follow the order of `Settings`."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from core.catalog import Field
 from kernels.runner import ProbeResult
@@ -121,4 +121,48 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release the library and stop background threads."""
+        ...
+
+
+class GpuLostError(BackendError):
+    """The GPU has fallen off the bus (NVML_ERROR_GPU_IS_LOST): it cannot be read or reset."""
+
+
+class ResetFailed(BackendError):
+    """A GPU reset ran and did not succeed; the message is the tool's own one line."""
+
+
+Generation = Literal["pre-ampere", "ampere", "hopper+", "unknown"]
+"""Where a GPU stands in nvidia-smi's reset rules: individual reset of NVLink GPUs began with Ampere;
+Ampere NVSwitch systems still need Fabric Manager for it, Hopper and later do not."""
+
+
+@dataclass(frozen=True)
+class ResetFacts:
+    """What the driver says about one GPU just before a reset: its processes and its NVLink topology."""
+
+    processes: tuple[int, ...]
+    """PIDs of the compute and graphics processes on it."""
+    generation: Generation
+    nvlink: bool
+    """It has an active NVLink link (to a GPU or an NVSwitch)."""
+    nvswitch: bool
+    """Its NVLink links go to NVSwitches (an HGX/DGX baseboard)."""
+
+
+@runtime_checkable
+class Resettable(Protocol):
+    """A backend that can reset its GPUs: what `collector.remedy.Resetter` asks of it."""
+
+    def gpus(self) -> list[GpuInfo]:
+        """The GPUs found at start."""
+        ...
+
+    def reset_facts(self, gpu: GpuInfo) -> ResetFacts:
+        """Processes and topology of `gpu`; GpuLostError when it is off the bus, BackendError when
+        the driver cannot say (a reset must then not run)."""
+        ...
+
+    def reset_gpu(self, gpu: GpuInfo) -> str:
+        """Reset `gpu` now and say what the tool said; ResetFailed (or GpuLostError) when it did not happen."""
         ...

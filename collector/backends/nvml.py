@@ -20,6 +20,7 @@ from collector.backends.base import (
     BackendUnavailable,
     CommonOptions,
     GpuInfo,
+    GpuLostError,
     GpuReading,
     MigReading,
     ProbeRunner,
@@ -445,6 +446,13 @@ class NvmlBackend:
             return
         self._reported.add(key)
         log.log(level, "GPU %d field %s: " + msg, gpu.info.index, name, *args)
+
+    def device(self, index: int) -> tuple[Any, Any]:
+        """(the pynvml module, the handle) of GPU `index`, for nvml_reset; GpuLostError when it is lost."""
+        gpu = next((g for g in self._gpus if g.info.index == index), None)
+        if gpu is None or gpu.lost or gpu.handle is None:
+            raise GpuLostError(gpu.error if gpu is not None and gpu.error else f"GPU {index} is lost or unknown")
+        return self._nvml, gpu.handle
 
     # --- probing: the runner and the idle check --------------------------------------------
 

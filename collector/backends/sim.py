@@ -8,11 +8,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from collector.backends.base import CommonOptions, GpuInfo, GpuReading, ProbeRunner, XidEvent
+from collector.backends.base import (
+    BackendError,
+    CommonOptions,
+    GpuInfo,
+    GpuLostError,
+    GpuReading,
+    ProbeRunner,
+    ResetFacts,
+    XidEvent,
+)
 from kernels import expected as exp
 from kernels.runner import ProbeResult, judge
 from simulator.fleet import FaultMode, FaultSpec, FleetSim, SimConfig
 from simulator.models import DEFAULT_MODEL
+
+SIM_PID = 100_000
+"""The simulated process on a busy simulated GPU has pid SIM_PID + its index."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,31 @@ class SimBackend:
         if util >= util_threshold_pct:
             return f"utilisation {util:.0f}% >= {util_threshold_pct:g}%"
         return None
+
+    def reset_facts(self, gpu: GpuInfo, util_threshold_pct: float = 5.0) -> ResetFacts:
+        """A simulated GPU busier than the threshold runs one (simulated) process, pid SIM_PID + its index;
+        the simulated GPUs stand alone (no NVLink), so each can be reset by itself."""
+        i = self._position(gpu)
+        busy = float(self.fleet.util[i]) >= util_threshold_pct
+        pids = (SIM_PID + gpu.index,) if busy else ()
+        return ResetFacts(processes=pids, generation="hopper+", nvlink=False, nvswitch=False)
+
+    def reset_gpu(self, gpu: GpuInfo) -> str:
+        """As a reset does: the volatile ECC counters restart, a pending row remap is applied (so the
+        recovery action, derived from it, goes back to none)."""
+        i = self._position(gpu)
+        for arr in (self.fleet.sbe_vol, self.fleet.dbe_vol, self.fleet.remap_pending):
+            arr[i] = 0.0
+        return f"simulated GPU {gpu.index} was reset"
+
+    def _position(self, gpu: GpuInfo) -> int:
+        """The fleet position of `gpu`; GpuLostError when it is off the bus (or failed)."""
+        i = next((k for k, g in enumerate(self._infos) if g.uuid == gpu.uuid), None)
+        if i is None:
+            raise BackendError(f"no simulated GPU {gpu.uuid}")
+        if self.fleet.lost[i] or self.fleet.failed[i]:
+            raise GpuLostError(f"simulated GPU {gpu.index} ({gpu.uuid}) has fallen off the bus (XID 79)")
+        return i
 
     def close(self) -> None:
         return None

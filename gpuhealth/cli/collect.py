@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor 
     from collector.attribution import Attributor
     from collector.backends.base import Backend
     from collector.nfd import NfdConfig
+    from collector.remedy import Resetter
 
 err = Console(stderr=True)
 collect_app = typer.Typer()
@@ -115,6 +116,14 @@ def collect(
             " Slurm prolog, deploy/slurm/): hpc_job labels (GPUHEALTH_HPC_JOB_MAPPING_DIR)"
         ),
     ] = None,
+    allow_reset: Annotated[
+        bool,
+        typer.Option(
+            "--allow-reset",
+            help="let this agent reset an idle GPU of its node with nvidia-smi (needs root or CAP_SYS_ADMIN);"
+            " off: every reset is refused (GPUHEALTH_ALLOW_RESET)",
+        ),
+    ] = False,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
     from collector.run import build_collector, run_until_signalled
@@ -145,6 +154,7 @@ def collect(
             b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s),
             web=web, nfd=nfd, attributors=attributors, label_fields=opened.labels,
         )  # fmt: skip
+        running.resetter = _resetter(b, allow_reset or s.allow_reset, s)
     except typer.Exit:
         b.close()
         raise
@@ -163,11 +173,34 @@ def collect(
     err.print(
         f"gpuhealth collect: {b.name} backend, {n} GPU(s), sampling every {interval_s:g}s\n"
         f"  metrics: {base}/metrics{guard}\n"
-        f"  health:  {base}/healthz{guard}{labels}{_workload_sources(attributors)}",
+        f"  health:  {base}/healthz{guard}{labels}{_workload_sources(attributors)}{_reset_line(running.resetter)}",
         highlight=False,
         soft_wrap=True,
     )
     run_until_signalled(running)
+
+
+def _resetter(backend: Backend, allow: bool, s: Settings) -> Resetter:
+    """The GPU resetter: refusing everything unless `allow`; nvidia-smi from the settings on NVML."""
+    from collector.backends.nvml_reset import NvidiaSmi
+    from collector.remedy import Resetter, resettable
+
+    try:
+        timeout_s = parse_duration(s.reset_timeout)
+    except ValueError as e:
+        raise fail(f"GPUHEALTH_RESET_TIMEOUT: {e}") from None
+    return Resetter(resettable(backend, NvidiaSmi(s.nvidia_smi, timeout_s)), allow=allow)
+
+
+def _reset_line(resetter: Resetter | None) -> str:
+    """The start-up line saying whether GPU resets may run ("" when they may not)."""
+    if resetter is None or not resetter.allow:
+        return ""
+    if resetter.backend is None:
+        return "\n  reset:   allowed, but this backend cannot reset GPUs"
+    smi = getattr(resetter.backend, "smi", None)
+    how = f"{smi.path} --gpu-reset, {smi.timeout_s:g}s at most" if smi is not None else "simulated"
+    return escape(f"\n  reset:   allowed on idle GPUs ({how})")
 
 
 def _workload_sources(attributors: list[Attributor]) -> str:

@@ -105,6 +105,12 @@ def h100_values() -> dict[tuple[Any, ...], Any]:
         # nvmlDeviceGetGridLicensableFeatures: (isGridLicenseSupported, [(featureCode, featureState), ...]);
         # a bare-metal GPU answers, without vGPU licensing.
         ("nvmlDeviceGetGridLicensableFeatures",): (0, []),
+        # Before a reset (tests/collector/backends/fake_reset.py): no processes, a Hopper on 18 NVSwitch links.
+        ("nvmlDeviceGetComputeRunningProcesses",): [],
+        ("nvmlDeviceGetGraphicsRunningProcesses",): [],
+        ("nvmlDeviceGetArchitecture",): p.NVML_DEVICE_ARCH_HOPPER,
+        ("nvmlDeviceGetNvLinkState",): [p.NVML_FEATURE_ENABLED] * 18,
+        ("nvmlDeviceGetNvLinkRemoteDeviceType",): [p.NVML_NVLINK_DEVICE_TYPE_SWITCH] * 18,
     }
 
 
@@ -140,6 +146,8 @@ class FakeGpu:
     lost_after_calls: int | None = None
     """Become lost after this many calls on the handle (mid-read, like a real fall-off)."""
     calls: int = 0
+    resets: int = 0
+    """Resets done (fake_reset.reset_gpu)."""
     mig_mode: int | None = None
     """Current MIG mode (NVML_DEVICE_MIG_ENABLE/DISABLE); None: a GPU without MIG (pre-Ampere), whose
     nvmlDeviceGetMigMode answers NVML_ERROR_NOT_SUPPORTED."""
@@ -208,6 +216,10 @@ class FakeNvml:
     def handle(self, index: int) -> Any:
         """The device handle of GPU `index` (a real c_nvmlDevice_t pointer)."""
         return self._handles[index]
+
+    def gpu(self, index: int) -> FakeGpu:
+        """GPU `index` itself, for test controls kept in other modules (fake_reset.py)."""
+        return self._gpus[index]
 
     def lose(self, index: int) -> None:
         """GPU `index` falls off the bus now."""
@@ -411,12 +423,34 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
         """Configured as a list of pids; answered as pynvml does, one c_nvmlProcessInfo_t each."""
+        return self._processes("nvmlDeviceGetComputeRunningProcesses", handle)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[Any]:
+        return self._processes("nvmlDeviceGetGraphicsRunningProcesses", handle)
+
+    def _processes(self, fn: str, handle: Any) -> list[Any]:
         procs = []
-        for pid in self._value("nvmlDeviceGetComputeRunningProcesses", handle):
+        for pid in self._value(fn, handle):
             info = pynvml.c_nvmlProcessInfo_t()
             info.pid = pid
             procs.append(info)
         return procs
+
+    def nvmlDeviceGetArchitecture(self, device: Any) -> int:
+        return int(self._value("nvmlDeviceGetArchitecture", device))
+
+    def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
+        return self._per_link("nvmlDeviceGetNvLinkState", device, link)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+        return self._per_link("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+
+    def _per_link(self, fn: str, handle: Any, link: int) -> int:
+        """A per-link answer, configured as a list by link: past its end, InvalidArgument as the driver says."""
+        per_link = self._value(fn, handle)
+        if not 0 <= link < len(per_link):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return int(per_link[link])
 
     def nvmlDeviceGetEncoderUtilization(self, handle: Any) -> list[int]:
         return [int(self._value("nvmlDeviceGetEncoderUtilization", handle)), 167_000]

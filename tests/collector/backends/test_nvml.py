@@ -15,6 +15,7 @@ import pytest
 from collector.backends import nvml as nvml_mod
 from collector.backends import nvml_derived as nvml_derived_mod
 from collector.backends import nvml_mig as nvml_mig_mod
+from collector.backends import nvml_reset as nvml_reset_mod
 from collector.backends.base import Backend, BackendUnavailable, XidEvent
 from collector.backends.nvml import EVENT_FIELDS, NvmlBackend, build_readers, value_members
 from collector.probes import SubprocessProbeRunner
@@ -72,7 +73,7 @@ def test_value_union_members_match_pynvml() -> None:
 def _nvml_names_used() -> set[str]:
     """pynvml names in nvml.py's and nvml_mig.py's code: attributes and string constants (call names, codes)."""
     names: set[str] = set()
-    for module in (nvml_mod, nvml_mig_mod, nvml_derived_mod):
+    for module in (nvml_mod, nvml_mig_mod, nvml_derived_mod, nvml_reset_mod):
         names |= _nvml_names_in(Path(module.__file__).read_text())
     return names
 
