@@ -21,7 +21,9 @@ instantly up to date (PDB status is computed on every read, so observedGeneratio
 No watch, no dryRun, no server-side apply, no managedFields, no authentication. A controller's scale is taken as
 the number of its pods that exist (there are no ReplicaSets here). Paginated LISTs are served from a snapshot of
 the collection, as etcd serves them at the first page's revision; only the 16 newest snapshots are kept, an older
-continue token gets 410 Expired as a compacted revision would.
+continue token gets 410 Expired as a compacted revision would. There is no status subresource and no kubelet: a
+node's status changes only through the test controls, `reboot_node` (a new `status.nodeInfo.bootID`, as a kubelet
+posts after a reboot) and `set_node_ready`.
 
 The lightkube client: in lightkube 1.0.1 `KubeConfig.from_server(url)` has no user and `Client` fails with
 `AssertionError: Missing user` (client_adapter.httpx_params); `client()` builds the config with an empty `User()`.
@@ -55,7 +57,7 @@ import lightkube
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.config.models import Cluster, User
 
-from tests.kube_nodes import _full_status, _gfd_labels
+from tests.kube_nodes import _full_status, _gfd_labels, node_info, rebooted, with_ready
 from tests.kube_semantics import _RESOURCES, EVENTS, EVENTS_V1, NODES, PDBS, PODS, Obj, Res, StatusError, _now
 from tests.kube_store import KubeStore
 
@@ -232,7 +234,8 @@ class KubeApiServer(KubeStore):
         gpus: int = 8,
         full: bool = False,
     ) -> Obj:
-        """Create a Ready node with gpus nvidia.com/gpu of capacity; `full`: as large as a GPU Operator node."""
+        """Create a Ready node with gpus nvidia.com/gpu of capacity and a `status.nodeInfo.bootID`; `full`: as large
+        as a GPU Operator node."""
         meta: Obj = {"name": name, "labels": dict(labels or {})}
         if annotations:
             meta["annotations"] = dict(annotations)
@@ -241,13 +244,32 @@ class KubeApiServer(KubeStore):
             spec["unschedulable"] = True
         gpu = {"nvidia.com/gpu": str(gpus)}
         ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": _now()}
-        status = {"capacity": gpu, "allocatable": dict(gpu), "conditions": [ready]}
+        status = {"capacity": gpu, "allocatable": dict(gpu), "conditions": [ready], "nodeInfo": node_info()}
         if full:
             meta["labels"] = {**_gfd_labels(name, gpus), **meta["labels"]}
             status = _full_status(name, gpus, ready)
         node = {"kind": "Node", "apiVersion": "v1", "metadata": meta, "spec": spec, "status": status}
         with self._lock:
             return json.loads(self._create(NODES, None, node, trusted=True))
+
+    def reboot_node(self, name: str, *, ready: str = "True") -> str:
+        """What a node's kubelet posts when it starts after a reboot: a new bootID and its Ready condition
+        ("False": back but not ready yet); returns the new bootID. Pods bound to the node stay bound (the kubelet
+        restarts their containers; not modelled), and so do the node's spec and metadata: a reboot uncordons
+        nothing."""
+        with self._lock:
+            node = json.loads(self._store[NODES.qualified][name][1])
+            node["status"] = rebooted(node["status"], ready)
+            self._put(NODES, node)
+        return str(node["status"]["nodeInfo"]["bootID"])
+
+    def set_node_ready(self, name: str, ready: str) -> None:
+        """Set a node's Ready condition: "Unknown" as the node lifecycle controller writes it when the kubelet has
+        gone silent (a node rebooting), "False" or "True" as the kubelet posts it."""
+        with self._lock:
+            node = json.loads(self._store[NODES.qualified][name][1])
+            node["status"] = with_ready(node["status"], ready)
+            self._put(NODES, node)
 
     def add_pod(
         self,
@@ -259,12 +281,20 @@ class KubeApiServer(KubeStore):
         labels: dict[str, str] | None = None,
         phase: str = "Running",
         controller: str | None = None,
+        controller_kind: str = "ReplicaSet",
     ) -> Obj:
-        """Create a pod bound to node; Running pods are Ready; controller names an owning ReplicaSet."""
+        """Create a pod bound to node; Running pods are Ready; controller names its owner (a ReplicaSet, or the
+        `controller_kind` given: "DaemonSet" for a node agent, which a drain leaves in place)."""
         meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
         if controller:
             uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{controller}"))
-            owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": controller, "uid": uid, "controller": True}
+            owner = {
+                "apiVersion": "apps/v1",
+                "kind": controller_kind,
+                "name": controller,
+                "uid": uid,
+                "controller": True,
+            }
             meta["ownerReferences"] = [owner]
         container: Obj = {"name": "main", "image": "registry.k8s.io/pause:3.9"}
         if gpus > 0:  # extended resources: requests default to limits and must equal them
@@ -365,7 +395,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=0)
     ap.add_argument("--gpu-pods", type=int, default=0, help="one GPU pod on each of the first N nodes")
     ap.add_argument("--prefix", default="gpu-")
-    ap.add_argument("--small", action="store_true", help="minimal nodes (name, one label, one condition)")
+    ap.add_argument("--small", action="store_true", help="minimal nodes (name, one label, one condition, nodeInfo)")
     a = ap.parse_args()
     server = KubeApiServer()
     for i in range(a.nodes):

@@ -57,6 +57,23 @@ def _gfd_labels(name: str, gpus: int) -> dict[str, str]:
     return labels
 
 
+def node_info(boot_id: str | None = None) -> Obj:
+    """A kubelet's `status.nodeInfo` (every field of NodeSystemInfo it fills in; lightkube requires them all).
+    `bootID` is the kernel's /proc/sys/kernel/random/boot_id, a fresh UUID at every boot."""
+    return {
+        "machineID": secrets.token_hex(16),
+        "systemUUID": str(uuid.uuid4()),
+        "bootID": boot_id or str(uuid.uuid4()),
+        "kernelVersion": "5.15.0-1042-nvidia",
+        "osImage": "Ubuntu 22.04.4 LTS",
+        "containerRuntimeVersion": "containerd://1.7.13",
+        "kubeletVersion": "v1.30.2",
+        "kubeProxyVersion": "v1.30.2",
+        "operatingSystem": "linux",
+        "architecture": "amd64",
+    }
+
+
 def _full_status(name: str, gpus: int, ready: Obj) -> Obj:
     """A kubelet's node status of a GPU node: capacity, conditions, addresses, nodeInfo and cached images
     (about 8 kB in all; `kubectl get node -o json` on GPU Operator nodes is commonly 10-30 kB)."""
@@ -113,17 +130,38 @@ def _full_status(name: str, gpus: int, ready: Obj) -> Obj:
         "conditions": conditions,
         "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {
-            "machineID": secrets.token_hex(16),
-            "systemUUID": str(uuid.uuid4()),
-            "bootID": str(uuid.uuid4()),
-            "kernelVersion": "5.15.0-1042-nvidia",
-            "osImage": "Ubuntu 22.04.4 LTS",
-            "containerRuntimeVersion": "containerd://1.7.13",
-            "kubeletVersion": "v1.30.2",
-            "kubeProxyVersion": "v1.30.2",
-            "operatingSystem": "linux",
-            "architecture": "amd64",
-        },
+        "nodeInfo": node_info(),
         "images": images,
     }
+
+
+_READY = {
+    "True": ("KubeletReady", "kubelet is posting ready status"),
+    "False": ("KubeletNotReady", "container runtime network not ready: NetworkReady=false"),
+    "Unknown": ("NodeStatusUnknown", "Kubelet stopped posting node status."),
+}
+"""The Ready condition's reason and message per status: the kubelet's own (True, False), and the node lifecycle
+controller's once the kubelet has been silent for its grace period (Unknown)."""
+
+
+def with_ready(status: Obj, ready: str, *, restarted: bool = False) -> Obj:
+    """`status` with its Ready condition set to `ready` ("True", "False", "Unknown"); the transition time moves
+    when the status changes, as the kubelet and the node lifecycle controller keep it, or the kubelet `restarted`."""
+    reason, message = _READY[ready]
+    now = _now()
+    conditions = []
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            moved = restarted or cond.get("status") != ready
+            cond = {**cond, "status": ready, "reason": reason, "message": message, "lastHeartbeatTime": now}
+            if moved:
+                cond["lastTransitionTime"] = now
+        conditions.append(cond)
+    return {**status, "conditions": conditions}
+
+
+def rebooted(status: Obj, ready: str = "True") -> Obj:
+    """The status a kubelet posts when it starts after a reboot: a new `nodeInfo.bootID` (the kernel's
+    /proc/sys/kernel/random/boot_id, a fresh UUID at every boot) and its Ready condition."""
+    info = {**(status.get("nodeInfo") or {}), "bootID": str(uuid.uuid4())}
+    return with_ready({**status, "nodeInfo": info}, ready, restarted=True)

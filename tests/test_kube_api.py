@@ -325,3 +325,26 @@ def test_an_invalid_label_is_refused_with_422(server: KubeApiServer, kube: light
     assert error.status.code == 422
     kube.patch(Node, "gpu-1", {"metadata": {"labels": {"gpuhealth.io/gpu": "unknown", "empty": ""}}})
     assert kube.get(Node, "gpu-1").metadata.labels["gpuhealth.io/gpu"] == "unknown"
+
+
+def test_a_node_has_a_boot_id_and_a_reboot_posts_a_new_one(server: KubeApiServer, kube: lightkube.Client) -> None:
+    """status.nodeInfo.bootID is set at creation, one per node; a reboot posts a new one and Ready again, and
+    leaves the node's spec (its cordon) and metadata as they were; the main resource cannot write it."""
+    server.add_node("gpu-1", unschedulable=True)
+    server.add_node("gpu-2", full=True)
+    one, two = kube.get(Node, "gpu-1"), kube.get(Node, "gpu-2")
+    assert one.status.nodeInfo.bootID != two.status.nodeInfo.bootID
+    kube.patch(Node, "gpu-1", {"status": {"nodeInfo": {"bootID": "forged"}}})
+    assert kube.get(Node, "gpu-1").status.nodeInfo.bootID == one.status.nodeInfo.bootID
+    server.set_node_ready("gpu-1", "Unknown")
+    (down,) = kube.get(Node, "gpu-1").status.conditions
+    assert (down.status, down.reason) == ("Unknown", "NodeStatusUnknown")
+    new = server.reboot_node("gpu-1")
+    up = kube.get(Node, "gpu-1")
+    assert new == up.status.nodeInfo.bootID != one.status.nodeInfo.bootID
+    assert (up.status.conditions[0].status, up.status.conditions[0].reason) == ("True", "KubeletReady")
+    assert up.spec.unschedulable is True and int(up.metadata.resourceVersion) > int(one.metadata.resourceVersion)
+    assert up.status.nodeInfo.machineID == one.status.nodeInfo.machineID  # the same machine, booted again
+    server.reboot_node("gpu-2", ready="False")
+    ready = [c for c in kube.get(Node, "gpu-2").status.conditions if c.type == "Ready"]
+    assert [(c.status, c.reason) for c in ready] == [("False", "KubeletNotReady")]
