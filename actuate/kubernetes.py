@@ -13,8 +13,13 @@ Our marks on a node, and only ours, say what we did, so a pass can read them bac
 cordoned, and mark it `gpuhealth.io/cordoned=true`; only such a node is uncordoned by us.
 Evictions go through the Eviction API, so PodDisruptionBudgets hold: a 429 leaves the drain
 `pending` (annotation `gpuhealth.io/drain`) and the next pass tries again; a pod is never deleted.
+A drained node that someone made schedulable again is cordoned again by the next pass.
 Writes carry the node's `resourceVersion`: a 409 (someone else wrote in between) re-reads and
 re-applies.
+
+A node reboot (through kured, docs/actuation.md) is seen done by the node's `status.nodeInfo.bootID`: `observe`
+puts it in each node's detail (`BOOT_ID`, with `READY`), and `rebooted_since` tells whether the node has booted
+again since a bootID recorded before the reboot was asked for.
 """
 
 from __future__ import annotations
@@ -51,6 +56,11 @@ DEMOTED_TAINT = {"key": f"{DOMAIN}/demoted", "value": "true", "effect": "NoSched
 """Interruptible work carries the toleration (docs/actuation.md: a pod spec and a Kueue queue that do)."""
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 """`nvidia.com/gpu` and the MIG resources (`nvidia.com/mig-1g.10gb`): a pod asking for one uses a GPU."""
+BOOT_ID = "boot_id"
+"""Observed.detail key: the node's `status.nodeInfo.bootID`, which its kubelet reads from the kernel
+(/proc/sys/kernel/random/boot_id, a fresh UUID at every boot); None when the node has no status yet."""
+READY = "ready"
+"""Observed.detail key: whether the node's Ready condition is True."""
 CONFLICT_RETRIES = 5
 REASON_CHARS = 1024
 
@@ -125,10 +135,19 @@ class KubeTarget:
                     ours=ours,
                     managed=labels.get(MANAGED_LABEL, "true").lower() != "false" and meta.name not in self.unmanaged,
                     foreign="cordoned" if cordoned and ann.get(CORDONED_ANNOTATION) != "true" else None,
-                    pending=ours in OUT_OF_SERVICE and ann.get(DRAIN_ANNOTATION) == "pending",
-                    detail={"node": node},
+                    # A drained node found schedulable lost its cordon to someone (kured's uncordon after a
+                    # failed drain of its own): applied again, as an unfinished drain is.
+                    pending=ours in OUT_OF_SERVICE and (ann.get(DRAIN_ANNOTATION) == "pending" or not cordoned),
+                    detail={"node": node, **_boot(node)},
                 )
         return out
+
+    @staticmethod
+    def rebooted_since(observed: Observed, boot_id: str) -> bool:
+        """Whether the node has booted again since `boot_id` was read, and is Ready: its bootID now differs.
+        An unknown bootID, then or now, tells nothing (False)."""
+        now = observed.detail.get(BOOT_ID)
+        return bool(boot_id and now and now != boot_id and observed.detail.get(READY))
 
     def _pods_on(self, hostname: str, *, fresh: bool = False) -> list[Any]:
         if not fresh and hostname in self._pods:
@@ -262,6 +281,15 @@ class KubeTarget:
         )  # fmt: skip
         with _api(f"recording an event for {step.hostname}"):
             self.client.create(event, namespace=self.event_namespace)
+
+
+def _boot(node: Any) -> dict[str, Any]:
+    """The node's bootID and readiness, as Observed.detail carries them."""
+    status = node.status
+    info = status.nodeInfo if status is not None else None
+    conditions = (status.conditions or []) if status is not None else []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return {BOOT_ID: (info.bootID or None) if info is not None else None, READY: ready}
 
 
 def _taint_keys(taints: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:

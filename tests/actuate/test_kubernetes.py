@@ -13,10 +13,12 @@ from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from actuate.breaker import BreakerPolicy
 from actuate.kubernetes import (
+    BOOT_ID,
     CORDONED_ANNOTATION,
     DEMOTED_TAINT,
     DRAIN_ANNOTATION,
     GPU_LABEL,
+    READY,
     REASON_ANNOTATION,
     STATE_LABEL,
     KubeTarget,
@@ -210,3 +212,23 @@ def test_a_gpu_of_unknown_index_is_demoted_and_said_unknown(
     assert [(o.step.hostname, o.result) for o in report.outcomes] == [("gpu-1", "applied")]
     labels = kube.node("gpu-1")["metadata"]["labels"]
     assert labels[STATE_LABEL] == "demote" and labels[GPU_LABEL] == "unknown"
+
+
+def test_each_nodes_boot_id_is_read_and_a_reboot_told_only_once_it_happened(kube: KubeApiServer) -> None:
+    """The service sees a reboot done when the node's status.nodeInfo.bootID has changed and the node is Ready."""
+    target = KubeTarget(client_for(kube.url, timeout_s=2.0))
+    seen = target.observe()
+    before = seen["gpu-1"].detail[BOOT_ID]
+    assert before == kube.node("gpu-1")["status"]["nodeInfo"]["bootID"]
+    assert len({o.detail[BOOT_ID] for o in seen.values()}) == len(HOSTS) and seen["gpu-1"].detail[READY] is True
+    assert not target.rebooted_since(seen["gpu-1"], before)
+    kube.set_node_ready("gpu-1", "Unknown")  # going down: the kubelet is silent, the boot the same
+    down = target.observe()["gpu-1"]
+    assert down.detail[READY] is False and not target.rebooted_since(down, before)
+    after = kube.reboot_node("gpu-1", ready="False")  # a new boot, the node not Ready yet
+    back = target.observe()["gpu-1"]
+    assert back.detail[BOOT_ID] == after != before and not target.rebooted_since(back, before)
+    kube.set_node_ready("gpu-1", "True")
+    assert target.rebooted_since(target.observe()["gpu-1"], before)
+    assert not target.rebooted_since(target.observe()["gpu-2"], seen["gpu-2"].detail[BOOT_ID])
+    assert not target.rebooted_since(target.observe()["gpu-1"], "")  # never read: cannot tell
