@@ -14,7 +14,7 @@ DEMO_LISTEN ?= 127.0.0.1:8080
 help:
 	@echo "make demo      run gpuhealth on a simulated fleet and print where to look"
 	@echo "make test      set everything up, lint, type-check and run all tests"
-	@echo "make generate  regenerate docs/metrics.md, docs/configuration.md, alert rules, dashboards, their docs and deploy/kubernetes/"
+	@echo "make generate  regenerate docs/metrics.md, docs/configuration.md, docs/downtime.md's table, alert rules, dashboards, their docs and deploy/kubernetes/"
 	@echo "make bench     run the benchmarks (ratios against in-process baselines)"
 	@echo "make model     rebuild the shipped model from domain-randomised simulated fleets"
 	@echo "make cross-domain  the leave-one-family-out evaluation of docs/model.md"
@@ -42,6 +42,7 @@ typecheck: $(STAMP)
 generate: $(STAMP)
 	$(BIN)/gpuhealth docs metrics
 	$(BIN)/gpuhealth docs settings
+	$(BIN)/gpuhealth docs downtime
 	$(BIN)/gpuhealth alerts build
 	$(BIN)/gpuhealth dashboards build
 	$(BIN)/gpuhealth deploy build
@@ -50,6 +51,7 @@ generate: $(STAMP)
 test: $(STAMP) system-deps lint typecheck
 	$(BIN)/gpuhealth docs metrics --check
 	$(BIN)/gpuhealth docs settings --check
+	$(BIN)/gpuhealth docs downtime --check
 	$(BIN)/gpuhealth alerts build --check
 	$(BIN)/gpuhealth dashboards build --check
 	$(BIN)/gpuhealth deploy build --check

@@ -24,6 +24,7 @@ from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
 from predictor.policy import top_heads
 from predictor.remap_hold import remap_hold_verdict
+from predictor.remediation_downtime import RemediationParams, field_downtime, skill_of
 from predictor.replay import apply_waits
 from predictor.score import hour_rows
 from predictor.thresholds import Thresholds
@@ -198,6 +199,11 @@ def gave_warning(failures: pd.DataFrame, lead: pd.Timedelta | np.ndarray) -> np.
     return (span >= lead + WARNING_MARGIN).to_numpy(dtype=bool) | onset.isna().to_numpy()
 
 
+def _warned_a_day(failures: pd.DataFrame) -> np.ndarray:
+    """Per failure: of a precursor mode, and its precursor began a day (+ the margin) before it."""
+    return failures["mode"].isin(MODES).to_numpy(dtype=bool) & gave_warning(failures, DAY)
+
+
 def warned_at_lead(failures: pd.DataFrame, lead: pd.Timedelta) -> np.ndarray:
     """Per failure: whether it gave warning at its own mode's lead (`mode_leads`: `lead` for ECC
     and thermal, an hour for the rest): the failures the recall floors are measured on."""
@@ -289,10 +295,12 @@ def evaluate(
     progress: Progress | None = None,
     downtime: DowntimeParams | None = None,
     scored: Scored | None = None,
+    remediation: RemediationParams | None = None,
 ) -> dict[str, Any]:
     """Score the span and measure the model and the rule baseline; returns the report dict.
 
-    With `downtime`, also the what-if in GPU-hours under react, rules and model (predictor/downtime.py).
+    With `downtime`, also the what-if in GPU-hours under react, rules and model (predictor/downtime.py),
+    and at real precursor shares with remediate (`remediation`, predictor/remediation_downtime.py).
     With `scored`, the span's rows as `score_rows` made them for this frame (kept from an earlier
     run): they are not scored again, only their demotes decided under `thresholds`' waits.
     """
@@ -346,6 +354,9 @@ def evaluate(
     if downtime is not None:
         inputs = downtime_inputs(rows, judged, failures, window, lead, begin, scored.every, t1)
         report["downtime"] = downtime_report(*inputs, downtime)
+        skills = {n: skill_of(a, _warned_a_day(a.per_failure), inputs[1], downtime.maintenance_window)
+                  for n, a in inputs[0].items() if n != "react"}  # fmt: skip
+        report["downtime"]["field"] = field_downtime(skills, downtime, remediation or RemediationParams())
     report["floors"] = check_floors(report)
     report["_curve"] = curve
     report["_per_failure"] = per_failure

@@ -14,6 +14,7 @@ from predictor.downtime import downtime_markdown, plot_downtime
 from predictor.evaluate import FIELD_RATE, HOUR
 from predictor.model import MODES
 from predictor.remap_hold import hold_said, modes_said
+from predictor.remediation_downtime import field_section
 
 
 def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth evaluation") -> list[Path]:
@@ -73,10 +74,17 @@ def write_report(report: dict[str, Any], out_dir: Path, title: str = "gpuhealth 
     if "downtime" in report:
         paths.append(plot_downtime(report["downtime"], out_dir / "downtime.png"))
     paths.append(out_dir / "report.md")
-    downtime_md = downtime_markdown(report["downtime"], "downtime.png") if "downtime" in report else ""
     body = report_markdown(report, title) + causes_markdown(report) + remap_hold_markdown(report)
-    paths[-1].write_text(body + downtime_md)
+    paths[-1].write_text(body + _downtime_markdown(report))
     return paths
+
+
+def _downtime_markdown(report: dict[str, Any]) -> str:
+    """The downtime sections: as evaluated (downtime.png) and at real precursor shares."""
+    d = report.get("downtime")
+    if d is None:
+        return ""
+    return downtime_markdown(d, "downtime.png") + (field_section(d["field"]) if "field" in d else "")
 
 
 def causes_markdown(report: dict[str, Any]) -> str:

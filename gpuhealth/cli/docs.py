@@ -17,6 +17,7 @@ from gpuhealth.cli.backend import fail
 
 DEFAULT_SETTINGS_DOC = Path("docs/configuration.md")
 DEFAULT_METRICS_DOC = Path("docs/metrics.md")
+DEFAULT_DOWNTIME_DOC = Path("docs/downtime.md")
 
 docs_app = typer.Typer(help="Generate documentation from the catalogue and the settings.", no_args_is_help=True)
 
@@ -110,6 +111,28 @@ def docs_metrics(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     typer.echo(f"wrote {out}")
+
+
+@docs_app.command("downtime")
+def docs_downtime(
+    out: Annotated[Path, typer.Option(help="the page whose generated block to write")] = DEFAULT_DOWNTIME_DOC,
+    check: Annotated[bool, typer.Option(help="fail if the page is not up to date")] = False,
+) -> None:
+    """Write docs/downtime.md's table at real precursor shares and its plot (or --check the table)."""
+    from predictor.remediation_downtime import docs_block, docs_plot, fill_docs
+
+    try:
+        current = out.read_text() if out.exists() else ""
+        text = fill_docs(current, docs_block())
+    except ValueError as e:
+        raise fail(f"{out}: {e}") from None
+    if check:
+        if current != text:
+            raise fail(f"{out} is out of date: run `gpuhealth docs downtime`", code=1)
+        return
+    out.write_text(text)
+    typer.echo(f"wrote {out}")
+    typer.echo(f"wrote {docs_plot(out.parent / 'img' / 'downtime-field.png')}")
 
 
 @docs_app.command("simulator")

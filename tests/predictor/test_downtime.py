@@ -395,6 +395,11 @@ def test_evaluate_reports_downtime_for_react_rules_and_model(
     data = json.loads((tmp_path / "report.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert data["downtime"]["policies"]["model"]["total"] == pytest.approx(d["policies"]["model"]["total"])
     assert data["downtime"]["params"] == DowntimeParams().as_dict()
+    # At real precursor shares: the model's own recall on failures that warned a day ahead, and remediate.
+    field = data["downtime"]["field"]
+    assert len(field["rows"]) == 6 and 0 <= field["skills"]["model"]["recall"] <= 1
+    assert all(r["policies"]["remediate"] < r["policies"]["react"] for r in field["rows"])
+    assert "## At real precursor shares: react, rules, model, remediate" in md and "67 %" in md
 
 
 def test_cli_passes_the_flags_into_report_json(
