@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from core import generated
-from manifests import cluster, collector, monitoring, service
+from manifests import cluster, collector, kured, monitoring, service
 from manifests import config as c
 
 HEADER = "# Generated from manifests/ by `gpuhealth deploy build`; do not edit by hand.\n"
@@ -86,7 +86,8 @@ def outputs(root: Path) -> dict[Path, str]:
     rendered = {name: HEADER + to_yaml(objects()) for name, objects in documents(root).items()}
     rendered[NFD_RULE] = NFD_HEADER + _read(root, c.NFD_RULE_FILE, "it is a source, restore it from git")
     rendered[KUSTOMIZATION] = kustomization(list(rendered))
-    return {c.OUT_DIR / name: text for name, text in rendered.items()}
+    optional = kured.outputs()  # a Component an overlay may add, not one of the kustomization's resources
+    return {**{c.OUT_DIR / name: text for name, text in rendered.items()}, **optional}
 
 
 def write(root: Path) -> list[Path]:

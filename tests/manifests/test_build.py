@@ -74,8 +74,8 @@ def test_kustomization_lists_every_file() -> None:
 
 
 def test_every_generated_file_is_in_the_directory_and_nothing_else() -> None:
-    made = {p.name for p in build.outputs(ROOT)}
-    assert made == {p.name for p in OUT.iterdir()}
+    made = {p.relative_to(c.OUT_DIR) for p in build.outputs(ROOT)}
+    assert made == {p.relative_to(OUT) for p in OUT.rglob("*") if p.is_file()}
 
 
 def test_prometheus_rule_carries_every_rule_of_the_rule_file() -> None:
@@ -109,5 +109,5 @@ def test_node_feature_rule_is_the_example() -> None:
 
 
 def test_every_file_says_it_is_generated() -> None:
-    for p in OUT.iterdir():
+    for p in (p for p in OUT.rglob("*") if p.is_file()):
         assert p.read_text().startswith("# Generated"), p.name
