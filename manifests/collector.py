@@ -11,6 +11,23 @@ from typing import Any
 
 from manifests import config as c
 
+RESET_NOTE = """\
+# GPU reset by the collector (`gpuhealth collect --allow-reset`) is off here, and stays off
+# unless you add it: without it every reset request is refused with its reason. To allow it:
+#   - add "--allow-reset" to the container's args (or GPUHEALTH_ALLOW_RESET=true);
+#   - give the container root with CAP_SYS_ADMIN: nvidia-smi(1) says --gpu-reset "Requires
+#     root"; NVIDIA's own reset Job (NVSentinel's janitor) runs privileged. Here: securityContext
+#     capabilities add ["SYS_ADMIN"] (untested on hardware) or privileged: true;
+#   - nvidia-smi in the container: the NVIDIA runtime mounts the host's with the "utility"
+#     driver capability (NVIDIA_DRIVER_CAPABILITIES below); /dev/nvidia* of every GPU come
+#     with NVIDIA_VISIBLE_DEVICES=all;
+#   - no other process on the GPU: the collector refuses while NVML lists one; the driver
+#     refuses ("In use by another client") while the device plugin, DCGM, dcgm-exporter or
+#     nvidia-persistenced hold it, and the reset then reports "failed", touching nothing.
+# Why, and NVIDIA's NVLink rule for resetting one GPU: docs/decisions/0070-gpu-reset-by-the-node-agent.md.
+"""
+"""Comment lines at the top of deploy/kubernetes/collector.yaml: what a GPU reset needs."""
+
 COMPONENT = "collector"
 CONTAINER = "collector"
 TMP = "/tmp"  # the probes' child processes write their output there (tempfile), CuPy its kernel cache
