@@ -11,8 +11,14 @@ Our marks on a node, and only ours, say what we did, so a pass reads them back f
 Non-interruptible jobs ask for `--constraint=reliable`, so a demoted node runs only work that may
 be interrupted (docs/actuation.md: a job script). A drain lets running jobs finish; new ones do not start.
 A drain whose reason does not start with `gpuhealth:` is someone else's (NHC's rule): we never
-resume it, and never overwrite its reason. The weight a node had before we raised it is returned
-in `Applied.saved` and put back when we let the node go.
+resume it, never overwrite its reason, never reboot its node. The weight a node had before we raised
+it is returned in `Applied.saved` and put back when we let the node go.
+
+A reboot is Slurm's own: `scontrol reboot ASAP nextstate=RESUME reason="gpuhealth: reboot …" NODE` drains
+the node (its jobs finish), runs RebootProgram once it is idle, and resumes it when its slurmd registers
+with a new boot. `scontrol show node` (22.05) reads, in order: `MIXED+DRAIN+REBOOT_REQUESTED` while jobs
+run, `IDLE+DRAIN+REBOOT_REQUESTED`, then `DOWN+DRAIN+REBOOT_ISSUED` (the reason gains " : reboot issued"),
+all with `NextState=RESUME`; then `IDLE` with no reason and a new `BootTime=`.
 """
 
 from __future__ import annotations
@@ -20,11 +26,12 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from actuate.plan import Observed, Step
-from actuate.target import REASON_PREFIX, Applied, TargetError, TargetUnavailable, printable
+from actuate.target import REASON_PREFIX, Applied, NotOurs, Reboot, TargetError, TargetUnavailable, printable
 from core.decisions import OUT_OF_SERVICE, SEVERITY
 
 WATCH_FEATURE = "gpuhealth_watch"
@@ -34,6 +41,9 @@ UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connec
 """What scontrol and squeue print when slurmctld is down or restarting: retry later, not a failed step."""
 REASON_CHARS = 255
 _KEY = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_]*)=")
+RebootStage = Literal["requested", "issued", "done", "failed"]
+"""requested: waiting for the node to go idle; issued: RebootProgram ran, the node not back yet; failed: no
+reboot pending and no new boot (cancelled, or DOWN "reboot timed out" after ResumeTimeout)."""
 _NODE_REASON = re.compile(r"(?:^|\s)Reason=(?P<reason>.*?) \[(?P<user>[^@\]]*)@(?P<time>[^\]]*)\]")
 
 
@@ -47,10 +57,20 @@ class SlurmNode:
     weight: int | None
     available: tuple[str, ...]
     active: tuple[str, ...]
+    boot_time: str = ""
+    """BootTime= as scontrol prints it: a reboot is done when it changed."""
+    next_state: str = ""
+    """NextState= (RESUME while a `reboot nextstate=RESUME` is pending), "" when absent."""
 
     @property
     def drained(self) -> bool:
         return "DRAIN" in self.state.split("+")
+
+    @property
+    def reboot_pending(self) -> Literal["requested", "issued"] | None:
+        """The reboot Slurm holds for the node: requested (waiting for idle), issued (RebootProgram ran)."""
+        flags = self.state.split("+")
+        return "issued" if "REBOOT_ISSUED" in flags else "requested" if "REBOOT_REQUESTED" in flags else None
 
     @property
     def our_drain(self) -> str | None:
@@ -90,6 +110,8 @@ def parse_node_line(line: str) -> SlurmNode:
         weight=int(weight) if weight.isascii() and weight.isdigit() else None,
         available=_features(fields.get("AvailableFeatures", "")),
         active=_features(fields.get("ActiveFeatures", "")),
+        boot_time=fields.get("BootTime", ""),
+        next_state=fields.get("NextState", ""),
     )
 
 
@@ -233,11 +255,41 @@ class SlurmTarget:
             self._run([self.scontrol, "update", f"NodeName={node.name}", "State=RESUME"], f"resuming {node.name}")
         return None
 
-    def drain(self, hostname: str, state: str, why: str) -> bool:
-        """Drain one node with our reason unless someone else drained it (the health check); True if drained now."""
+    def node(self, hostname: str) -> SlurmNode:
+        """One node as `scontrol show node -o` shows it (raises TargetError when slurm knows no such node)."""
         node = self.nodes().get(hostname)
         if node is None:
             raise TargetError(f"slurm knows no node {hostname}")
+        return node
+
+    def reboot(self, hostname: str, why: str, *, now: datetime | None = None) -> Reboot:
+        """Ask Slurm to reboot the node once its jobs are done, then resume it; a reboot already pending is not
+        asked again. Raises NotOurs when someone else drained the node."""
+        node = self.node(hostname)
+        if node.drained and node.our_drain is None:
+            raise NotOurs(f"not rebooting {hostname}: drained by someone else ({node.reason or 'no reason'})")
+        if node.reboot_pending is None:
+            reason = printable(f"{REASON_PREFIX} reboot {why}")[:REASON_CHARS]
+            self._run(
+                [self.scontrol, "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", hostname],
+                f"asking slurm to reboot {hostname}",
+            )
+        return Reboot(requested_at=now or datetime.now(UTC), boot_id_before=node.boot_time)
+
+    def reboot_stage(self, hostname: str, asked: Reboot) -> RebootStage:
+        """Where the reboot asked for in `asked` stands, from the node's state flags and its BootTime=."""
+        node = self.node(hostname)
+        if node.reboot_pending is not None:
+            return node.reboot_pending
+        return "done" if node.boot_time != asked.boot_id_before else "failed"
+
+    def reboot_status(self, hostname: str, asked: Reboot) -> Reboot:
+        """`asked`, with `done` set once the node is back from a new boot."""
+        return replace(asked, done=self.reboot_stage(hostname, asked) == "done")
+
+    def drain(self, hostname: str, state: str, why: str) -> bool:
+        """Drain one node with our reason unless someone else drained it (the health check); True if drained now."""
+        node = self.node(hostname)
         if node.drained:
             return False
         self._drain_state(node, Step(hostname, "ok", state, why))

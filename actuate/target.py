@@ -6,6 +6,7 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from actuate.plan import Observed, Step
@@ -22,6 +23,21 @@ class TargetUnavailable(Exception):
 
 class TargetError(Exception):
     """A step on one node failed; the next pass tries again from what the scheduler then shows."""
+
+
+class NotOurs(TargetError):
+    """A step refused: the node is held by someone else (an admin's or NHC's drain), never ours to change."""
+
+
+@dataclass(frozen=True)
+class Reboot:
+    """A node reboot we asked for, as the remediation loop keeps it between passes (Slurm, Kubernetes)."""
+
+    requested_at: datetime
+    boot_id_before: str
+    """What identifies the boot before we asked: Slurm's BootTime=, Kubernetes' status.nodeInfo.bootID."""
+    done: bool = False
+    """The node is back from a new boot (its boot id differs and no reboot is pending)."""
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from actuate.plan import Step
 from actuate.slurm import DEMOTED_FEATURE, SlurmNode, SlurmTarget, parse_node_line
+from actuate.target import NotOurs, Reboot
 
 LINE = (
     "NodeName=gh-node-2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=1 CPUEfctv=4 CPUTot=4 CPULoad=0.00 "
@@ -71,3 +75,72 @@ def test_control_characters_never_reach_scontrol(tmp_path: Path) -> None:
     target._drain_state(node(), Step("gh-node-2", "ok", "rma", why))
     args = (tmp_path / "scontrol.args").read_text().splitlines()
     assert args[-1] == "Reason=gpuhealth: rma GPU 1 rma: row remap[31m failure"
+
+
+T = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
+BOOT = "2026-12-01T00:00:00"
+OURS = "Reason=gpuhealth: reboot GPU 0 XID 79 [root@x] "
+
+
+def test_reboot_flags_boot_time_and_next_state_as_slurm_22_05_prints_them() -> None:
+    requested = node(state="MIXED+DRAIN+REBOOT_REQUESTED", reason=f"NextState=RESUME {OURS}")
+    assert (requested.reboot_pending, requested.next_state, requested.boot_time) == ("requested", "RESUME", BOOT)
+    assert requested.our_drain == "drain"
+    issued = node(
+        state="DOWN+DRAIN+REBOOT_ISSUED", reason="NextState=RESUME Reason=gpuhealth: reboot : reboot issued [root@x] "
+    )
+    assert (issued.reboot_pending, issued.reason) == ("issued", "gpuhealth: reboot : reboot issued")
+    assert (node().reboot_pending, node().next_state, node(state="IDLE+PLANNED").reboot_pending) == (None, "", None)
+
+
+def scontrol(tmp_path: Path, state: str, reason: str = "", boot: str = BOOT) -> SlurmTarget:
+    """A target whose scontrol shows gh-node-2 so (whatever it is asked) and keeps its arguments."""
+    line = LINE.format(avail="reliable", state=state, weight=1, reason=reason).replace(BOOT, boot)
+    return SlurmTarget(scontrol=tool(tmp_path, "scontrol", line.encode() + b"\n"))
+
+
+def asked_reboot(tmp_path: Path) -> bool:
+    return "reboot" in (tmp_path / "scontrol.args").read_text().splitlines()
+
+
+def test_a_reboot_is_asked_with_our_reason_as_arguments(tmp_path: Path) -> None:
+    target = scontrol(tmp_path, "MIXED")
+    assert target.reboot("gh-node-2", "GPU 0\nXID 79\x1b[31m: off the bus\u202e", now=T) == Reboot(T, BOOT, done=False)
+    args = (tmp_path / "scontrol.args").read_text().splitlines()
+    assert args[-5:] == ["reboot", "ASAP", "nextstate=RESUME", "reason=gpuhealth: reboot GPU 0 XID 79[31m: off the bus",
+                         "gh-node-2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("state", ["MIXED+DRAIN+REBOOT_REQUESTED", "DOWN+DRAIN+REBOOT_ISSUED"])
+def test_a_pending_reboot_is_not_asked_again(tmp_path: Path, state: str) -> None:
+    target = scontrol(tmp_path, state, f"NextState=RESUME {OURS}")
+    assert target.reboot("gh-node-2", "asked again", now=T) == Reboot(T, BOOT)
+    assert not asked_reboot(tmp_path)
+
+
+def test_a_node_someone_else_drained_is_not_rebooted(tmp_path: Path) -> None:
+    target = scontrol(tmp_path, "IDLE+DRAIN", "Reason=NHC: check_hw_ib failed [slurm@x] ")
+    with pytest.raises(NotOurs, match=r"gh-node-2: drained by someone else \(NHC: check_hw_ib failed\)"):
+        target.reboot("gh-node-2", "GPU 0 XID 79")
+    assert not asked_reboot(tmp_path)
+    ours = scontrol(tmp_path, "IDLE+DRAIN", "Reason=gpuhealth: drain GPU 0 XID 79 [root@x] ")
+    ours.reboot("gh-node-2", "GPU 0 XID 79")  # our own drain: the reboot goes ahead
+    assert asked_reboot(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("state", "boot", "stage"),
+    [
+        ("MIXED+DRAIN+REBOOT_REQUESTED", BOOT, "requested"),
+        ("DOWN+DRAIN+REBOOT_ISSUED", BOOT, "issued"),
+        ("IDLE", "2026-12-07T06:02:40", "done"),
+        ("IDLE+PLANNED", "2026-12-07T06:02:40", "done"),
+        ("DOWN", BOOT, "failed"),  # ResumeTimeout passed: DOWN, "reboot timed out"
+        ("IDLE", BOOT, "failed"),  # `scontrol cancel_reboot`
+    ],
+)
+def test_where_a_reboot_stands(tmp_path: Path, state: str, boot: str, stage: str) -> None:
+    target = scontrol(tmp_path, state, boot=boot)
+    asked = Reboot(T, BOOT)
+    assert target.reboot_stage("gh-node-2", asked) == stage
+    assert target.reboot_status("gh-node-2", asked) == Reboot(T, BOOT, done=stage == "done")

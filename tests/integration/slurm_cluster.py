@@ -362,6 +362,7 @@ def start_slurm_cluster(
     prolog: str | None = None,
     epilog: str | None = None,
     gpu_devices: bool = False,
+    reboot_program: str | None = None,
 ) -> SlurmCluster:
     """Write the configs, start munged, slurmctld and `nodes` slurmds; return once every node is IDLE."""
     # slurmd runs `health_check_program` as root at its start (before registering) and then every
@@ -372,6 +373,8 @@ def start_slurm_cluster(
     # The GPUs are empty files, which slurmd logs as no valid device and then sets neither SLURM_JOB_GPUS nor
     # CUDA_VISIBLE_DEVICES for a job, its prolog or its epilog; with `gpu_devices` they are character device
     # nodes (/dev/null's numbers: never opened) and Slurm sets both, as on a real GPU node.
+    # `reboot_program` is slurm.conf's RebootProgram (a command line: tests/integration/slurm_reboot_program.py
+    # restarts the node's slurmd with -b, a "reboot"), with ResumeTimeout=30.
     tools = _tools()
     _require_root()
     workdir = Path(workdir).resolve()
@@ -391,7 +394,7 @@ def start_slurm_cluster(
             hostname=hostname, runtime_dir=runtime_dir, workdir=workdir,
             nodes={name: free_port() for name in names}, ctld_port=ctld_port, slurmd_port=free_port(),
             health_check_program=health_check_program, health_check_interval=health_check_interval,
-            prolog=prolog, epilog=epilog,
+            prolog=prolog, epilog=epilog, reboot_program=reboot_program,
         )
     )  # fmt: skip
     (workdir / "gres.conf").write_text(gres_conf_text(workdir / "dev", names))

@@ -36,6 +36,7 @@ def slurm_conf_text(
     health_check_interval: int,
     prolog: str | None = None,
     epilog: str | None = None,
+    reboot_program: str | None = None,
 ) -> str:
     """slurm.conf for a one-host cluster; `nodes` maps node name to its slurmd port."""
     lines = [
@@ -89,6 +90,10 @@ def slurm_conf_text(
         lines += [f"Prolog={prolog}", "PrologFlags=Alloc"]
     if epilog:
         lines.append(f"Epilog={epilog}")
+    if reboot_program:
+        # `scontrol reboot` runs it on the node; the node must register with a new boot time within
+        # ResumeTimeout (default 60 s) or slurmctld sets it DOWN.
+        lines += [f'RebootProgram="{reboot_program}"', "ResumeTimeout=30"]
     for name, port in nodes.items():
         lines.append(
             f"NodeName={name} NodeHostname={hostname} NodeAddr=127.0.0.1 Port={port} CPUs={CPUS_PER_NODE} "
