@@ -18,7 +18,8 @@ A reboot is Slurm's own: `scontrol reboot ASAP nextstate=RESUME reason="gpuhealt
 the node (its jobs finish), runs RebootProgram once it is idle, and resumes it when its slurmd registers
 with a new boot. `scontrol show node` (22.05) reads, in order: `MIXED+DRAIN+REBOOT_REQUESTED` while jobs
 run, `IDLE+DRAIN+REBOOT_REQUESTED`, then `DOWN+DRAIN+REBOOT_ISSUED` (the reason gains " : reboot issued"),
-all with `NextState=RESUME`; then `IDLE` with no reason and a new `BootTime=`.
+all with `NextState=RESUME`; then `IDLE` with no reason and a new `BootTime=`. With `nextstate=DOWN` it ends
+`DOWN`, reason "gpuhealth: reboot … : reboot issued : reboot complete", for a check before return.
 """
 
 from __future__ import annotations
@@ -262,18 +263,21 @@ class SlurmTarget:
             raise TargetError(f"slurm knows no node {hostname}")
         return node
 
-    def reboot(self, hostname: str, why: str, *, now: datetime | None = None) -> Reboot:
-        """Ask Slurm to reboot the node once its jobs are done, then resume it; a reboot already pending is not
-        asked again. Raises NotOurs when someone else drained the node."""
+    def reboot(self, hostname: str, why: str, *, now: datetime | None = None, resume: bool = True) -> Reboot:
+        """Ask Slurm to reboot the node once its jobs are done, then resume it (`resume`) or leave it DOWN with our
+        reason for a check before return; a reboot already pending is not asked again. Raises NotOurs when
+        someone else drained the node."""
         node = self.node(hostname)
         if node.drained and node.our_drain is None:
             raise NotOurs(f"not rebooting {hostname}: drained by someone else ({node.reason or 'no reason'})")
         if node.reboot_pending is None:
             reason = printable(f"{REASON_PREFIX} reboot {why}")[:REASON_CHARS]
             self._run(
-                [self.scontrol, "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", hostname],
+                # 22.05 knows nextstate=RESUME and DOWN only ("Invalid state: DRAIN").
+                [self.scontrol, "reboot", "ASAP", f"nextstate={'RESUME' if resume else 'DOWN'}", f"reason={reason}",
+                 hostname],
                 f"asking slurm to reboot {hostname}",
-            )
+            )  # fmt: skip
         return Reboot(requested_at=now or datetime.now(UTC), boot_id_before=node.boot_time)
 
     def reboot_stage(self, hostname: str, asked: Reboot) -> RebootStage:

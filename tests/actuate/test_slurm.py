@@ -109,6 +109,8 @@ def test_a_reboot_is_asked_with_our_reason_as_arguments(tmp_path: Path) -> None:
     args = (tmp_path / "scontrol.args").read_text().splitlines()
     assert args[-5:] == ["reboot", "ASAP", "nextstate=RESUME", "reason=gpuhealth: reboot GPU 0 XID 79[31m: off the bus",
                          "gh-node-2"]  # fmt: skip
+    target.reboot("gh-node-2", "XID 79", resume=False)  # kept DOWN for a check before return
+    assert (tmp_path / "scontrol.args").read_text().splitlines()[-3] == "nextstate=DOWN"
 
 
 @pytest.mark.parametrize("state", ["MIXED+DRAIN+REBOOT_REQUESTED", "DOWN+DRAIN+REBOOT_ISSUED"])
@@ -135,6 +137,7 @@ def test_a_node_someone_else_drained_is_not_rebooted(tmp_path: Path) -> None:
         ("DOWN+DRAIN+REBOOT_ISSUED", BOOT, "issued"),
         ("IDLE", "2026-12-07T06:02:40", "done"),
         ("IDLE+PLANNED", "2026-12-07T06:02:40", "done"),
+        ("DOWN", "2026-12-07T06:02:40", "done"),  # nextstate=DOWN
         ("DOWN", BOOT, "failed"),  # ResumeTimeout passed: DOWN, "reboot timed out"
         ("IDLE", BOOT, "failed"),  # `scontrol cancel_reboot`
     ],

@@ -95,3 +95,15 @@ def test_an_admins_drain_is_not_rebooted_and_ours_is(cluster: SlurmCluster, targ
     assert stages_until_done(target, "gh-node-3", asked)[-1] == "done"
     node = cluster.node("gh-node-3")
     assert node["State"] == "IDLE" and node["Reason"] == "" and node["BootTime"] != asked.boot_id_before
+
+
+def test_a_reboot_can_leave_the_node_down_for_a_check_before_return(cluster: SlurmCluster, target: SlurmTarget) -> None:
+    """nextstate=DOWN (22.05 has no DRAIN there): back from a new boot, out of service with our reason."""
+    asked = target.reboot("gh-node-2", "GPU 1 XID 79", resume=False)
+    try:
+        assert stages_until_done(target, "gh-node-2", asked) == ["requested", "issued", "done"]
+        node = cluster.node("gh-node-2")
+        assert node["State"] == "DOWN" and node["BootTime"] != asked.boot_id_before
+        assert node["Reason"] == "gpuhealth: reboot GPU 1 XID 79 : reboot issued : reboot complete"
+    finally:
+        cluster.scontrol("update", "NodeName=gh-node-2", "State=RESUME")
