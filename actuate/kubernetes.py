@@ -19,7 +19,8 @@ re-applies.
 
 A node reboot (through kured, docs/actuation.md) is seen done by the node's `status.nodeInfo.bootID`: `observe`
 puts it in each node's detail (`BOOT_ID`, with `READY`), and `rebooted_since` tells whether the node has booted
-again since a bootID recorded before the reboot was asked for.
+again since a bootID recorded before the reboot was asked for; `reboot_record` and `reboot_status` do the same
+with the `Reboot` record the Slurm target uses.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +41,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from actuate.plan import Observed, Step
-from actuate.target import MANAGED_LABEL, Applied, TargetError, TargetUnavailable, printable
+from actuate.target import MANAGED_LABEL, Applied, Reboot, TargetError, TargetUnavailable, printable
 from core.decisions import OUT_OF_SERVICE, SEVERITY
 from core.kube_labels import label_value
 
@@ -148,6 +150,23 @@ class KubeTarget:
         An unknown bootID, then or now, tells nothing (False)."""
         now = observed.detail.get(BOOT_ID)
         return bool(boot_id and now and now != boot_id and observed.detail.get(READY))
+
+    def reboot_record(self, hostname: str, *, now: datetime | None = None) -> Reboot:
+        """The Reboot to keep when the node agent is asked for kured's sentinel: the node's bootID before it.
+        Raises TargetError when the node shows none (a reboot could never be told)."""
+        detail = self._read_boot(hostname)
+        if not detail[BOOT_ID]:
+            raise TargetError(f"node {hostname} reports no status.nodeInfo.bootID: a reboot could not be told")
+        return Reboot(requested_at=now or datetime.now(UTC), boot_id_before=detail[BOOT_ID])
+
+    def reboot_status(self, hostname: str, asked: Reboot) -> Reboot:
+        """`asked`, with `done` set once the node shows another bootID and is Ready (one GET of the node)."""
+        observed = Observed(hostname, detail=self._read_boot(hostname))
+        return replace(asked, done=self.rebooted_since(observed, asked.boot_id_before))
+
+    def _read_boot(self, hostname: str) -> dict[str, Any]:
+        with _api(f"reading node {hostname}"):
+            return _boot(self.client.get(Node, hostname))
 
     def _pods_on(self, hostname: str, *, fresh: bool = False) -> list[Any]:
         if not fresh and hostname in self._pods:

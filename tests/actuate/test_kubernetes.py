@@ -25,7 +25,7 @@ from actuate.kubernetes import (
     client_for,
 )
 from actuate.plan import Step
-from actuate.target import TargetUnavailable
+from actuate.target import TargetError, TargetUnavailable
 from service.actuator import Actuator, ActuatorConfig
 from store import Store
 from store.schema import T_GPUS
@@ -232,3 +232,19 @@ def test_each_nodes_boot_id_is_read_and_a_reboot_told_only_once_it_happened(kube
     assert target.rebooted_since(target.observe()["gpu-1"], before)
     assert not target.rebooted_since(target.observe()["gpu-2"], seen["gpu-2"].detail[BOOT_ID])
     assert not target.rebooted_since(target.observe()["gpu-1"], "")  # never read: cannot tell
+
+
+def test_a_reboot_record_keeps_the_boot_id_before_and_says_done_after(kube: KubeApiServer) -> None:
+    """The Reboot record the remediation loop keeps, as the Slurm target's (actuate.target.Reboot)."""
+    target = KubeTarget(client_for(kube.url, timeout_s=2.0))
+    asked = target.reboot_record("gpu-1", now=T0)
+    assert (asked.requested_at, asked.boot_id_before, asked.done) == (
+        T0, kube.node("gpu-1")["status"]["nodeInfo"]["bootID"], False)  # fmt: skip
+    assert target.reboot_status("gpu-1", asked) == asked
+    kube.reboot_node("gpu-1", ready="False")
+    assert target.reboot_status("gpu-1", asked).done is False  # back, not Ready
+    kube.set_node_ready("gpu-1", "True")
+    done = target.reboot_status("gpu-1", asked)
+    assert done.done is True and done.boot_id_before == asked.boot_id_before
+    with pytest.raises(TargetError, match="gpu-9"):
+        target.reboot_record("gpu-9")

@@ -71,6 +71,8 @@ def test_kured_reboots_a_node_we_drained_and_leaves_our_cordon_to_us(
     assert pods(kube, "gpu-1") == ["gpuhealth/collector-gpu-1", "web/frontend"]
     boot = target.observe()["gpu-1"].detail[BOOT_ID]
     assert isinstance(boot, str)
+    asked = target.reboot_record("gpu-1")  # what the remediation loop keeps
+    assert asked.boot_id_before == boot
 
     agent = node_agent(kube, run_dirs, "gpu-1")
     assert agent.request("GPU 0 reboot: XID 79, fallen off the bus") is True
@@ -82,8 +84,9 @@ def test_kured_reboots_a_node_we_drained_and_leaves_our_cordon_to_us(
     assert kured.lock is not None and kured.lock.unschedulable  # our cordon was there when kured took its lock
     assert pods(kube, "gpu-1") == ["gpuhealth/collector-gpu-1"]  # kured drains all but DaemonSet pods
     assert not target.rebooted_since(target.observe()["gpu-1"], boot)  # down, not rebooted yet
+    assert not target.reboot_status("gpu-1", asked).done
     kured.boot("gpu-1")
-    assert target.rebooted_since(target.observe()["gpu-1"], boot)
+    assert target.rebooted_since(target.observe()["gpu-1"], boot) and target.reboot_status("gpu-1", asked).done
     assert agent.state() == "absent" and kured.lock is None  # /var/run is a tmpfs; the lock let go
     node = kube.node("gpu-1")
     assert node["spec"]["unschedulable"] is True  # kured uncordons only what it cordoned
