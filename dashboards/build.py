@@ -24,9 +24,24 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
 """File stem (and Grafana uid) -> builder."""
 
 
+def _without_nulls(value: Any) -> Any:
+    """`value` with every `null` member and item dropped, at any depth.
+
+    grafanalib writes each unset attribute as `null` (`"color": null`, `"decimals": null`, ...);
+    Grafana's schema (and its Foundation SDK's models) read an absent key as "unset" but reject some
+    nulls, such as a field config's `color`. A threshold's base step needs no `value` either:
+    Grafana's own exports omit it (the base step is -Infinity whatever it says).
+    """
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value if v is not None]
+    return value
+
+
 def to_json(dash: Dashboard) -> str:
-    """Stable JSON: sorted keys, 2-space indent, trailing newline."""
-    data = json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder))
+    """Stable JSON without nulls: sorted keys, 2-space indent, trailing newline."""
+    data = _without_nulls(json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder)))
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
