@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from collector.attribution import LabelSet
-from collector.sampler import Sampler, Snapshot
+from collector.sampler import CollectorStatus, Sampler, Snapshot
 from collector.webconfig import AuthBusy, WebConfigError, WebConfigFile, WebState, peer_allowed
 from core.catalog import Field, LabelField, default_labels
 from core.labels import HOSTNAME
@@ -176,9 +176,16 @@ def _field_family(
 class SelfCollector(Collector):
     """Scrape health in the node_exporter style: success, duration and age of the data."""
 
-    def __init__(self, sampler: Sampler, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        clock: Callable[[], float] | None = None,
+        extra: Sequence[Callable[[], Mapping[str, CollectorStatus]]] = (),
+    ) -> None:
         self._sampler = sampler
         self._clock = clock or sampler.clock
+        self._extra = tuple(extra)
+        """Statuses of collectors that read at scrape time (collector.infiniband), registered before this one."""
 
     def collect(self) -> Iterator[Metric]:
         snap = self._sampler.latest
@@ -196,7 +203,10 @@ class SelfCollector(Collector):
             success.add_metric(["sample"], 0.0)
             yield success
             return
-        for name, st in sorted(snap.status.items()):
+        statuses = dict(snap.status)
+        for more in self._extra:
+            statuses.update(more())
+        for name, st in sorted(statuses.items()):
             success.add_metric([name], 1.0 if st.success else 0.0)
             duration.add_metric([name], st.duration_s)
         yield success

@@ -7,12 +7,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from collector.backends.base import Backend, ProbeRunner
+from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
+from collector.infiniband import InfinibandCollector
 from collector.sampler import Sampler
 from core.catalog import Field, LabelField
 from core.labels import HOSTNAME
@@ -78,6 +80,7 @@ def build_sampling(
     on_probe_results: Callable[[list[dict[str, Any]]], None] | None = None,
     attributors: Sequence[Attributor] = (),
     label_fields: Sequence[LabelField] | None = None,
+    sysfs_root: Path | None = None,
 ) -> Sampling:
     """The sampler and its Prometheus collectors (no HTTP server): `collect` and `serve` both start here.
 
@@ -85,6 +88,7 @@ def build_sampling(
     series are exported; its results also go to `on_probe_results` (Store rows).
     `attributors` (collector.attribution) put the pods and jobs on each GPU into its series' labels.
     `label_fields` (DCGM_FI_DRIVER_VERSION, ...) go on every series of a GPU; None: the catalogue's defaults.
+    With `sysfs_root` (/sys on a real node), InfiniBand/RoCE ports are exported (collector.infiniband).
     """
     sampler = Sampler(backend, interval_s, attributors=attributors)
     report = on_probe_results
@@ -101,7 +105,13 @@ def build_sampling(
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(lambda: sampler.latest, fields, hostname_label, label_fields))
-    registry.register(SelfCollector(sampler))
+    extra = []
+    if sysfs_root is not None:
+        # Registered before SelfCollector, which reports the status of this scrape's read.
+        ib = InfinibandCollector(sysfs_root, lambda: _infos(sampler), hostname_label)
+        registry.register(ib)
+        extra.append(ib.statuses)
+    registry.register(SelfCollector(sampler, extra=extra))
     scheduler = None
     if probes is not None and probes.enabled:
         from collector.probes import ProbeCollector, build_scheduler
@@ -113,6 +123,11 @@ def build_sampling(
         if scheduler is not None:
             registry.register(ProbeCollector(scheduler, hostname_label))
     return Sampling(sampler, registry, scheduler)
+
+
+def _infos(sampler: Sampler) -> list[GpuInfo]:
+    snap = sampler.latest
+    return [] if snap is None else [r.info for r in snap.readings]
 
 
 def build_collector(
@@ -130,6 +145,7 @@ def build_collector(
     nfd: NfdConfig | None = None,
     attributors: Sequence[Attributor] = (),
     label_fields: Sequence[LabelField] | None = None,
+    sysfs_root: Path | None = None,
 ) -> RunningCollector:
     """Assemble (but do not start) a collector serving `backend` on host:port (see `build_sampling`).
 
@@ -140,6 +156,7 @@ def build_collector(
     s = build_sampling(
         backend, fields, interval_s, hostname_label, probes=probes, probe_runner=probe_runner,
         on_probe_results=on_probe_results, attributors=attributors, label_fields=label_fields,
+        sysfs_root=sysfs_root,
     )  # fmt: skip
     labeler = None
     if nfd is not None:

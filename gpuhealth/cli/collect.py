@@ -116,6 +116,13 @@ def collect(
             " Slurm prolog, deploy/slurm/): hpc_job labels (GPUHEALTH_HPC_JOB_MAPPING_DIR)"
         ),
     ] = None,
+    sysfs_root: Annotated[
+        str | None,
+        typer.Option(
+            help="where sysfs is, for the InfiniBand/RoCE ports under class/infiniband (gpuhealth_infiniband_*);"
+            " default: /sys with a live backend, none with sim or replay; '' turns it off"
+        ),
+    ] = None,
     allow_reset: Annotated[
         bool,
         typer.Option(
@@ -153,6 +160,7 @@ def collect(
         running = build_collector(
             b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s),
             web=web, nfd=nfd, attributors=attributors, label_fields=opened.labels,
+            sysfs_root=_sysfs_root(sysfs_root, b.name),
         )  # fmt: skip
         running.resetter = _resetter(b, allow_reset or s.allow_reset, s)
     except typer.Exit:
@@ -256,3 +264,10 @@ def _nfd_config(flags: tuple[Path, str, str | None, float], backend: Backend, ho
     directory, url, token, interval_s = flags
     node = hosts[0] if hosts else (hostname or socket.gethostname())
     return NfdConfig(directory=directory, service_url=url, hostname=node, token=token, interval_s=interval_s)
+
+
+def _sysfs_root(flag: str | None, backend: str) -> Path | None:
+    """The sysfs to read ports from: the flag's, else /sys for live GPUs (a simulated fleet has no NICs)."""
+    if flag is not None:
+        return Path(flag) if flag else None
+    return None if backend in ("sim", "replay") else Path("/sys")
