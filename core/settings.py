@@ -359,6 +359,19 @@ class Settings(BaseSettings):
         default="120s", description="A GPU reset (nvidia-smi --gpu-reset) not done within this has failed."
     )
 
+    # XIDs and NVSwitch SXIDs from the kernel log (collector/kernel_log.py, docs/decisions/0073).
+    kernel_log: str = Field(
+        default="/dev/kmsg",
+        description=(
+            "Kernel log the collector reads XID and SXID lines from (/dev/kmsg records), with the nvml and dcgm"
+            " backends; unreadable: said once, XIDs counted from NVML events; empty: off."
+        ),
+    )
+    kernel_log_cursor: str = Field(
+        default="/var/lib/gpuhealth/kmsg-cursor.json",
+        description="Where the last kernel log record counted is kept, so a restart neither loses nor doubles one.",
+    )
+
     @field_validator("token", "service_token")
     @classmethod
     def _empty_token_is_none(cls, v: str | None) -> str | None:

@@ -41,8 +41,10 @@ from gpuhealth.cli.serve import probe_config
 if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
     from collector.attribution import Attributor
     from collector.backends.base import Backend
+    from collector.kernel_log import KernelLog
     from collector.nfd import NfdConfig
     from collector.remedy import Resetter
+    from collector.run import RunningCollector
 
 err = Console(stderr=True)
 collect_app = typer.Typer()
@@ -163,6 +165,7 @@ def collect(
             sysfs_root=_sysfs_root(sysfs_root, b.name),
         )  # fmt: skip
         running.resetter = _resetter(b, allow_reset or s.allow_reset, s)
+        kernel_log = _kernel_log(running, b, s, opened.hostname_label)
     except typer.Exit:
         b.close()
         raise
@@ -185,7 +188,23 @@ def collect(
         highlight=False,
         soft_wrap=True,
     )
-    run_until_signalled(running)
+    if kernel_log is not None:
+        kernel_log.start()
+    try:
+        run_until_signalled(running)
+    finally:
+        if kernel_log is not None:
+            kernel_log.stop()
+
+
+def _kernel_log(running: RunningCollector, backend: Backend, s: Settings, label: str) -> KernelLog | None:
+    """XIDs and SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG), for live GPUs: a simulated fleet has none."""
+    from collector.kernel_log import attach_kernel_log
+
+    if backend.name in ("sim", "replay"):
+        return None
+    gpus = backend.gpus()
+    return attach_kernel_log(running.registry, running.sampler, gpus, s.kernel_log, s.kernel_log_cursor, label)
 
 
 def _resetter(backend: Backend, allow: bool, s: Settings) -> Resetter:

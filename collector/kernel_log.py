@@ -1,0 +1,216 @@
+"""XIDs and NVSwitch SXIDs counted from the kernel log, and their Prometheus collector.
+
+One source counts each XID (docs/decisions/0073-xids-from-the-kernel-log.md): the kernel log
+when it can be read, NVML's event stream only when it cannot. The choice is made once, at the
+first poll, so a counter never changes source (and so never jumps) while the collector runs.
+gpuhealth_xid_errors_total (NVML events since start) stays as it was.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from collector.backends.base import GpuInfo
+from collector.exporter import LABELS, gpu_labels
+from collector.kmsg import KmsgCursor, KmsgError, KmsgReader, read_boot_id
+from collector.sampler import Sampler
+from collector.xid_log import XidLine, parse_line, pci_key, xid_message
+from core.labels import HOSTNAME
+from core.worker import Worker
+
+log = logging.getLogger(__name__)
+
+Pci = tuple[int, int, int]
+NvmlCounts = Callable[[], Mapping[str, Mapping[int, int]]]
+"""NVML's XID events per GPU UUID and code since start (the sampler's Snapshot.xid_counts)."""
+
+
+def pci_text(pci: Pci) -> str:
+    """A PCI id as NVML spells it (00000000:41:00.0), the function taken as 0."""
+    return f"{pci[0]:08X}:{pci[1]:02X}:{pci[2]:02X}.0"
+
+
+class KernelLog(Worker):
+    """Polls the kernel log for XID and SXID lines and counts them per device and code."""
+
+    thread_name = "gpuhealth-kmsg"
+    stop_timeout_s = 2.0
+
+    def __init__(
+        self,
+        reader: KmsgReader,
+        cursor: KmsgCursor,
+        gpus: Sequence[GpuInfo],
+        interval_s: float = 5.0,
+    ) -> None:
+        super().__init__()
+        self.reader = reader
+        self.cursor = cursor
+        self.interval_s = interval_s
+        self.gpus = {k: g for g in gpus if (k := pci_key(g.pci_bus_id)) is not None}
+        self.readable: bool | None = None
+        """None before the first poll; False: the log could not be read (said once), NVML counts."""
+        self.xids: dict[tuple[Pci, int], int] = {}
+        self.sxids: dict[tuple[str, Pci, int, str], int] = {}
+        self._lock = threading.Lock()
+
+    def poll(self) -> int:
+        """Read what the log has now; returns how many XID/SXID lines were newly counted."""
+        if self.readable is False:
+            return 0
+        try:
+            new = [x for rec in self.reader.records() if self.cursor.is_new(rec) and (x := parse_line(rec.message))]
+        except KmsgError as err:
+            self._unreadable(err)
+            return 0
+        self.readable = True
+        with self._lock:
+            for x in new:
+                self._count(x)
+        self.cursor.save()
+        return len(new)
+
+    def _count(self, x: XidLine) -> None:
+        if x.kind == "xid":
+            self.xids[(x.pci, x.code)] = self.xids.get((x.pci, x.code), 0) + 1
+        else:
+            key = (x.device, x.pci, x.code, _severity(x.detail))
+            self.sxids[key] = self.sxids.get(key, 0) + 1
+
+    def _unreadable(self, err: KmsgError) -> None:
+        """Say once, in one line, why the log is not read and what that costs; then go on without it."""
+        first = self.readable is None
+        self.readable = False
+        self.reader.close()
+        if not first:
+            log.warning("%s; XIDs are no longer read from the kernel log", err)
+            return
+        need = (
+            " (needs CAP_SYSLOG or root while kernel.dmesg_restrict=1, and /dev/kmsg mounted in a container)"
+            if err.errno in (errno.EACCES, errno.EPERM, errno.ENOENT)
+            else ""
+        )
+        log.warning("cannot read the kernel log: %s%s; XIDs are counted from NVML events, SXIDs not at all", err, need)
+
+    def snapshot(self) -> tuple[dict[tuple[Pci, int], int], dict[tuple[str, Pci, int, str], int]]:
+        """Copies of the XID and SXID counts, for a scrape."""
+        with self._lock:
+            return dict(self.xids), dict(self.sxids)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:  # a bad record must not end counting
+                log.exception("reading the kernel log failed")
+            self._stop.wait(self.interval_s)
+
+    def stop(self, timeout: float | None = None) -> None:
+        super().stop(timeout)
+        self.reader.close()
+
+
+def _severity(detail: str) -> str:
+    """The driver's word after an SXID's code: "fatal", "non-fatal", or "" when the line has none."""
+    head = detail.split(",", 1)[0].strip().lower()
+    return head if head in ("fatal", "non-fatal") else ""
+
+
+def open_kernel_log(
+    path: Path, cursor_path: Path | None, gpus: Sequence[GpuInfo], interval_s: float = 5.0
+) -> KernelLog:
+    """A KernelLog over `path` with its cursor at `cursor_path` (None: not kept, every start counts again)."""
+    return KernelLog(KmsgReader(path), KmsgCursor(cursor_path, read_boot_id()), gpus, interval_s)
+
+
+class KernelLogCollector(Collector):
+    """gpuhealth_kernel_xid_errors_total{err_code, err_msg, source} and the SXID and reader series."""
+
+    def __init__(
+        self,
+        kernel_log: KernelLog,
+        nvml_counts: NvmlCounts,
+        hostname: str,
+        hostname_label: str = HOSTNAME,
+    ) -> None:
+        self.kernel_log = kernel_log
+        self.nvml_counts = nvml_counts
+        self.hostname = hostname
+        self.host_label = hostname_label
+
+    def collect(self) -> Iterator[Metric]:
+        kl = self.kernel_log
+        if kl.readable is None:
+            return
+        xid = CounterMetricFamily(
+            "gpuhealth_kernel_xid_errors",
+            "XIDs per GPU and code, from the kernel log (source=kmsg), or NVML events when it cannot be read.",
+            labels=(*LABELS, self.host_label, "err_code", "err_msg", "source"),
+        )
+        xids, sxids = kl.snapshot()
+        if kl.readable:
+            for (pci, code), n in sorted(xids.items()):
+                xid.add_metric([*self._gpu_values(pci), str(code), xid_message(code), "kmsg"], n)
+        else:
+            by_uuid = {g.uuid: (k, g) for k, g in kl.gpus.items()}
+            for uuid, codes in sorted(self.nvml_counts().items()):
+                if uuid in by_uuid:
+                    for code, n in sorted(codes.items()):
+                        xid.add_metric([*self._gpu_values(by_uuid[uuid][0]), str(code), xid_message(code), "nvml"], n)
+        yield xid
+        sxid = CounterMetricFamily(
+            "gpuhealth_kernel_sxid_errors",
+            "NVSwitch SXIDs per switch and code, from the kernel log.",
+            labels=("switch", "pci_bus_id", self.host_label, "err_code", "severity"),
+        )
+        for (dev, pci, code, sev), n in sorted(sxids.items()):
+            sxid.add_metric([dev, pci_text(pci), self.hostname, str(code), sev], n)
+        yield sxid
+        yield GaugeMetricFamily(
+            "gpuhealth_kernel_log_readable",
+            "1 when the collector reads XIDs from the kernel log, 0 when it cannot (NVML events only).",
+            value=1.0 if kl.readable else 0.0,
+        )
+        yield CounterMetricFamily(
+            "gpuhealth_kernel_log_overruns",
+            "Times the kernel's ring buffer overtook the reader (records lost unread).",
+            value=kl.reader.overrun,
+        )
+
+    def _gpu_values(self, pci: Pci) -> list[str]:
+        """dcgm-exporter's GPU labels of the GPU at `pci`; only pci_bus_id (and the host) when none is there."""
+        g = self.kernel_log.gpus.get(pci)
+        if g is None:
+            return ["", "", "", "", pci_text(pci), self.hostname]
+        labels = gpu_labels(g.index, g.uuid, g.model_name, g.pci_bus_id, g.hostname, self.host_label)
+        return [labels[k] for k in (*LABELS, self.host_label)]
+
+
+def attach_kernel_log(
+    registry: CollectorRegistry,
+    sampler: Sampler,
+    gpus: Sequence[GpuInfo],
+    path: str,
+    cursor_path: str,
+    hostname_label: str = HOSTNAME,
+) -> KernelLog | None:
+    """Count XIDs from the kernel log at `path` into `registry` (not started); None when `path` is ""."""
+    if not path:
+        return None
+    kl = open_kernel_log(Path(path), Path(cursor_path) if cursor_path else None, gpus)
+    host = gpus[0].hostname if gpus else socket.gethostname()
+
+    def nvml_counts() -> Mapping[str, Mapping[int, int]]:
+        snap = sampler.latest
+        return {} if snap is None else snap.xid_counts
+
+    registry.register(KernelLogCollector(kl, nvml_counts, host, hostname_label))
+    return kl
