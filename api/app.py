@@ -27,7 +27,7 @@ from api.deps import WRITE_QUEUE_S, WRITES_IN_FLIGHT, ReadAuth, WriteAuth
 from api.errors import HANDLERS, RETRY_AFTER_S, UNAVAILABLE, route_errors
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit
-from api.routes import actuator, alerts, decisions, failures, gpus, health, model, nodes
+from api.routes import actuator, alerts, decisions, docs, failures, gpus, health, model, nodes
 from api.routes.alerts import MAX_ERRORS_SHOWN
 from api.routes.health import READY_TIMEOUT_S
 from core import __version__
@@ -69,9 +69,10 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
         version=__version__,
         description="GPU fleet health: risk per GPU, decisions (ok, watch, demote, drain, rma) and why.",
         lifespan=lifespan,
-        # Closed reads close the schema and its page too (`health.docs` serves them behind the token).
-        docs_url=None if closed else "/docs",
-        redoc_url=None if closed else "/redoc",
+        # The pages are ours (`docs.pages`: no CDN); closed reads close the schema and its page too
+        # (`health.docs` serves them behind the token).
+        docs_url=None,
+        redoc_url=None,
         openapi_url=None if closed else "/openapi.json",
         responses=UNAVAILABLE,  # each route adds what it can answer besides (`_add_routes`)
         exception_handlers=HANDLERS,
@@ -82,6 +83,7 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
     app.state.ping_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpuhealth-readyz")
     app.state.write_places = asyncio.Semaphore(WRITES_IN_FLIGHT)
     app.add_middleware(BodyLimit, limit=cfg.max_request_bytes, timeout_s=cfg.body_timeout_s)
+    docs.mount_assets(app)
     _include_routers(app, cfg)
     return app
 
@@ -89,7 +91,9 @@ def create_app(store: Store, config: ApiConfig | None = None) -> FastAPI:
 def _include_routers(app: FastAPI, cfg: ApiConfig) -> None:
     """Every resource's routes; reads (and /metrics) behind the token only when the settings close them."""
     read = [] if cfg.read_open else [ReadAuth]  # open reads skip the dependency entirely
-    if not cfg.read_open:
+    if cfg.read_open:
+        _add_routes(app, docs.pages)
+    else:
         _add_routes(app, health.docs, read)
     _add_routes(app, health.probes)
     _add_routes(app, health.scrape, [] if cfg.scrape_open else [ReadAuth])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the integration tests run for real: Prometheus (and
 # promtool), Alertmanager (and amtool), PostgreSQL, Slurm (slurmctld, slurmd, slurm-client),
-# munge and systemd-analyze (package systemd: it verifies deploy/systemd/). Only as root and
+# munge, systemd-analyze (package systemd: it verifies deploy/systemd/) and chromium (it renders
+# /docs offline, tests/api/test_docs_offline.py). Only as root and
 # only what is missing; otherwise says what is missing (the tests then skip locally, fail in CI).
 set -euo pipefail
 
@@ -17,6 +18,7 @@ command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || missing+=(slurmd
 command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || missing+=(munge)
 command -v systemd-analyze >/dev/null 2>&1 || [ -x /usr/bin/systemd-analyze ] || missing+=(systemd)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -9,12 +9,12 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter, Request, Response
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from api import schemas
 from api.deps import ConfigDep, MetricsDep, StoreDep
 from api.errors import RETRY_AFTER_S
+from api.routes import docs as pages
 from store import StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,9 @@ async def openapi_json(request: Request) -> JSONResponse:
 
 
 @docs.get("/docs", include_in_schema=False)
-async def docs_page() -> Response:
+async def docs_page(request: Request) -> HTMLResponse:
     """The schema's Swagger UI page."""
-    return get_swagger_ui_html(openapi_url="/openapi.json", title="gpuhealth API")
+    return pages.swagger_ui(request, oauth2_redirect=False)
 
 
 @probes.get(
