@@ -362,10 +362,7 @@ class Settings(BaseSettings):
     # XIDs and NVSwitch SXIDs from the kernel log (collector/kernel_log.py, docs/decisions/0073).
     kernel_log: str = Field(
         default="/dev/kmsg",
-        description=(
-            "Kernel log the collector reads XID and SXID lines from (/dev/kmsg records), with the nvml and dcgm"
-            " backends; unreadable: said once, XIDs counted from NVML events; empty: off."
-        ),
+        description="Kernel log read for XIDs and SXIDs (nvml, dcgm); unreadable: said once, NVML counts; empty: off.",
     )
     kernel_log_cursor: str = Field(
         default="/var/lib/gpuhealth/kmsg-cursor.json",
