@@ -68,6 +68,11 @@ XID_APPLICATION_REPEATS = 3  # policy: 3 in an hour on one GPU is no longer one 
 # deliberately ignored by class alerts (REFERENCE.md: ignore / follow the earlier error;
 # 63 is covered by GpuRowRemapPending). GpuXidErrors still reports them.
 
+# --- InfiniBand/RoCE ports (collector.infiniband): each GPU's rail ---
+IB_PORT_DOWN_FOR = "5m"  # policy: a switch reboot or a cable reseat brings a port back within minutes
+IB_FLAPS_PER_HOUR = 3  # policy: one or two link downs follow a switch reboot; more in an hour is a flapping rail
+IB_ERRORS_PER_HOUR = 10  # policy: a healthy HDR/NDR link (FEC) counts no symbol or receive errors at all
+
 # --- collector and service health ---
 SAMPLE_STALE_S = 120  # policy: 12 samples at the default 10 s interval; a hung NVML call shows here
 SCORE_STALE_S = 1800  # policy: 6 scoring runs at the default 5 m score interval

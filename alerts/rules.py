@@ -8,16 +8,26 @@ case live in the module of alerts/rulesets/ named for what it watches; threshold
 from __future__ import annotations
 
 from alerts.model import Alert
-from alerts.rulesets import collector, ecc, links, operating, prediction, presence, probes, service, xid
-from alerts.rulesets.common import GROUP_COLLECTOR, GROUP_GPU, GROUP_PREDICTION, GROUP_XID
+from alerts.rulesets import collector, ecc, links, network, operating, prediction, presence, probes, service, xid
+from alerts.rulesets.common import GROUP_COLLECTOR, GROUP_GPU, GROUP_NETWORK, GROUP_PREDICTION, GROUP_XID
 from alerts.rulesets.records import RECORDS
 
-__all__ = ["ALERTS", "GPU_ALERTS", "GROUPS", "HEALTH_ALERTS", "PREDICTION_ALERTS", "RECORDS", "XID_ALERTS"]
+__all__ = [
+    "ALERTS",
+    "GPU_ALERTS",
+    "GROUPS",
+    "HEALTH_ALERTS",
+    "NETWORK_ALERTS",
+    "PREDICTION_ALERTS",
+    "RECORDS",
+    "XID_ALERTS",
+]
 
 GPU_ALERTS: tuple[Alert, ...] = operating.ALERTS + ecc.ALERTS + links.ALERTS + presence.ALERTS
 XID_ALERTS: tuple[Alert, ...] = xid.ALERTS
+NETWORK_ALERTS: tuple[Alert, ...] = network.ALERTS
 HEALTH_ALERTS: tuple[Alert, ...] = collector.ALERTS + service.ALERTS
 PREDICTION_ALERTS: tuple[Alert, ...] = prediction.ALERTS + probes.ALERTS
 
-ALERTS: tuple[Alert, ...] = GPU_ALERTS + XID_ALERTS + HEALTH_ALERTS + PREDICTION_ALERTS
-GROUPS: tuple[str, ...] = (GROUP_GPU, GROUP_XID, GROUP_COLLECTOR, GROUP_PREDICTION)
+ALERTS: tuple[Alert, ...] = GPU_ALERTS + XID_ALERTS + NETWORK_ALERTS + HEALTH_ALERTS + PREDICTION_ALERTS
+GROUPS: tuple[str, ...] = (GROUP_GPU, GROUP_XID, GROUP_NETWORK, GROUP_COLLECTOR, GROUP_PREDICTION)

@@ -10,8 +10,9 @@ Names are node_exporter's infiniband collector's suffixes under our own prefix,
 `gpuhealth_infiniband_*` (node_infiniband_link_downed_total becomes
 gpuhealth_infiniband_link_downed_total): a node running both exporters would otherwise have
 each port twice under one name, and every sum over the fabric would double. The table is
-kept here, not in `core.catalog`, because the catalogue is per GPU (each field is read
-from a GPU backend and becomes a history column); a port is not a GPU.
+in `core.infiniband`, not in `core.catalog`, because the catalogue is per GPU (each field is
+read from a GPU backend and becomes a history column); a port is not a GPU. Alerts and
+dashboards take the names from there too.
 
 Each port is tied to the GPUs that sit under the same PCIe switch (the resolved sysfs device
 paths share more than their root port) or, failing that, on the same NUMA node:
@@ -33,46 +34,11 @@ from prometheus_client.registry import Collector
 
 from collector.backends.base import GpuInfo
 from collector.sampler import CollectorStatus
+from core.infiniband import COUNTERS, HW_COUNTERS, NAME, PREFIX
 from core.labels import HOSTNAME
 
 log = logging.getLogger(__name__)
 
-NAME = "infiniband"
-"""This collector's name in gpuhealth_collector_success{collector}."""
-PREFIX = "gpuhealth_infiniband_"
-PORT_LABELS = ("device", "port")
-"""node_exporter's labels of a port's series."""
-
-COUNTERS: Mapping[str, tuple[str, str]] = {
-    # file in counters/ -> (node_exporter's suffix, help); help texts after the IB specification.
-    "link_downed": ("link_downed_total", "Times the link failed to recover from an error state and went down."),
-    "link_error_recovery": ("link_error_recovery_total", "Times the link recovered from an error state."),
-    "symbol_error": ("symbol_error_total", "Minor link errors detected on one or more physical lanes."),
-    "port_rcv_errors": ("port_errors_received_total", "Packets with an error received on this port."),
-    "port_xmit_discards": (
-        "port_discards_transmitted_total",
-        "Outbound packets discarded because the port is down or congested.",
-    ),
-    "excessive_buffer_overrun_errors": (
-        "excessive_buffer_overrun_errors_total",
-        "Times OverrunErrors consecutive flow control update periods each had an overrun error.",
-    ),
-    "local_link_integrity_errors": (
-        "local_link_integrity_errors_total",
-        "Times local physical errors exceeded the LocalPhyErrors threshold.",
-    ),
-    "port_rcv_remote_physical_errors": (
-        "port_receive_remote_physical_errors_total",
-        "Packets received marked with the EBP (end of bad packet) delimiter.",
-    ),
-}
-HW_COUNTERS: Mapping[str, tuple[str, str]] = {
-    # file in hw_counters/ (mlx5's RDMA counters) -> (node_exporter's suffix, help)
-    "out_of_sequence": ("out_of_sequence_packets_received_total", "Out of sequence packets received."),
-    "packet_seq_err": ("packet_sequence_errors_total", "NAK sequence error packets received."),
-    "local_ack_timeout_err": ("local_ack_timeout_errors_total", "Times a QP's ack timer expired at the sender."),
-    "out_of_buffer": ("out_of_buffer_drops_total", "Drops for lack of a WQE on the QP."),
-}
 RATE = re.compile(r"\s*([\d.]+)\s*Gb/sec")
 """`rate`: "400 Gb/sec (4X NDR)"; exported in bytes per second as node_exporter does."""
 ID = re.compile(r"\s*(\d+)\s*:")

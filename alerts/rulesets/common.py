@@ -11,6 +11,7 @@ GROUP_GPU = "gpuhealth.gpu"
 GROUP_XID = "gpuhealth.xid"
 GROUP_COLLECTOR = "gpuhealth.collector"
 GROUP_PREDICTION = "gpuhealth.prediction"
+GROUP_NETWORK = "gpuhealth.network"
 
 XID_COUNTER = "gpuhealth_xid_errors_total"
 """The collector's per-code XID counter (not a catalogue field: it has an `xid` label)."""
