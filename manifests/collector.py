@@ -28,6 +28,21 @@ RESET_NOTE = """\
 """
 """Comment lines at the top of deploy/kubernetes/collector.yaml: what a GPU reset needs."""
 
+KMSG_NOTE = """\
+# XIDs and NVSwitch SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG=/dev/kmsg, on by default) are not
+# read here: the container has no /dev/kmsg, and the collector says so once and counts XIDs from
+# NVML's events instead. To read the log (untested on a cluster here):
+#   - mount the host's /dev/kmsg: a hostPath volume of type CharDevice at /dev/kmsg;
+#   - let the container open it: a hostPath does not add the device to the container's device
+#     cgroup, so in practice securityContext privileged: true;
+#   - CAP_SYSLOG where the host has kernel.dmesg_restrict=1 (sysctl kernel.dmesg_restrict):
+#     securityContext capabilities add ["SYSLOG"] (privileged: true includes it);
+#   - the cursor across pod restarts: a hostPath directory (DirectoryOrCreate) at /var/lib/gpuhealth;
+#     without it a restarted pod counts this boot's XIDs again.
+# Why: docs/decisions/0073-xids-from-the-kernel-log.md.
+"""
+"""Comment lines at the top of deploy/kubernetes/collector.yaml: what reading the kernel log needs."""
+
 COMPONENT = "collector"
 CONTAINER = "collector"
 TMP = "/tmp"  # the probes' child processes write their output there (tempfile), CuPy its kernel cache
