@@ -53,10 +53,16 @@ PHYS_DISABLED = 3
 """`phys_state` of a port an administrator disabled ("3: Disabled")."""
 
 
+SUFFIXES = frozenset(
+    {"state_id", "physical_state_id", "rate_bytes_per_second", "port_gpu_info"}
+    | {s for s, _ in COUNTERS.values()}
+    | {s for s, _ in HW_COUNTERS.values()}
+)
+"""Every port series the collector can export, by suffix."""
+
+
 def metric(suffix: str) -> str:
     """The /metrics name of a port series (a KeyError here is a typo caught at import)."""
-    names = {"state_id", "physical_state_id", "rate_bytes_per_second", "port_gpu_info"}
-    names |= {s for s, _ in COUNTERS.values()} | {s for s, _ in HW_COUNTERS.values()}
-    if suffix not in names:
+    if suffix not in SUFFIXES:
         raise KeyError(f"no InfiniBand port series {suffix!r}")
     return PREFIX + suffix

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
+from core.infiniband import STATE_ACTIVE
+from core.infiniband import metric as ib
 from core.labels import HOSTNAME
 from dashboards.common import P, dashboard, m, query_var, stat, steps, t, table, timeseries
 
 N = f'{HOSTNAME}="${HOSTNAME}"'
 G = "GPU {{gpu}}"
+RAIL = "{{device}} port {{port}}"
 
 
 def build() -> Dashboard:
     """The node dashboard, templated by Hostname."""
-    items = [*_gpu_counts(), *_node_signals(), *_gpu_table(), *_load_per_gpu(), *_errors_per_gpu()]
+    items = [*_gpu_counts(), *_node_signals(), *_gpu_table(), *_load_per_gpu(), *_errors_per_gpu(), *_rails()]
     return dashboard(
         "gpuhealth-node",
         "gpuhealth / Node",
@@ -210,6 +213,75 @@ def _errors_per_gpu() -> list[P]:
                 "XID errors per GPU and code in 5-minute windows.",
                 [t(f"gpu:xid_errors:increase5m{{{N}}}", "GPU {{gpu}} XID {{xid}}")],
                 bars=True,
+                min0=True,
+            ),
+        ),
+    ]
+
+
+def _rails() -> list[P]:
+    """The node's InfiniBand/RoCE ports (its GPUs' rails): which GPUs each serves, state, flaps, errors."""
+    return [
+        P(
+            table(
+                "Rails and their GPUs",
+                "Each port and the GPUs it serves: under one PCIe switch (pcie_switch) or on one NUMA node (numa).",
+                [
+                    t(
+                        f'label_replace({ib("port_gpu_info")}{{{N}}}, "rail", "$1", "device", "(.*)")',
+                        instant=True,
+                        table=True,
+                    )
+                ],
+                hide=("Value", HOSTNAME),
+            ),
+            w=8,
+        ),
+        P(
+            timeseries(
+                "Rail port state",
+                f"Each port's state ({STATE_ACTIVE} is ACTIVE, 1 DOWN): a GPU's rail below ACTIVE cuts its traffic "
+                "to other nodes.",
+                [t(f"{ib('state_id')}{{{N}}}", RAIL)],
+                thresholds=steps(("red", None), ("green", STATE_ACTIVE)),
+                min0=True,
+            ),
+            w=8,
+        ),
+        P(
+            timeseries(
+                "Link downs per rail (1 h)",
+                "Link downs in the last hour per port; more than 3 is a flapping rail (GpuInfinibandLinkFlapping).",
+                [t(f"increase({ib('link_downed_total')}{{{N}}}[1h])", RAIL)],
+                thresholds=steps(("green", None), ("red", 3)),
+                bars=True,
+                min0=True,
+            ),
+            w=8,
+        ),
+        P(
+            timeseries(
+                "Symbol and receive errors per rail (1 h)",
+                "Symbol errors plus received packets with errors in the last hour per port; a healthy link has none.",
+                [
+                    t(
+                        f"increase({ib('symbol_error_total')}{{{N}}}[1h])\n"
+                        f"+ increase({ib('port_errors_received_total')}{{{N}}}[1h])",
+                        RAIL,
+                    )
+                ],
+                thresholds=steps(("green", None), ("orange", 10)),
+                min0=True,
+            ),
+        ),
+        P(
+            timeseries(
+                "Transmit discards and recoveries per rail",
+                "Packets the port discarded (down or congested) and link error recoveries, per minute.",
+                [
+                    t(f"60 * rate({ib('port_discards_transmitted_total')}{{{N}}}[5m])", f"{RAIL} discards"),
+                    t(f"60 * rate({ib('link_error_recovery_total')}{{{N}}}[5m])", f"{RAIL} recoveries", ref="B"),
+                ],
                 min0=True,
             ),
         ),

@@ -12,6 +12,7 @@ from collector import infiniband
 from collector.exporter import SelfCollector
 from collector.infiniband import InfinibandCollector, read_ports, shares_switch, sysfs_bdf, ties
 from collector.run import build_sampling
+from core import infiniband as core_ib
 from core.labels import HOSTNAME
 from gpuhealth.cli.collect import _sysfs_root
 from tests.collector import sysfs_ib
@@ -146,3 +147,12 @@ def test_scrape_health_names_the_infiniband_collector(tmp_path: Path) -> None:
 def test_the_cli_reads_sys_for_live_gpus_only() -> None:
     assert _sysfs_root(None, "nvml") == Path("/sys") and _sysfs_root(None, "sim") is None
     assert _sysfs_root("", "nvml") is None and _sysfs_root("/x", "sim") == Path("/x")
+
+
+def test_every_series_is_named_in_the_shared_table(tmp_path: Path) -> None:
+    """The rules and dashboards take their names from core.infiniband: the collector exports exactly those."""
+    reg, _ = _registry(sysfs_ib.build(tmp_path))
+    exported = {s.name for fam in reg.collect() for s in fam.samples}
+    assert exported == {core_ib.metric(s) for s in core_ib.SUFFIXES}
+    with pytest.raises(KeyError, match="link_down_total"):
+        core_ib.metric("link_down_total")

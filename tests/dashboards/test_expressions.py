@@ -16,6 +16,7 @@ import yaml
 import alerts
 import dashboards
 from alerts.rules import RECORDS
+from core import infiniband
 from core.catalog import FIELDS
 from tests.integration.conftest import require_tool
 
@@ -44,9 +45,11 @@ ACTUATOR = {  # serve --actuate dry-run|on
     "gpuhealth_actuator_last_pass_timestamp_seconds",
 }  # fmt: skip
 PROMETHEUS = {"up", "ALERTS"}
+INFINIBAND = {infiniband.metric(s) for s in infiniband.SUFFIXES}  # collector.infiniband
 KNOWN = (
     {f.metric_name for f in FIELDS}
     | COLLECTOR
+    | INFINIBAND
     | SERVICE
     | PROBES
     | PULLER

@@ -34,8 +34,10 @@ Asserted:
    with the faulty spare-node GPU's Hostname, gpu and UUID (a GPU with XIDs, probes, a firing
    alert and a failure record, so every GPU panel has data); targets of retired-page fields,
    which only pre-Ampere GPUs have (PRE_AMPERE_ONLY), with the replayed V100's. An expression
-   Prometheus cannot parse fails the test. ALLOWED_EMPTY lists what may stay empty here, with
-   the reason (nothing, today).
+   Prometheus cannot parse fails the test. The replaying collector also reads a fake sysfs with
+   two InfiniBand/RoCE ports (tests/collector/sysfs_ib.py): their panels are checked with its node.
+   ALLOWED_EMPTY lists what may stay empty here, with the reason (the ports' ties to GPUs, which
+   a replayed history without PCI bus ids cannot give).
 
 Parts of the form `x unless x offset 5m` ("series newer than 5 minutes", the rules' way of
 counting a counter's first increase) have data only while Prometheus is younger than that
@@ -61,6 +63,8 @@ import yaml
 import alerts
 import dashboards
 from alerts import config as alert_config
+from core.infiniband import PREFIX
+from tests.collector import sysfs_ib
 from tests.integration.conftest import (
     REPO_ROOT,
     PromClient,
@@ -132,8 +136,19 @@ Alertmanager must hold it back (inhibit_rules), so it never reaches the webhook.
 PRE_AMPERE_ONLY = re.compile(r"\bDCGM_FI_DEV_RETIRED_")
 """Fields an Ampere or later GPU never reports (NVML: not supported); dashboards are checked with the V100 for them."""
 
+ON_REPLAYED_NODE = re.compile(rf"\b{PREFIX}")
+"""InfiniBand ports: the replaying collector reads a fake sysfs (tests/collector/sysfs_ib.py); checked with its node."""
+_NO_TIES = (
+    "the replayed history has no PCI bus ids, so no port is tied to a GPU here "
+    "(tests/collector/test_infiniband.py covers the ties)"
+)
+
 ALLOWED_EMPTY: dict[str, str] = {
     # where: why it may return no data in this scenario. Keep this short; prefer a richer scenario.
+    "alert:GpuInfinibandPortDown part": _NO_TIES,
+    "alert:GpuInfinibandPortDown selector": _NO_TIES,
+    "gpuhealth-node/Rails and their GPUs/A": _NO_TIES,
+    "gpuhealth-node/Rails and their GPUs/A selector": _NO_TIES,
 }
 
 
@@ -224,6 +239,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             sys.executable, "-m", "gpuhealth.cli", "collect", "--backend", "replay",
             "--history", str(replay_history(tmp / "replay.csv")), "--speed", "1", "--loop",
             "--interval", "1s", "--fields", "all", "--listen", f"127.0.0.1:{cport}",
+            "--sysfs-root", str(sysfs_ib.build(tmp / "sys")),
         ]  # fmt: skip
         collector = start_service(
             "gpuhealth collect", collect_cmd, f"http://127.0.0.1:{cport}", "/healthz", tmp / "collect.log"
@@ -570,7 +586,7 @@ def test_every_dashboard_expression_returns_data(ripe: Stack, gpus: dict[str, di
     checks: list[tuple[str, str]] = []
     for where, expr in dashboards.all_expressions():
         # Page retirement exists before Ampere only (later GPUs remap rows): those targets show the V100.
-        who = "v100" if PRE_AMPERE_ONLY.search(expr) else "ecc"
+        who = "v100" if PRE_AMPERE_ONLY.search(expr) or ON_REPLAYED_NODE.search(expr) else "ecc"
         resolved = dashboards.resolve(expr, values(who))
         checks.append((where, resolved))
         checks += [(f"{where} selector", sel) for sel in selectors(resolved)]
