@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from core import infiniband
+
 
 class Category(StrEnum):
     """What part of GPU health a signal speaks to."""
@@ -405,6 +407,7 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
         "| `gpuhealth_collector_duration_seconds{collector}` | gauge | Duration of its last run. |",
         "| `gpuhealth_sample_age_seconds` | gauge | Age of the snapshot a scrape renders. |",
         "",
+        *infiniband.doc_lines(),
         "## Labels",
         "",
         "Values dcgm-exporter puts on every series of a GPU (type `label` in its counters CSV).",

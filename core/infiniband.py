@@ -3,7 +3,7 @@
 One table for the collector (collector.infiniband), the alert rules and the dashboards. Not in
 `core.catalog`: the catalogue is per GPU (each field is read from a GPU backend and becomes a
 history column); a port is not a GPU. Names are node_exporter's infiniband collector's suffixes
-under our prefix (docs/decisions/, "InfiniBand ports under our own prefix").
+under our prefix (docs/decisions/0074-infiniband-ports-from-sysfs.md).
 """
 
 from __future__ import annotations
@@ -66,3 +66,32 @@ def metric(suffix: str) -> str:
     if suffix not in SUFFIXES:
         raise KeyError(f"no InfiniBand port series {suffix!r}")
     return PREFIX + suffix
+
+
+def doc_lines() -> list[str]:
+    """The section of docs/metrics.md on the port series (`gpuhealth docs metrics`)."""
+    gauges = (
+        ("state_id", "state", 'The port\'s state: "4: ACTIVE" -> 4 (1 DOWN, 2 INIT, 3 ARMED).'),
+        ("physical_state_id", "phys_state", '"5: LinkUp" -> 5 (2 Polling, 3 Disabled, 4 Training).'),
+        ("rate_bytes_per_second", "rate", '"400 Gb/sec (4X NDR)" -> 5e10 (bytes per second).'),
+    )
+    lines = [
+        "## InfiniBand and RoCE ports",
+        "",
+        "Read from `/sys/class/infiniband/<device>/ports/<port>/` at each scrape by `gpuhealth collect`",
+        "with a live backend (`--sysfs-root`; `collector/infiniband.py`), labelled `device`, `port` and",
+        "`Hostname`. Names are node_exporter's infiniband collector's under the `gpuhealth_infiniband_`",
+        "prefix, so both exporters can run on one node without doubling a sum. Counters are raw: a driver",
+        "reload resets them and `increase()` handles it. No RDMA device: no series at all.",
+        "",
+        "| metric | type | sysfs file | help |",
+        "|---|---|---|---|",
+        *(f"| `{PREFIX}{s}` | gauge | `{file}` | {text} |" for s, file, text in gauges),
+        *(f"| `{PREFIX}{s}` | counter | `counters/{file}` | {text} |" for file, (s, text) in COUNTERS.items()),
+        *(f"| `{PREFIX}{s}` | counter | `hw_counters/{file}` | {text} |" for file, (s, text) in HW_COUNTERS.items()),
+        f"| `{PREFIX}port_gpu_info{{gpu,UUID,affinity}}` | gauge | `device` link, `numa_node` | 1 for each GPU the "
+        'port serves: `affinity="pcie_switch"` when their sysfs paths share more than the root port, else '
+        '`"numa"` on one NUMA node. |',
+        "",
+    ]
+    return lines
