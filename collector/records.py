@@ -18,7 +18,8 @@ def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, 
     """(sample rows, GPU identity/state updates) of one snapshot.
 
     A lost GPU gives no sample row (it has no values) but is marked `lost`, so the
-    store keeps it listed; values outside the history columns are left out.
+    store keeps it listed (and keeps the time it was last seen: its `seen_at` here is
+    when it was found missing); values outside the history columns are left out.
     """
     ts = datetime.fromtimestamp(snap.sample_time, UTC)
     rows: list[dict[str, Any]] = []

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core import catalog
-from core.decisions import DECISIONS
+from core.decisions import DECISIONS, SEVERITY
 from store.engine import Compiled, Database, not_closed
 from store.errors import NotFound, StoreError
 from store.schema import GPU_STATES, METRIC_COLUMNS, T_DECISIONS, T_GPUS, T_NODES, T_SCORES, samples
@@ -35,7 +35,8 @@ Sample = dict[str, datetime | float | None]
 
 class GpuRow(TypedDict, total=False):
     """A GPU a collector saw (`Gpus.upsert`); a state given is set as is, else lost becomes active
-    when seen after it was marked lost."""
+    when seen after it was last seen. A GPU reported lost was not seen: its `seen_at` (when it was
+    found missing) is kept only for a GPU the store never saw, and its last_seen stays as it was."""
 
     uuid: Required[str]
     hostname: Required[str]
@@ -147,11 +148,14 @@ def upsert_gpu_rows(db: Database, conn: Connection, rows: Sequence[GpuSighting],
     def newest(col: str) -> Any:
         return sa.case((sa.and_(newer, ex[col].is_not(None)), ex[col]), else_=g[col])
 
+    # A GPU found lost was not seen: its last_seen stays the last time it really was ("not seen since T").
+    last_seen = db.greatest(g.last_seen, ex.last_seen)
     if explicit_state:
         state: Any = ex.state
+        last_seen = sa.case((ex.state == "lost", g.last_seen), else_=last_seen)
     else:  # a GPU that reports again (after it was marked lost) is no longer lost; retired stays retired
-        # A sample from before the marking (a backfill, a replica re-pulling a window it took over) is not
-        # a report again: it must not bring a GPU that has since fallen off the bus back to active.
+        # A sample no newer than the last one seen (a backfill, a replica re-pulling a window it took over)
+        # is not a report again: it must not bring a GPU that has since fallen off the bus back to active.
         state = sa.case((sa.and_(g.state == "lost", ex.last_seen > g.last_seen), "active"), else_=g.state)
     conn.execute(
         ins.on_conflict_do_update(
@@ -164,7 +168,7 @@ def upsert_gpu_rows(db: Database, conn: Connection, rows: Sequence[GpuSighting],
                 "pci_bus_id": sa.func.coalesce(ex.pci_bus_id, g.pci_bus_id),
                 "state": state,
                 "first_seen": db.least(g.first_seen, ex.first_seen),
-                "last_seen": db.greatest(g.last_seen, ex.last_seen),
+                "last_seen": last_seen,
             },
         ),
         full,
@@ -245,6 +249,29 @@ def gpu_item(r: Any) -> GpuItem:
     }
 
 
+def _decision_is(decision: str | Sequence[str], s: Any, d: Any) -> Any:
+    """`gpu_query`'s rows whose listed decision is `decision`, or one of several (StoreError if unknown)."""
+    wanted = [decision] if isinstance(decision, str) else list(decision)
+    for w in wanted:
+        choice(w, DECISIONS, "decision")
+    clauses = [d.c.decision.in_([w for w in wanted if w != "ok"])]
+    if "ok" in wanted:  # scored, and no open decision
+        clauses.append(sa.and_(d.c.id.is_(None), s.c.id.is_not(None)))
+    return sa.or_(*clauses)
+
+
+def _by_urgency(s: Any, d: Any) -> tuple[Any, ...]:
+    """`gpu_query`'s order, most urgent first: the listed decision's severity (an open decision's, ok once
+    scored, unscored last), then risk (unknown last), then UUID, so that pages join up. In the database
+    query, on SQLite and PostgreSQL alike, so a page is a slice of the whole order."""
+    severity = sa.case(
+        *((d.c.decision == name, rank) for name, rank in SEVERITY.items() if name != "ok"),
+        (s.c.id.is_not(None), SEVERITY["ok"]),
+        else_=-1,
+    )
+    return severity.desc(), s.c.risk.desc().nulls_last(), T_GPUS.c.uuid
+
+
 def _sighting(g: Any, i: int) -> GpuSighting:
     """A GpuRow checked and turned into the row `upsert_gpu_rows` writes."""
     if not isinstance(g, Mapping):
@@ -286,33 +313,28 @@ class Gpus:
         self,
         *,
         hostname: str | None = None,
-        decision: str | None = None,
+        decision: str | Sequence[str] | None = None,
         min_risk: float | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[list[GpuItem], int]:
-        """GPUs by risk (highest first, unscored last), then UUID; and how many match in all.
+        """GPUs by urgency: the decision (rma, drain, demote, watch, ok, unscored last), then the model's
+        risk (highest first), then UUID; and how many match in all.
 
-        decision="ok" matches scored GPUs without an open decision.
+        `decision` is one or several; "ok" matches scored GPUs without an open decision.
+        `min_risk` is the model's risk only: a GPU a rule drains may score low.
         """
         paging(limit, offset)
         q, s, d = gpu_query()
         if hostname is not None:
             q = q.where(T_GPUS.c.hostname == hostname)
         if decision is not None:
-            choice(decision, DECISIONS, "decision")
-            q = (
-                q.where(d.c.id.is_(None), s.c.id.is_not(None))
-                if decision == "ok"
-                else q.where(d.c.decision == decision)
-            )
+            q = q.where(_decision_is(decision, s, d))
         if min_risk is not None:
             q = q.where(s.c.risk >= optional_float(min_risk, "min_risk"))
         with self.db.tx() as conn:
             total = int(conn.execute(sa.select(sa.func.count()).select_from(q.subquery())).scalar_one())
-            rows = conn.execute(
-                q.order_by(s.c.risk.desc().nulls_last(), T_GPUS.c.uuid).limit(limit).offset(offset)
-            ).all()
+            rows = conn.execute(q.order_by(*_by_urgency(s, d)).limit(limit).offset(offset)).all()
         return [gpu_item(r) for r in rows], total
 
     @functools.cached_property

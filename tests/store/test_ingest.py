@@ -141,15 +141,19 @@ def test_upsert_gpus(store: Store) -> None:
             }
         ]
     )
-    store.gpus.upsert([{"uuid": "GPU-a", "hostname": "n1", "state": "lost", "seen_at": T0 + timedelta(hours=1)}])
+    for hours in (1, 2):  # every round that finds it missing says so again
+        store.gpus.upsert(
+            [{"uuid": "GPU-a", "hostname": "n1", "state": "lost", "seen_at": T0 + timedelta(hours=hours)}]
+        )
     g = store.gpus.get("GPU-a")
     assert (g["serial"], g["pci_bus_id"], g["state"], g["gpu_index"]) == ("123", "00000000:1B:00.0", "lost", 2)
-    assert g["last_seen"] == T0 + timedelta(hours=1)
+    assert g["last_seen"] == T0  # issue 59.5: the last time it was seen, not the last time it was found missing
     assert g["latest_sample"] is None
-    # telemetry from before it was marked lost (a backfill, a replica re-pulling a window) does not bring it back
-    store.samples.ingest(frame([{"timestamp": T0 + timedelta(minutes=30), "gpu_uuid": "GPU-a", "hostname": "n1"}]))
-    store.samples.ingest(frame([{"timestamp": T0 + timedelta(hours=1), "gpu_uuid": "GPU-a", "hostname": "n1"}]))
+    # telemetry up to its last sighting (a backfill, a replica re-pulling a window) does not bring it back
+    store.samples.ingest(frame([{"timestamp": T0 - timedelta(minutes=30), "gpu_uuid": "GPU-a", "hostname": "n1"}]))
+    store.samples.ingest(frame([{"timestamp": T0, "gpu_uuid": "GPU-a", "hostname": "n1"}]))
     assert store.gpus.get("GPU-a")["state"] == "lost"
+    assert store.gpus.get("GPU-a")["last_seen"] == T0
     # telemetry from a lost GPU after that brings it back
     store.samples.ingest(
         frame([{"timestamp": T0 + timedelta(hours=2), "gpu_uuid": "GPU-a", "hostname": "n1", "gpu_index": 2}])

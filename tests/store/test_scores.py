@@ -174,14 +174,20 @@ def fleet(store: Store) -> Store:
 def test_list_gpus_ordering_filters_and_paging(fleet: Store) -> None:
     items, total = fleet.gpus.find()
     assert total == 6
-    assert [i["uuid"] for i in items] == ["GPU-demote", "GPU-rma", "GPU-watch", "GPU-ok", "GPU-nan", "GPU-never"]
-    assert [i["decision"] for i in items] == ["demote", "rma", "watch", "ok", "ok", None]
+    # what needs action first: the decision's severity (rma before a riskier demote), then risk, unscored last
+    assert [i["uuid"] for i in items] == ["GPU-rma", "GPU-demote", "GPU-watch", "GPU-ok", "GPU-nan", "GPU-never"]
+    assert [i["decision"] for i in items] == ["rma", "demote", "watch", "ok", "ok", None]
     page, total = fleet.gpus.find(limit=2, offset=2)
     assert ([i["uuid"] for i in page], total) == (["GPU-watch", "GPU-ok"], 6)
+    pages = [u["uuid"] for o in range(0, 6, 4) for u in fleet.gpus.find(limit=4, offset=o)[0]]
+    assert pages == [i["uuid"] for i in items]  # pages join up: the order is total (the UUID breaks ties)
+    several, n = fleet.gpus.find(decision=["watch", "rma"])
+    assert ([i["uuid"] for i in several], n) == (["GPU-rma", "GPU-watch"], 2)
+    assert [i["uuid"] for i in fleet.gpus.find(decision=["ok", "demote"])[0]] == ["GPU-demote", "GPU-ok", "GPU-nan"]
     assert [i["uuid"] for i in fleet.gpus.find(hostname="node-b")[0]] == ["GPU-watch", "GPU-nan", "GPU-never"]
     assert [i["uuid"] for i in fleet.gpus.find(decision="ok")[0]] == ["GPU-ok", "GPU-nan"]
     assert [i["uuid"] for i in fleet.gpus.find(decision="rma")[0]] == ["GPU-rma"]
-    assert fleet.gpus.find(min_risk=0.45) == (fleet.gpus.find(limit=2)[0], 2)
+    assert fleet.gpus.find(min_risk=0.45) == (items[:2], 2)
     with pytest.raises(StoreError, match="unknown decision 'bad'"):
         fleet.gpus.find(decision="bad")
     with pytest.raises(StoreError, match="limit must be"):
