@@ -1,4 +1,4 @@
-"""GPUs: the fleet riskiest first, one GPU in detail, its risk over time and its probe results."""
+"""GPUs: the fleet, what needs action first; one GPU in detail, its risk over time and its probe results."""
 
 import contextlib
 from typing import Annotated, Any
@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from api import schemas
 from api.deps import StoreDep
 from api.errors import Responses, problem
-from api.params import Limit, Offset, Uuid
+from api.params import Decisions, Limit, Offset, Uuid, decisions
 from store import ProbeResult, Store, StoreUnavailable
 
 reads = APIRouter(prefix="/v1/gpus", tags=["gpus"])
@@ -24,13 +24,20 @@ gpu_detail = TypeAdapter(schemas.GpuDetail)
 def list_gpus(
     store: StoreDep,
     hostname: Annotated[str | None, Query(max_length=255)] = None,
-    decision: schemas.Decision | None = None,
-    min_risk: Annotated[float | None, Query(ge=0.0, le=1.0)] = None,
+    decision: Decisions = None,
+    min_risk: Annotated[
+        float | None,
+        Query(ge=0.0, le=1.0, description="the model's risk only: rules drain and RMA GPUs whatever it says"),
+    ] = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> dict[str, Any]:
-    """GPUs, riskiest first; filter by host, decision or minimum risk."""
-    items, total = store.gpus.find(hostname=hostname, decision=decision, min_risk=min_risk, limit=limit, offset=offset)
+    """GPUs, what needs action first: by decision (rma, drain, demote, watch, ok, then not yet scored),
+    then by the model's risk. `?decision=rma,drain,demote,watch` lists every GPU that needs action;
+    filter also by host or minimum risk."""
+    items, total = store.gpus.find(
+        hostname=hostname, decision=decisions(decision), min_risk=min_risk, limit=limit, offset=offset
+    )
     return {"items": items, "total": total, "limit": limit, "offset": offset}
 
 

@@ -408,7 +408,9 @@ def _announce(what: str, store: Store, score_s: float, host: str, port: int, tok
 
 @serve_app.command()
 def demo(
-    listen: Annotated[str, typer.Option(help="HOST:PORT of the API and /metrics")] = "127.0.0.1:8080",
+    listen: Annotated[
+        str, typer.Option(help="HOST:PORT of the API and /metrics (`make demo DEMO_LISTEN=HOST:PORT` sets it)")
+    ] = "127.0.0.1:8080",
     db: Annotated[Path, typer.Option(help="SQLite file for the demo (started afresh)")] = Path("build/demo.db"),
     nodes: Annotated[int, typer.Option(min=1, help="simulated nodes")] = DEMO_NODES,
     gpus_per_node: Annotated[int, typer.Option(min=1, help="GPUs per node")] = DEMO_GPUS,
@@ -464,13 +466,13 @@ def demo(
         f"""gpuhealth demo: {nodes} nodes × {gpus_per_node} GPUs, one second = ten simulated minutes.
 Faults ripen within about a minute: watch it move GPUs to watch, demote, drain and rma.
   API docs:   {base}/docs
-  GPUs:       {base}/v1/gpus
+  GPUs:       {base}/v1/gpus  (what needs action first: rma, drain, demote, watch, then risk)
   RMA list:   {base}/v1/decisions?decision=rma
   actions:    {base}/v1/actions  (the actuator, dry-run: what it would do to the nodes)
   metrics:    {base}/metrics
   database:   {db} (SQLite)
   token:      {token}
-  try:        curl -s '{base}/v1/gpus?min_risk=0.3' | python3 -m json.tool
+  try:        curl -s '{base}/v1/gpus?decision=rma,drain,demote,watch' | python3 -m json.tool
               curl -s -X POST -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
                    -d '{{"by": "me"}}' {base}/v1/decisions/1/ack
 Stop with Ctrl-C.""",

@@ -15,16 +15,47 @@ from tests.api.conftest import TOKEN, Fleet, auth
 DECISIONS = {"ok", "watch", "demote", "drain", "rma"}
 
 
-def test_gpu_list_is_riskiest_first_and_pages(fleet: Fleet) -> None:
+def test_gpu_list_pages(fleet: Fleet) -> None:
     r = fleet.client.get("/v1/gpus", params={"limit": 5})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["total"] == len(fleet.uuids)
     assert len(body["items"]) == 5
-    risks = [g["risk"] for g in body["items"] if g["risk"] is not None]
-    assert risks == sorted(risks, reverse=True)
     second = fleet.client.get("/v1/gpus", params={"limit": 5, "offset": 5}).json()["items"]
     assert not {g["uuid"] for g in body["items"]} & {g["uuid"] for g in second}
+
+
+def test_gpu_list_leads_with_what_needs_action(fleet: Fleet) -> None:
+    """Issue 59.4: the default order is the decision's severity, then risk; rules' drains and RMAs come first
+    whatever the model's risk, and pages join up."""
+    rank = {d: i for i, d in enumerate(("rma", "drain", "demote", "watch", "ok", None))}
+    items = fleet.client.get("/v1/gpus", params={"limit": 100}).json()["items"]
+    keys = [(rank[g["decision"]], -(g["risk"] if g["risk"] is not None else -1.0)) for g in items]
+    assert keys == sorted(keys)
+    assert items[0]["decision"] in ("rma", "drain")
+    pages = [g for o in range(0, len(items), 5) for g in fleet.client.get("/v1/gpus", params={"limit": 5, "offset": o})
+             .json()["items"]]  # fmt: skip
+    assert [g["uuid"] for g in pages] == [g["uuid"] for g in items]
+
+
+def test_decision_takes_several_values(fleet: Fleet) -> None:
+    c = fleet.client
+    items = c.get("/v1/gpus", params={"limit": 100}).json()["items"]
+    acting = [g["uuid"] for g in items if g["decision"] in ("rma", "drain", "demote", "watch")]
+    assert acting
+    listed = c.get("/v1/gpus?decision=rma,drain,demote,watch&limit=100").json()
+    assert ([g["uuid"] for g in listed["items"]], listed["total"]) == (acting, len(acting))
+    repeated = c.get("/v1/gpus?decision=rma,drain&decision=demote&decision=watch&limit=100").json()
+    assert [g["uuid"] for g in repeated["items"]] == acting
+    ok = c.get("/v1/gpus?decision=ok,rma&limit=100").json()["items"]
+    assert {g["decision"] for g in ok} <= {"ok", "rma"} and len(ok) == sum(
+        g["decision"] in ("ok", "rma") for g in items
+    )
+    bad = c.get("/v1/gpus?decision=rma,explode")
+    assert bad.status_code == 422
+    assert "unknown decision 'explode'" in bad.json()["detail"]
+    assert "ok, watch, demote, drain, rma" in bad.json()["detail"]
+    assert c.get("/v1/gpus?decision=rma,,drain").status_code == 422
 
 
 def test_faulty_gpus_get_decisions_with_reasons(fleet: Fleet) -> None:

@@ -34,7 +34,11 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
             deadline_s=DEMO_DEADLINE_S,
         )  # fmt: skip
         assert "ok" in seen  # most of the fleet is healthy
-        flagged = json.loads(svc.get("/v1/gpus?min_risk=0.3"))["items"]
+        # The query the demo's text points at lists every GPU that needs action, each with its reasons.
+        acting = "/v1/gpus?decision=rma,drain,demote,watch"
+        assert acting in svc.log_tail()
+        flagged = json.loads(svc.get(f"{acting}&limit=1000"))["items"]
+        assert {g["decision"] for g in flagged} == {"watch", "demote", "drain", "rma"}
         assert all(g["reasons"] for g in flagged)
         rma = json.loads(svc.get("/v1/decisions?decision=rma"))["items"]
         assert rma and all(d["reasons"] for d in rma)
