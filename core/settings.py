@@ -22,6 +22,13 @@ class Settings(BaseSettings):
     backend: Literal["auto", "nvml", "dcgm", "sim", "replay"] = Field(
         default="auto", description="Where samples come from; auto: DCGM if installed, else NVML."
     )
+    dcgm_address: str | None = Field(
+        default=None,
+        description=(
+            "nv-hostengine's HOST:PORT for the dcgm backend, e.g. the GPU Operator's nvidia-dcgm.gpu-operator:5555;"
+            " unset: localhost (or DCGM's embedded engine)."
+        ),
+    )
     listen: str = Field(
         default="0.0.0.0:9400",
         description=(

@@ -153,6 +153,29 @@ class DcgmOptions:
     runs an embedded engine when no nv-hostengine answers."""
 
 
+def parse_address(text: str) -> str:
+    """nv-hostengine's address as DCGM takes it: HOST, HOST:PORT or [IPv6]:PORT (port 5555 when left
+    out); ValueError (one line) for anything else, such as a URL, no host, or a port outside 1-65535."""
+    value = text.strip()
+    problem = f"the DCGM address must be HOST or HOST:PORT, e.g. nvidia-dcgm.gpu-operator:{DCGM_PORT}, not {text!r}"
+    if "://" in value:
+        raise ValueError(f"{problem} (no URL scheme: nv-hostengine speaks DCGM's own protocol)")
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        sep, port = rest[:1], rest[1:]
+        if rest and sep != ":":
+            raise ValueError(problem)
+    elif value.count(":") > 1:
+        raise ValueError(f"{problem} (an IPv6 address goes in brackets: [ADDRESS]:PORT)")
+    else:
+        host, sep, port = value.partition(":")
+    if not host or "/" in host or any(c.isspace() for c in host):
+        raise ValueError(problem)
+    if sep and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"{problem} (the port must be 1-65535)")
+    return value
+
+
 class DcgmBackend:
     """GPU telemetry from DCGM: latest values of watched fields, XIDs from the field history."""
 

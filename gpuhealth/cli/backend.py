@@ -28,6 +28,13 @@ err = Console(stderr=True)
 log = logging.getLogger("gpuhealth.collect")
 
 BackendOpt = Annotated[str | None, typer.Option(help="auto | nvml | dcgm | sim | replay (env GPUHEALTH_BACKEND)")]
+DcgmAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="dcgm: nv-hostengine's HOST:PORT, e.g. the GPU Operator's nvidia-dcgm.gpu-operator:5555"
+        " (GPUHEALTH_DCGM_ADDRESS; default localhost, or an embedded engine)"
+    ),
+]
 IntervalOpt = Annotated[str | None, typer.Option(help="sampling interval, e.g. 10s")]
 HostnameOpt = Annotated[str | None, typer.Option(help="host label value (default: this host)")]
 HostnameLabelOpt = Annotated[str | None, typer.Option(help="Hostname (dcgm-exporter < 2026) or hostname")]
@@ -100,6 +107,8 @@ class BackendFlags:
     sim_spare_nodes: int = 0
     collectors: Path | None = None
     """A dcgm-exporter counters CSV choosing the fields (with --fields: their union)."""
+    dcgm_address: str | None = None
+    """nv-hostengine's HOST:PORT for the dcgm backend (None: the setting, else localhost)."""
 
 
 @dataclass
@@ -132,11 +141,12 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
         raise fail(str(e)) from None
     if faults and backend != "sim":
         raise fail("--sim-fault needs --backend sim")
+    options = backend_options(backend, flags, faults, s)
     if (backend == "replay") != (flags.history is not None):
         raise fail("--backend replay needs --history FILE (and --history needs --backend replay)")
     common = CommonOptions(flags.hostname or s.hostname or socket.gethostname(), chosen, interval_s)
     try:
-        b = open_backend(backend, backend_options(backend, flags, faults), common)
+        b = open_backend(backend, options, common)
     except (BackendError, ValueError) as e:
         raise fail(str(e)) from None
     return OpenedBackend(b, list(chosen), interval_s, label, list(labels))
@@ -168,10 +178,22 @@ def select_fields(flags: BackendFlags, s: Settings) -> tuple[tuple[catalog.Field
     return fields, picked.labels
 
 
-def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpec]) -> object | None:
-    """The options of the backend named from its flags (None: a backend without flags, its defaults)."""
+def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpec], s: Settings) -> object | None:
+    """The options of the backend named from its flags (None: a backend without flags, its defaults);
+    a bad or misplaced --dcgm-address is one `error:` line."""
+    from collector.backends.dcgm import DcgmOptions, parse_address
     from collector.backends.replay import ReplayOptions
     from collector.backends.sim import SimOptions
+
+    address = flags.dcgm_address or s.dcgm_address
+    if address and backend != "dcgm":
+        # auto would fall back to NVML when that address does not answer: name the backend instead
+        raise fail(f"--dcgm-address (GPUHEALTH_DCGM_ADDRESS) needs --backend dcgm, not {backend}")
+    if backend == "dcgm":
+        try:
+            return DcgmOptions(host=parse_address(address)) if address else DcgmOptions()
+        except ValueError as e:
+            raise fail(str(e)) from None
 
     if backend == "sim":
         return SimOptions(

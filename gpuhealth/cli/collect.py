@@ -15,6 +15,7 @@ from gpuhealth.cli.backend import (
     BackendFlags,
     BackendOpt,
     CollectorsOpt,
+    DcgmAddressOpt,
     FieldsOpt,
     HistoryOpt,
     HostnameLabelOpt,
@@ -54,6 +55,7 @@ collect_app = typer.Typer()
 @collect_app.command()
 def collect(
     backend: BackendOpt = None,
+    dcgm_address: DcgmAddressOpt = None,
     listen: Annotated[str | None, typer.Option(help="HOST:PORT to serve /metrics on")] = None,
     interval: IntervalOpt = None,
     hostname: HostnameOpt = None,
@@ -153,6 +155,7 @@ def collect(
     flags = BackendFlags(
         backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
         sim_fault, history, speed, loop, sim_spare_nodes=sim_spare_nodes, collectors=collectors,
+        dcgm_address=dcgm_address,
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     b, interval_s = opened.backend, opened.interval_s

@@ -17,6 +17,7 @@ from gpuhealth.cli.actuate import ActuateOpt, ActuateTargetOpt, actuation_from_s
 from gpuhealth.cli.backend import (
     BackendFlags,
     BackendOpt,
+    DcgmAddressOpt,
     FieldsOpt,
     HistoryOpt,
     HostnameLabelOpt,
@@ -183,6 +184,7 @@ def _run(svc: Service, host: str, port: int, log_level: str, limits: ServerLimit
 @serve_app.command()
 def serve(
     backend: BackendOpt = None,
+    dcgm_address: DcgmAddressOpt = None,
     db: DbOpt = None,
     listen: ListenOpt = None,
     interval: IntervalOpt = None,
@@ -253,7 +255,7 @@ def serve(
         flags = BackendFlags(
             backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
             sim_fault, history, speed, loop, sim_start=time.time() if (backend or s.backend) == "sim" else None,
-            sim_spare_nodes=sim_spare_nodes,
+            sim_spare_nodes=sim_spare_nodes, dcgm_address=dcgm_address,
         )  # fmt: skip
         opened = open_from_flags(flags, s)
     actuation = actuation_from_settings(s, store, acting)
