@@ -68,12 +68,18 @@ def args() -> list[str]:
     ]  # fmt: skip
 
 
+PRIORITY_CLASS = "system-node-critical"
+"""Built into every cluster (no PriorityClass object of ours, no cluster-scoped RBAC to create one), allowed
+in any namespace since Kubernetes 1.17, and what the GPU Operator gives its own node agents (nvidia-dcgm):
+the kubelet evicts the collector last under memory or disk pressure, when the node's health matters most,
+and a full node makes room for it (it asks 100m CPU and 256Mi). Why: docs/decisions/0075-*.md."""
+
+
 def tolerations() -> list[dict[str, str]]:
-    """Stay on GPU nodes, and on nodes our own decisions tainted (their labels must stay fresh)."""
-    return [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-        *({"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in c.OUR_TAINTS),
-    ]
+    """Every NoSchedule and NoExecute taint, as node-exporter's DaemonSet does: the GPU Operator's
+    (nvidia.com/gpu), ours (demoted, drain), a remediation controller's NoExecute drain, an unreachable node's.
+    A tainted node is the one whose health the service must keep seeing."""
+    return [{"operator": "Exists", "effect": effect} for effect in ("NoSchedule", "NoExecute")]
 
 
 def _security_context() -> dict[str, Any]:
@@ -137,6 +143,7 @@ def daemonset() -> dict[str, Any]:
                     "runtimeClassName": c.RUNTIME_CLASS,
                     "nodeSelector": dict(c.GPU_NODE_SELECTOR),
                     "tolerations": tolerations(),
+                    "priorityClassName": PRIORITY_CLASS,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container()],
                     "volumes": [

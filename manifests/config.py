@@ -59,9 +59,6 @@ POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"  # the kubelet's pod-resour
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"  # NFD's local feature source
 GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}  # set by GPU Feature Discovery (GPU Operator)
 RUNTIME_CLASS = "nvidia"  # the NVIDIA container runtime: the GPUs without asking the scheduler for one
-OUR_TAINTS = ("gpuhealth.io/demoted", "gpuhealth.io/drain")
-"""Taints our decisions put on nodes (actuate/kubernetes.py, deploy/examples/nfd-gpuhealth-rule.yaml):
-a collector must stay on a tainted node, or its labels expire and NFD lifts the taint."""
 
 OUT_DIR = Path("deploy/kubernetes")
 RULES_FILE = Path("alerts/generated/gpuhealth-rules.yml")

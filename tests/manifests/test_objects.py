@@ -61,10 +61,10 @@ def test_collector_runs_on_gpu_nodes_without_privilege(objects: list[dict[str, A
     pod = _pod(ds)
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["runtimeClassName"] == "nvidia"
-    assert {(t["key"], t["effect"]) for t in pod["tolerations"]} == {
-        ("nvidia.com/gpu", "NoSchedule"), ("gpuhealth.io/demoted", "NoSchedule"), ("gpuhealth.io/drain", "NoSchedule")
-    }  # fmt: skip
-    assert all(t["operator"] == "Exists" for t in pod["tolerations"])
+    assert pod["tolerations"] == [
+        {"operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists", "effect": "NoExecute"}
+    ]  # fmt: skip
+    assert pod["priorityClassName"] == "system-node-critical"
     assert pod["automountServiceAccountToken"] is False
     assert not pod.get("hostNetwork") and not pod.get("hostPID")
     (ctr,) = pod["containers"]
@@ -205,3 +205,30 @@ def test_the_deploy_pages_overlay_turns_the_actuator_on(objects: list[dict[str, 
     (ctr,) = _pod(dep)["containers"]
     assert ctr["args"][ctr["args"].index("--actuate") + 1] == "on"
     assert _env(ctr)["GPUHEALTH_PROMETHEUS_URL"] == "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, str]) -> bool:
+    """Kubernetes' ToleratesTaint (k8s.io/api/core/v1/toleration.go): an empty key with Exists matches every key."""
+    if toleration.get("effect") and toleration["effect"] != taint["effect"]:
+        return False
+    if toleration.get("key") and toleration["key"] != taint["key"]:
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return toleration.get("value", "") == taint.get("value", "")
+
+
+@pytest.mark.parametrize(
+    "taint",
+    [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "gpuhealth.io/demoted", "value": "true", "effect": "NoSchedule"},
+        {"key": "gpuhealth.io/drain", "value": "true", "effect": "NoExecute"},  # an operator's own drain taint
+        {"key": "nvidia.com/gpu", "value": "unhealthy", "effect": "NoExecute"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+    ],
+)
+def test_no_taint_evicts_or_keeps_out_the_collector(objects: list[dict[str, Any]], taint: dict[str, str]) -> None:
+    """A node we or the GPU Operator taint still needs its collector: its decision must stay fresh."""
+    pod = _pod(one(objects, "DaemonSet", "gpuhealth-collector"))
+    assert any(_tolerates(t, taint) for t in pod["tolerations"])
