@@ -350,6 +350,72 @@ OTHER_OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in OUT_OF_SERVICE_R
 """The out-of-service rules but NVIDIA's pending remap: where none of them fires, a pending remap's
 drain alone takes the GPU out (`replay.remap_held`, `policy.remap_held_rows`: when that drain waits)."""
 
+# --- remedies: what brings a GPU back, beside what its decision does to work ------------------------
+Remedy = Literal["none", "reset", "reboot", "replace"]
+REMEDIES: tuple[Remedy, ...] = ("none", "reset", "reboot", "replace")
+"""Remedies, weakest first: where several sources apply, the strongest wins (`predictor.remedy`)."""
+When = Literal["idle", "now"]
+WHEN: tuple[When, ...] = ("idle", "now")
+"""When a remedy is due, least urgent first: `idle` is the next moment the GPU has no work (or a
+maintenance window where one is configured), `now` is as soon as its work is drained."""
+_MEM_GUIDE = "NVIDIA memory error management guide"
+_NVML_RECOVERY = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h nvmlDeviceGpuRecoveryAction_t)"
+
+
+@dataclass(frozen=True)
+class RemedyRef:
+    """A remedy, when it is due, and why (the sentence cites its source)."""
+
+    remedy: Remedy
+    when: When
+    why: str
+
+
+RULE_REMEDIES: dict[str, RemedyRef] = {
+    # NVIDIA's RMA criteria (every rma rule above): the GPU is replaced, not remedied in place.
+    **{r.name: RemedyRef("replace", "now", f"{r.name}: NVIDIA's RMA criteria") for r in RULES if r.action == "rma"},
+    # NVIDIA XID catalog: XID 79 -> reboot; a GPU off the bus cannot be reached by a GPU reset.
+    "off_bus": RemedyRef("reboot", "now", f"XID 79, off the bus: a reset cannot reach it ({_XID_DOC})"),
+    # NVIDIA XID catalog: XID 95 (uncontained ECC error) -> reset the GPU.
+    "uncontained_ecc": RemedyRef("reset", "now", f"XID 95, uncontained ECC error ({_XID_DOC})"),
+    # NVIDIA XID catalog: XID 48 (DBE) -> DBE workflow, drain, reset.
+    "dbe_recent": RemedyRef("reset", "now", f"XID 48, double-bit ECC error ({_XID_DOC})"),
+    # NVIDIA memory error management: unaffected work goes on; the remap (or page retirement) is
+    # applied at the next GPU reset, "as part of the regular service window".
+    REMAP_PENDING: RemedyRef("reset", "idle", f"pending row remap applies at the next reset — {_MEM_GUIDE}"),
+}
+"""Remedy per rule name; a rule not named (the watch rules) asks for none."""
+
+XID_REMEDIES: dict[int, RemedyRef] = {
+    # NVIDIA XID catalog: GSP errors 119 (RPC timeout) and 120 (GSP error) -> reset the GPU.
+    119: RemedyRef("reset", "now", f"XID 119, GSP RPC timeout ({_XID_DOC})"),
+    120: RemedyRef("reset", "now", f"XID 120, GSP error ({_XID_DOC})"),
+}
+"""Remedy per XID code seen within `XID_REMEDY_DAYS` that no rule reads (95 and 79 are rules above)."""
+XID_REMEDY_DAYS = 7  # the window of the XID rules above (xid_*_7d)
+
+RECOVERY_REMEDIES: dict[int, RemedyRef] = {
+    # The driver's own recovery action (NVML, nvmlDeviceGpuRecoveryAction_t; DCGM field 1523).
+    1: RemedyRef("reset", "now", f"driver's recovery action 1, GPU reset ({_NVML_RECOVERY})"),
+    2: RemedyRef("reboot", "now", f"driver's recovery action 2, node reboot ({_NVML_RECOVERY})"),
+    3: RemedyRef(
+        "none",
+        "idle",
+        f"driver's recovery action 3, drain P2P: none yet, read the action again once "
+        f"peer-to-peer work is drained ({_NVML_RECOVERY})",
+    ),
+    4: RemedyRef("reset", "now", f"driver's recovery action 4, drain and reset ({_NVML_RECOVERY})"),
+    5: RemedyRef(
+        "none",
+        "idle",
+        f"driver's recovery action 5, recover the IMEX domain: no GPU remedy, "
+        f"the IMEX domain is recovered ({_NVML_RECOVERY})",
+    ),
+    6: RemedyRef("reset", "now", f"driver's recovery action 6, PCIe bus reset ({_NVML_RECOVERY})"),
+    7: RemedyRef("reboot", "now", f"driver's recovery action 7, system reboot ({_NVML_RECOVERY})"),
+}
+"""Remedy per value of the catalogue's `recovery_action` (0: none asked)."""
+
 HIT_COLUMNS = ("row", "rule", "action", "reason")
 
 

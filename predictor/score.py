@@ -20,6 +20,7 @@ from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
 from predictor.past import PastRounds
 from predictor.policy import CarriedOver, decide, held_by_node, remap_held_rows
+from predictor.remedy import REMEDY_COLUMNS, REMEDY_INPUTS, driver_inputs, remedies
 from predictor.rules import (
     OTHER_OUT_OF_SERVICE_RULES,
     OUT_OF_SERVICE_RULES,
@@ -33,9 +34,9 @@ DEFAULT_MODEL = "default.skops"
 MIN_HISTORY_S = 6 * 3600
 """Less history than this is too little to score; rules still apply."""
 OUTPUT_COLUMNS = ["gpu_uuid", "hostname", "model_name", "risk", "risk_ecc", "risk_thermal", "risk_pcie",
-                  "decision", "reasons"]  # fmt: skip
-"""The JSON contract of `gpuhealth score` (other tools read it)."""
-SCORE_COLUMNS = (*IDENTITY_COLUMNS, *USED_COLUMNS)
+                  "decision", "reasons", *REMEDY_COLUMNS]  # fmt: skip
+"""The JSON contract of `gpuhealth score` (other tools read it): fields are added, never renamed."""
+SCORE_COLUMNS = (*IDENTITY_COLUMNS, *USED_COLUMNS, *(c for c in REMEDY_INPUTS if c not in USED_COLUMNS))
 """The history columns scoring reads; `read_history` reads only these."""
 
 
@@ -113,7 +114,11 @@ def score(
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
-    out["reasons"] = decided["reasons"]
+    # The remedy beside the decision (never changing it), its line after the decision's reasons.
+    fix = remedies(hits, driver_inputs(seen, x.index, x["gpu_uuid"], cutoff), x.index)
+    out["reasons"] = [[*r, *m] for r, m in zip(decided["reasons"], fix["remedy_reasons"], strict=True)]
+    for col in REMEDY_COLUMNS:
+        out[col] = fix[col]
     for col, judged in zip(HEAT_COLUMNS, judged_heats(x, th), strict=True):
         out[col] = judged
     extra = _data_notes(seen, x, model.meta.get("inputs_seen"), model.meta.get("model_names"))
@@ -269,6 +274,7 @@ def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]
             v = d[k]
             d[k] = None if v != v else float(v)
         d["reasons"] = [str(r) for r in d["reasons"]]
+        d["remedy"], d["remedy_when"] = str(d["remedy"]), str(d["remedy_when"])
         d["gpu_uuid"], d["hostname"], d["model_name"] = (
             str(d["gpu_uuid"]),
             str(d["hostname"]),

@@ -50,12 +50,13 @@ def check_contract(records: list[dict[str, Any]]) -> None:
     for r in records:
         assert list(r) == OUTPUT_COLUMNS
         assert list(r) == ["gpu_uuid", "hostname", "model_name", "risk", "risk_ecc", "risk_thermal", "risk_pcie",
-                           "decision", "reasons"]  # fmt: skip
-        for k in ("gpu_uuid", "hostname", "model_name", "decision"):
+                           "decision", "reasons", "remedy", "remedy_when"]  # fmt: skip
+        for k in ("gpu_uuid", "hostname", "model_name", "decision", "remedy", "remedy_when"):
             assert type(r[k]) is str, (k, r[k])
         for k in RISKS:
             assert r[k] is None or (type(r[k]) is float and 0.0 <= r[k] <= 1.0), (k, r[k])
         assert r["decision"] in DECISIONS
+        assert r["remedy"] in ("none", "reset", "reboot", "replace") and r["remedy_when"] in ("now", "idle")
         assert set(DECISIONS) == {"ok", "watch", "demote", "drain", "rma"}
         assert type(r["reasons"]) is list and all(type(t) is str for t in r["reasons"])
     json.dumps(records, allow_nan=False)  # null, never NaN
@@ -273,3 +274,19 @@ def test_cutoff_slice_equals_filter_on_an_unordered_frame(shipped_model: RiskMod
     at = fleet["timestamp"].min() + pd.Timedelta(days=9, hours=7)
     shuffled = fleet.sample(frac=1.0, random_state=2).reset_index(drop=True)
     pd.testing.assert_frame_equal(by_gpu(score(shipped_model, shuffled, at)), by_gpu(score(shipped_model, fleet, at)))
+
+
+def test_the_drivers_recovery_action_sets_the_remedy_not_the_decision(
+    shipped_model: RiskModel, fleet: pd.DataFrame
+) -> None:
+    """A node reboot the driver asks for on one GPU: its remedy is reboot now, with a reason line; every
+    decision and risk is what it was without it."""
+    plain = by_gpu(score(shipped_model, fleet.drop(columns="recovery_action", errors="ignore")))
+    asked = fleet.copy()
+    uuid = str(plain["gpu_uuid"].iat[0])
+    asked["recovery_action"] = np.where(asked["gpu_uuid"] == uuid, 2.0, 0.0)
+    got = by_gpu(score(shipped_model, asked))
+    pd.testing.assert_frame_equal(got[["gpu_uuid", "decision", *RISKS]], plain[["gpu_uuid", "decision", *RISKS]])
+    assert got["remedy"].iat[0] == "reboot" and got["remedy_when"].iat[0] == "now"
+    assert got["reasons"].iat[0][-1].startswith("remedy: reboot now (driver's recovery action 2, node reboot")
+    assert [r[:-1] for r in got["reasons"].iloc[:1]] == [list(plain["reasons"].iat[0])]
