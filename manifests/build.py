@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from core import generated
-from manifests import cluster, collector, kured, monitoring, service
+from manifests import cluster, collector, gpu_operator, kured, monitoring, service
 from manifests import config as c
 
 HEADER = "# Generated from manifests/ by `gpuhealth deploy build`; do not edit by hand.\n"
@@ -87,7 +87,8 @@ def outputs(root: Path) -> dict[Path, str]:
     rendered = {name: HEADER + notes.get(name, "") + to_yaml(objects()) for name, objects in documents(root).items()}
     rendered[NFD_RULE] = NFD_HEADER + _read(root, c.NFD_RULE_FILE, "it is a source, restore it from git")
     rendered[KUSTOMIZATION] = kustomization(list(rendered))
-    optional = kured.outputs()  # a Component an overlay may add, not one of the kustomization's resources
+    # Components an overlay may add, not among the kustomization's resources
+    optional = {**kured.outputs(), **gpu_operator.outputs()}
     return {**{c.OUT_DIR / name: text for name, text in rendered.items()}, **optional}
 
 
