@@ -343,6 +343,13 @@ class Settings(BaseSettings):
         default=None,
         description='The kubelet\'s pod-resources socket; unset: its default path when it exists; "": off.',
     )
+    pod_resources_resource_names: str = Field(
+        default="nvidia.com/gpu,nvidia.com/gpu.shared,nvidia.com/mig-*",
+        description=(
+            "Comma-separated patterns (*, ?) of the kubelet resource names whose devices are GPUs: add a name"
+            " the device plugin's config renames a shared GPU to."
+        ),
+    )
     hpc_job_mapping_dir: str | None = Field(
         default=None, description="Slurm jobs per GPU, written by deploy/slurm's prolog; unset: off."
     )

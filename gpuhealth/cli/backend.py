@@ -216,14 +216,18 @@ def attributors_from(
 ) -> list[Attributor]:
     """The sources of workload labels the sampler asks each sample (collector.attribution): flags over settings."""
     from collector.attribution import HpcJobAttributor
-    from collector.podresources.client import DEFAULT_SOCKET, PodResourcesAttributor
+    from collector.podresources.client import DEFAULT_SOCKET, PodResourcesAttributor, resource_patterns
 
     found: list[Attributor] = []
     socket = pod_resources_socket if pod_resources_socket is not None else s.pod_resources_socket
     if socket is None and DEFAULT_SOCKET.exists():  # a Kubernetes node: on unless turned off
         socket = str(DEFAULT_SOCKET)
     if socket:
-        found.append(PodResourcesAttributor(Path(socket)))
+        try:
+            resources = resource_patterns(s.pod_resources_resource_names)
+        except ValueError as e:
+            raise fail(str(e)) from None
+        found.append(PodResourcesAttributor(Path(socket), resources=resources))
     directory = hpc_job_mapping_dir or (Path(s.hpc_job_mapping_dir) if s.hpc_job_mapping_dir else None)
     if directory is not None:
         found.append(HpcJobAttributor(directory))

@@ -22,7 +22,13 @@ import pytest
 from collector.attribution import AttributionError
 from collector.backends.base import GpuReading, MigInstance, MigReading
 from collector.podresources import api_pb2, api_pb2_grpc, generate
-from collector.podresources.client import DEFAULT_SOCKET, TIMEOUT_S, PodResourcesAttributor
+from collector.podresources.client import (
+    DEFAULT_RESOURCES,
+    DEFAULT_SOCKET,
+    TIMEOUT_S,
+    PodResourcesAttributor,
+    resource_patterns,
+)
 from collector.sampler import Sampler
 from tests.collector.helpers import FakeClock, ScriptedBackend, gpu_labels, info, registry
 from tests.integration.conftest import require_module
@@ -284,3 +290,64 @@ def test_lookups_from_the_sampling_thread_while_scrapes_read(server: Server) -> 
         )
     finally:
         s.stop()
+
+
+# --- renamed and shared GPU resources, GKE's device ids -------------------------------------------
+
+
+def test_shared_and_renamed_resources_are_attributed_by_pattern(server: Server) -> None:
+    b = mig_backend()
+    u0, u1 = b.infos[0].uuid, b.infos[1].uuid
+    server.kubelet.pods = [
+        # time-slicing or MPS with renameByDefault: the plugin's ".shared" resources
+        pod("slice", "dev", ("a", "nvidia.com/gpu.shared", [f"{u0}::2"])),
+        pod("mig-slice", "dev", ("b", "nvidia.com/mig-1g.10gb.shared", [f"{MIG_UUID}::1"])),
+        # a resource renamed in the device plugin's config: only with a pattern naming it
+        pod("renamed", "dev", ("c", "nvidia.com/a100", [u1])),
+    ]
+    default = PodResourcesAttributor(server.socket).lookup(b.read())
+    assert default == {
+        (u0, None): [{"pod": "slice", "namespace": "dev", "container": "a"}],
+        (u1, 5): [{"pod": "mig-slice", "namespace": "dev", "container": "b"}],
+    }
+    mine = PodResourcesAttributor(server.socket, resources=("nvidia.com/a*",)).lookup(b.read())
+    assert mine == {(u1, None): [{"pod": "renamed", "namespace": "dev", "container": "c"}]}
+
+
+def test_gke_device_ids_name_gpus_by_index(server: Server) -> None:
+    b = mig_backend()
+    u0, u1 = b.infos[0].uuid, b.infos[1].uuid
+    # GKE's device plugin: "nvidia<index>", "/vgpu<n>" for a shared GPU, "/gi<GPU_I_ID>" for a MIG instance
+    server.kubelet.pods = [
+        pod("whole", "ml", ("a", "nvidia.com/gpu", ["nvidia0"])),
+        pod("shared", "ml", ("b", "nvidia.com/gpu", ["nvidia0/vgpu3"])),
+        pod("mig", "ml", ("c", "nvidia.com/gpu", ["nvidia1/gi5"])),
+        pod("mig-shared", "ml", ("d", "nvidia.com/gpu", ["nvidia1/gi5/vgpu0"])),
+        pod("gone", "ml", ("e", "nvidia.com/gpu", ["nvidia7", "nvidia1/gi9"])),
+    ]
+    found = PodResourcesAttributor(server.socket).lookup(b.read())
+    assert found == {
+        (u0, None): [
+            {"pod": "whole", "namespace": "ml", "container": "a"},
+            {"pod": "shared", "namespace": "ml", "container": "b"},
+        ],
+        (u1, 5): [
+            {"pod": "mig", "namespace": "ml", "container": "c"},
+            {"pod": "mig-shared", "namespace": "ml", "container": "d"},
+        ],
+    }
+
+
+def test_the_resource_patterns_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.settings import Settings
+    from gpuhealth.cli.backend import attributors_from
+
+    assert resource_patterns(Settings().pod_resources_resource_names) == DEFAULT_RESOURCES
+    assert DEFAULT_RESOURCES == ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+    monkeypatch.setenv("GPUHEALTH_POD_RESOURCES_RESOURCE_NAMES", " nvidia.com/gpu , example.com/vgpu-* ")
+    (found,) = attributors_from("/nonexistent/kubelet.sock", None, Settings())
+    assert isinstance(found, PodResourcesAttributor)
+    assert found.resources == ("nvidia.com/gpu", "example.com/vgpu-*")
+    for bad in ("", " , ", "nvidia.com/gpu,has space"):
+        with pytest.raises(ValueError, match="pod-resources resource names"):
+            resource_patterns(bad)
