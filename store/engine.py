@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.util.exc import CommandError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -355,7 +356,14 @@ class Database(Sql):
             if self.dialect == "postgresql":
                 # Two processes upgrading at once (serve and the CLI) must not both create tables.
                 conn.exec_driver_sql("SELECT pg_advisory_xact_lock(4713)")
-            command.upgrade(alembic_config(conn), "head")
+            try:
+                command.upgrade(alembic_config(conn), "head")
+            except CommandError as err:  # e.g. a schema a newer release upgraded: one line, not a traceback
+                current = MigrationContext.configure(conn).get_current_revision()
+                raise StoreError(
+                    f"the database's schema is at revision {current}, which this release does not know (a newer "
+                    f"release upgraded it?): run the newer release, or restore the backup taken before ({err})"
+                ) from err
 
     def revision(self) -> str | None:
         """The schema's current migration, or None for an empty database."""

@@ -45,3 +45,18 @@ def test_upgrade_is_idempotent(store: Store) -> None:
         tables = set(sa.inspect(conn).get_table_names())
     assert tables >= {"nodes", "gpus", "samples", "samples_hourly", "risk_scores", "decisions", "failures",
                       "alerts", "probe_results", "alembic_version"}  # fmt: skip
+
+
+def test_a_schema_newer_than_this_release_is_a_one_line_error(store: Store) -> None:
+    """An older release started on a database a newer one upgraded: a StoreError naming the revision,
+    never alembic's CommandError with its traceback."""
+    import pytest
+
+    from store import StoreError
+
+    with store._engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(StoreError, match=r"0099.*newer"):
+        store.upgrade()
+    with pytest.raises(StoreError, match=r"0099.*newer"):
+        Store.open(store.url).close()
