@@ -319,6 +319,12 @@ class Settings(BaseSettings):
     probe_idle_util_pct: float = Field(
         default=5.0, description="A GPU busier than this (utilisation, %) is never probed."
     )
+    probe_dcgm_diag: int = Field(
+        default=0,
+        ge=0,
+        le=2,
+        description="With the dcgm backend, `dcgmi diag -r` at this level after the probes: 1 quick, 2 medium; 0: off.",
+    )
 
     # Kubernetes labels through Node Feature Discovery (`collect --nfd-features-dir`, collector/nfd.py):
     # the collector asks the central service for this node's decisions and writes NFD's local feature file.

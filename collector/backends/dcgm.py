@@ -151,6 +151,8 @@ class DcgmOptions:
     host: str = "localhost"
     """nv-hostengine's address, host or host:port (port 5555 by default); on this host, DCGM
     runs an embedded engine when no nv-hostengine answers."""
+    diag_level: int = 0
+    """`dcgmi diag -r` level (1 quick, 2 medium) run as a probe after the CUDA ones; 0: none."""
 
 
 def parse_address(text: str) -> str:
@@ -189,11 +191,13 @@ class DcgmBackend:
         host: str = "localhost",
         *,
         loader: Callable[[], DcgmModules] | None = None,
+        diag_level: int = 0,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"sampling interval must be positive, got {interval_s}")
         self.hostname = hostname
         self.host = host
+        self.diag_level = diag_level
         self.address = host if ":" in host else f"{host}:{DCGM_PORT}"
         self._m = (loader or load_bindings)()
         self._error: type[BaseException] = self._m.dcgm_structs.DCGMError
@@ -379,8 +383,12 @@ class DcgmBackend:
         return None
 
     def probe_runner(self) -> ProbeRunner:
-        """The CUDA kernels in a child process per GPU."""
-        return SubprocessProbeRunner()
+        """The CUDA kernels in a child process per GPU, then `dcgmi diag` at its level when one is set."""
+        if not self.diag_level:
+            return SubprocessProbeRunner()
+        from collector.dcgm_diag import DcgmDiagRunner
+
+        return DcgmDiagRunner(SubprocessProbeRunner(), self.diag_level, self.host)
 
     def close(self) -> None:
         """Drop the field groups and the connection (or embedded engine); errors ignored."""
@@ -401,4 +409,7 @@ class DcgmBackend:
 
 def open_dcgm(options: DcgmOptions, common: CommonOptions) -> DcgmBackend:
     """The DCGM backend (BackendUnavailable without the bindings or a host engine)."""
-    return DcgmBackend(hostname=common.hostname, fields=common.fields, interval_s=common.interval_s, host=options.host)
+    return DcgmBackend(
+        hostname=common.hostname, fields=common.fields, interval_s=common.interval_s, host=options.host,
+        diag_level=options.diag_level,
+    )  # fmt: skip

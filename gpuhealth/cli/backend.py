@@ -191,7 +191,7 @@ def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpe
         raise fail(f"--dcgm-address (GPUHEALTH_DCGM_ADDRESS) needs --backend dcgm, not {backend}")
     if backend == "dcgm":
         try:
-            return DcgmOptions(host=parse_address(address)) if address else DcgmOptions()
+            return DcgmOptions(host=parse_address(address) if address else "localhost", diag_level=s.probe_dcgm_diag)
         except ValueError as e:
             raise fail(str(e)) from None
 

@@ -89,3 +89,13 @@ def test_the_cli_refuses_a_bad_address_or_another_backend(capsys: pytest.Capture
     lines = capsys.readouterr().err.splitlines()
     assert "the port must be 1-65535" in lines[0]
     assert "--dcgm-address (GPUHEALTH_DCGM_ADDRESS) needs --backend dcgm, not auto" in lines[1]
+
+
+def test_the_diagnostic_level_setting_reaches_dcgm_options(opened: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUHEALTH_PROBE_DCGM_DIAG", "2")
+    with pytest.raises(typer.Exit):
+        open_from_flags(BackendFlags(backend="dcgm", dcgm_address=OPERATOR), Settings())
+    assert opened == [DcgmOptions(host=OPERATOR, diag_level=2)]
+    monkeypatch.setenv("GPUHEALTH_PROBE_DCGM_DIAG", "3")
+    with pytest.raises(ValueError, match="less than or equal to 2"):
+        Settings()
