@@ -35,6 +35,10 @@ EndTime = Annotated[datetime | None, AfterValidator(_end)]
 
 Decision = Literal["ok", "watch", "demote", "drain", "rma"]
 FailureMode = Literal["ecc", "thermal", "pcie", "other"]
+Remedy = Literal["none", "reset", "reboot", "replace"]
+RemedyWhen = Literal["idle", "now"]
+_REMEDY = "what brings the GPU back, from its latest round (null: not scored, or scored before remedies)"
+_REMEDY_WHEN = "when the remedy is due: idle (the next moment the GPU has no work) or now"
 
 
 class Problem(BaseModel):
@@ -62,6 +66,8 @@ class GpuSummary(Risk):
     scored_at: datetime | None = None
     decision: Decision | None = Field(None, description="null until the GPU was first scored")
     reasons: list[str] = Field(default_factory=list)
+    remedy: Remedy | None = Field(None, description=_REMEDY)
+    remedy_when: RemedyWhen | None = Field(None, description=_REMEDY_WHEN)
 
 
 class GpuWorkloadsOut(BaseModel):
@@ -139,6 +145,8 @@ class DecisionOut(BaseModel):
     acknowledged_at: datetime | None = None
     closed_at: datetime | None = None
     risk: float | None = None
+    remedy: Remedy | None = Field(None, description=_REMEDY)
+    remedy_when: RemedyWhen | None = Field(None, description=_REMEDY_WHEN)
 
 
 class DecisionPage(Page):

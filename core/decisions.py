@@ -14,6 +14,11 @@ SEVERITY = {d: i for i, d in enumerate(DECISIONS)}
 """Each decision's place in `DECISIONS` (0 for ok)."""
 OUT_OF_SERVICE = ("drain", "rma")
 """The decisions that take a GPU out of service (its work moved off it); the rest leave it running."""
+REMEDIES = ("none", "reset", "reboot", "replace")
+"""What brings a GPU back, beside its decision (`predictor.remedy`), weakest first."""
+REMEDY_WHEN = ("idle", "now")
+"""When a remedy is due, least urgent first: the next moment the GPU has no work (or a maintenance
+window), or as soon as its work is drained."""
 
 
 def worst(decisions: Iterable[str | None]) -> str:

@@ -17,10 +17,13 @@ import pandas as pd
 
 from core.decisions import SEVERITY
 from predictor.probes import slow_gpus
+from predictor.remedy import raise_remedy
+from predictor.rules import LOST_REMEDY
 
 
 def with_lost_gpus(records: list[dict[str, Any]], gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Drain GPUs the collector reports lost (fallen off the bus), whatever their history says.
+    """Drain GPUs the collector reports lost (fallen off the bus), whatever their history says; their
+    remedy is a reboot now (`rules.LOST_REMEDY`) unless a stronger one stands.
 
     A lost GPU has no readings, so its history stops without a trace of why; the
     collector's lost state is the evidence (NVIDIA: XID 79, drain and reset or reseat).
@@ -41,6 +44,7 @@ def with_lost_gpus(records: list[dict[str, Any]], gpus: Sequence[Mapping[str, An
         if SEVERITY[str(rec["decision"])] < SEVERITY["drain"]:
             rec["decision"] = "drain"
         rec["reasons"] = [reason, *rec["reasons"]]
+        raise_remedy(rec, LOST_REMEDY)  # off the bus: a reset cannot reach it
     return records
 
 

@@ -11,11 +11,13 @@ remedy never changes the decision.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from predictor.rules import RECOVERY_REMEDIES, REMEDIES, RULE_REMEDIES, WHEN, XID_REMEDIES, XID_REMEDY_DAYS, RemedyRef
+from core.decisions import REMEDIES, REMEDY_WHEN
+from predictor.rules import RECOVERY_REMEDIES, RULE_REMEDIES, XID_REMEDIES, XID_REMEDY_DAYS, RemedyRef
 
 REMEDY_INPUTS = ("recovery_action",)
 """History columns the remedy reads besides the features' (`xid` is one of theirs)."""
@@ -49,7 +51,10 @@ def strongest(refs: Iterable[RemedyRef]) -> RemedyRef:
     """Of several remedies, the strongest, then the most urgent (the first of equals): NONE if none."""
     best = NONE
     for ref in refs:
-        if (REMEDIES.index(ref.remedy), WHEN.index(ref.when)) > (REMEDIES.index(best.remedy), WHEN.index(best.when)):
+        if (REMEDIES.index(ref.remedy), REMEDY_WHEN.index(ref.when)) > (
+            REMEDIES.index(best.remedy),
+            REMEDY_WHEN.index(best.when),
+        ):
             best = ref
     return best
 
@@ -87,3 +92,21 @@ def remedies(hits: pd.DataFrame, driver: pd.DataFrame, index: pd.Index) -> pd.Da
     out = pd.DataFrame({"remedy": remedy, "remedy_when": when}, index=index)
     out["remedy_reasons"] = pd.Series(lines, index=index, dtype=object)
     return out
+
+
+def _rank(remedy: Any, when: Any) -> tuple[int, int]:
+    """A record's remedy and when as `strongest` orders them (unknown or absent: none)."""
+    r = REMEDIES.index(remedy) if remedy in REMEDIES else 0
+    return r, REMEDY_WHEN.index(when) if when in REMEDY_WHEN else 0
+
+
+def raise_remedy(rec: dict[str, Any], ref: RemedyRef) -> None:
+    """Give a round's record (`score.to_records`' dict) `ref`'s remedy where it is stronger than the
+    record's, its reason line replacing the record's own remedy line; never lowers one."""
+    if _rank(ref.remedy, ref.when) <= _rank(rec.get("remedy"), rec.get("remedy_when")):
+        rec.setdefault("remedy", "none")
+        rec.setdefault("remedy_when", "idle")
+        return
+    rec["remedy"], rec["remedy_when"] = ref.remedy, ref.when
+    kept = [r for r in rec.get("reasons", []) if not str(r).startswith("remedy: ")]
+    rec["reasons"] = [*kept, f"remedy: {ref.remedy} {ref.when} ({ref.why})"]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from core.decisions import OUT_OF_SERVICE
+from core.decisions import OUT_OF_SERVICE, REMEDIES, REMEDY_WHEN
 
 Action = Literal["rma", "drain", "watch"]
 ACTIONS: tuple[Action, ...] = ("watch", "drain", "rma")
@@ -352,12 +352,10 @@ drain alone takes the GPU out (`replay.remap_held`, `policy.remap_held_rows`: wh
 
 # --- remedies: what brings a GPU back, beside what its decision does to work ------------------------
 Remedy = Literal["none", "reset", "reboot", "replace"]
-REMEDIES: tuple[Remedy, ...] = ("none", "reset", "reboot", "replace")
-"""Remedies, weakest first: where several sources apply, the strongest wins (`predictor.remedy`)."""
+"""One of `core.decisions.REMEDIES` (weakest first): where several sources apply, the strongest wins."""
 When = Literal["idle", "now"]
-WHEN: tuple[When, ...] = ("idle", "now")
-"""When a remedy is due, least urgent first: `idle` is the next moment the GPU has no work (or a
-maintenance window where one is configured), `now` is as soon as its work is drained."""
+"""One of `core.decisions.REMEDY_WHEN` (least urgent first): `idle` is the next moment the GPU has no
+work (or a maintenance window where one is configured), `now` is as soon as its work is drained."""
 _MEM_GUIDE = "NVIDIA memory error management guide"
 _NVML_RECOVERY = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h nvmlDeviceGpuRecoveryAction_t)"
 
@@ -369,6 +367,10 @@ class RemedyRef:
     remedy: Remedy
     when: When
     why: str
+
+    def __post_init__(self) -> None:
+        if self.remedy not in REMEDIES or self.when not in REMEDY_WHEN:
+            raise ValueError(f"remedy {self.remedy!r} {self.when!r}: expected one of {REMEDIES} and of {REMEDY_WHEN}")
 
 
 RULE_REMEDIES: dict[str, RemedyRef] = {
@@ -385,6 +387,9 @@ RULE_REMEDIES: dict[str, RemedyRef] = {
     REMAP_PENDING: RemedyRef("reset", "idle", f"pending row remap applies at the next reset — {_MEM_GUIDE}"),
 }
 """Remedy per rule name; a rule not named (the watch rules) asks for none."""
+
+LOST_REMEDY = RemedyRef("reboot", "now", f"GPU lost, off the bus: a reset cannot reach it ({_XID_DOC}: XID 79)")
+"""A GPU the collector reports lost (`findings.with_lost_gpus`): as XID 79."""
 
 XID_REMEDIES: dict[int, RemedyRef] = {
     # NVIDIA XID catalog: GSP errors 119 (RPC timeout) and 120 (GSP error) -> reset the GPU.

@@ -280,6 +280,7 @@ class Scorer(Worker):
                 "gpu_uuid": it["uuid"], "hostname": it["hostname"], "model_name": it["model_name"],
                 "risk": it["risk"], "risk_ecc": it["risk_ecc"], "risk_thermal": it["risk_thermal"],
                 "risk_pcie": it["risk_pcie"], "decision": it["decision"] or "ok", "reasons": it["reasons"],
+                "remedy": it["remedy"], "remedy_when": it["remedy_when"],
             })  # fmt: skip
             self.state.identities[it["uuid"]] = {"gpu_index": it["gpu_index"]}
         self.state.records = recs

@@ -15,7 +15,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from core.decisions import DECISIONS, OUT_OF_SERVICE
+from core.decisions import DECISIONS, OUT_OF_SERVICE, REMEDIES, REMEDY_WHEN
 from store.engine import Database, not_closed
 from store.errors import NotFound, StoreError
 from store.gpus import GpuSighting, require_gpu, upsert_gpu_rows
@@ -41,6 +41,10 @@ class ScoreRecord(TypedDict):
     """The core's heat the round judged (`predictor.conditions.judged_heats`); kept with the round only."""
     heat_vs_node_z: NotRequired[float | None]
     """Its heat over its node's, in its own spread of that (`predictor.conditions.judged_heats`); the same."""
+    remedy: NotRequired[str | None]
+    """What brings the GPU back (`core.decisions.REMEDIES`; `predictor.remedy`); absent: not said."""
+    remedy_when: NotRequired[str | None]
+    """When the remedy is due (`core.decisions.REMEDY_WHEN`)."""
 
 
 class Decision(TypedDict):
@@ -60,6 +64,9 @@ class Decision(TypedDict):
     acknowledged_at: datetime | None
     closed_at: datetime | None
     risk: float | None
+    remedy: str | None
+    """The GPU's remedy in its latest round, as `risk` (null: not said)."""
+    remedy_when: str | None
 
 
 class ScorePoint(TypedDict):
@@ -104,7 +111,7 @@ class DecisionRule(Protocol):
 
 ROUND_VALUES = (*RISKS, "heat_z", "heat_vs_node_z")
 """The numbers a stored round keeps per GPU (null where not known), which `recent_rounds` reads back."""
-_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *ROUND_VALUES, "decision", "reasons")
+_SCORE_COLUMNS = ("gpu_uuid", "scored_at", *ROUND_VALUES, "decision", "reasons", "remedy", "remedy_when")
 
 
 def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, Any]]:
@@ -127,9 +134,16 @@ def _score_rows(records: Sequence[ScoreRecord], at: datetime) -> list[dict[str, 
                 **{k: optional_float(r.get(k), f"score {i}: {k}") for k in ROUND_VALUES},
                 "decision": choice(r.get("decision"), DECISIONS, f"score {i}: decision"),
                 "reasons": string_list(r.get("reasons"), f"score {i}: reasons"),
+                "remedy": _optional_choice(r.get("remedy"), REMEDIES, f"score {i}: remedy"),
+                "remedy_when": _optional_choice(r.get("remedy_when"), REMEDY_WHEN, f"score {i}: remedy_when"),
             }
         )
     return rows
+
+
+def _optional_choice(value: Any, allowed: Sequence[str], what: str) -> str | None:
+    """`value` if it is one of `allowed`, None if it is None."""
+    return None if value is None else choice(value, allowed, what)
 
 
 def _insert_scores(db: Database, conn: Connection, rows: list[dict[str, Any]], at: datetime) -> None:
@@ -212,7 +226,7 @@ def _decision_rows(
     """Decisions matching `where`, with their GPU's identity and latest risk."""
     d, g, s = T_DECISIONS, T_GPUS, T_SCORES
     q = (
-        sa.select(d, g.c.hostname, g.c.gpu_index, g.c.model_name, s.c.risk)
+        sa.select(d, g.c.hostname, g.c.gpu_index, g.c.model_name, s.c.risk, s.c.remedy, s.c.remedy_when)
         .select_from(d.join(g, g.c.uuid == d.c.gpu_uuid).outerjoin(s, s.c.id == g.c.latest_score_id))
         .where(where)
         .order_by(*((d.c.created_at.desc(), d.c.id.desc()) if newest_first else (d.c.id,)))
@@ -225,7 +239,7 @@ def _decision_rows(
          "model_name": r["model_name"], "decision": r["decision"], "reasons": list(r["reasons"] or []),
          "created_at": r["created_at"], "updated_at": r["updated_at"], "state": r["state"],
          "acknowledged_by": r["acknowledged_by"], "acknowledged_at": r["acknowledged_at"],
-         "closed_at": r["closed_at"], "risk": r["risk"]}
+         "closed_at": r["closed_at"], "risk": r["risk"], "remedy": r["remedy"], "remedy_when": r["remedy_when"]}
         for r in conn.execute(q).mappings()
     ]  # fmt: skip
 

@@ -83,6 +83,9 @@ class GpuItem(TypedDict):
     reasons: list[str]
     decision_id: int | None
     decision_state: str | None
+    remedy: str | None
+    """What brings the GPU back, from its latest round (null: not scored, or not said)."""
+    remedy_when: str | None
 
 
 class GpuDetail(GpuItem):
@@ -209,7 +212,7 @@ def gpu_query() -> tuple[sa.Select[Any], Any, Any]:
     q = sa.select(
         g.c.uuid, g.c.hostname, g.c.gpu_index, g.c.model_name, g.c.serial, g.c.pci_bus_id, g.c.state,
         g.c.first_seen, g.c.last_seen,
-        s.c.risk, s.c.risk_ecc, s.c.risk_thermal, s.c.risk_pcie, s.c.scored_at,
+        s.c.risk, s.c.risk_ecc, s.c.risk_thermal, s.c.risk_pcie, s.c.scored_at, s.c.remedy, s.c.remedy_when,
         s.c.id.label("score_id"), s.c.reasons.label("score_reasons"),
         d.c.id.label("decision_id"), d.c.decision.label("active_decision"), d.c.reasons.label("decision_reasons"),
         d.c.state.label("decision_state"),
@@ -246,6 +249,8 @@ def gpu_item(r: Any) -> GpuItem:
         "reasons": reasons,
         "decision_id": r.decision_id,
         "decision_state": r.decision_state,
+        "remedy": r.remedy,
+        "remedy_when": r.remedy_when,
     }
 
 

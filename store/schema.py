@@ -137,6 +137,10 @@ class RiskScore(Base):
     heat_vs_node_z: Mapped[float | None] = mapped_column(sa.Double)
     """Its heat over its node's in its own spread of that (`heat_vs_node_own_z`, σ; null as `heat_z`),
     the other yardstick a round's heat alone counts by (`predictor.conditions.heat_counts`)."""
+    remedy: Mapped[str | None] = mapped_column(sa.String(16))
+    """What brings the GPU back, beside the decision (`core.decisions.REMEDIES`; null: rounds before it)."""
+    remedy_when: Mapped[str | None] = mapped_column(sa.String(8))
+    """When the remedy is due (`core.decisions.REMEDY_WHEN`; null as `remedy`)."""
 
     __table_args__ = (
         sa.Index("ix_risk_scores_gpu_scored", "gpu_uuid", "scored_at"),

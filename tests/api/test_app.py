@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import ApiConfig, create_app
+from core.decisions import REMEDIES, REMEDY_WHEN
 from tests.api.conftest import TOKEN, Fleet, auth
 
 DECISIONS = {"ok", "watch", "demote", "drain", "rma"}
@@ -281,3 +282,24 @@ def test_times_no_gpu_ever_saw_are_422_not_a_crash(fleet: Fleet, when: str) -> N
     r = fleet.client.post("/v1/failures", json=rec, headers=auth())
     assert r.status_code == 422 and "failed_at" in r.json()["detail"], r.text
     assert fleet.client.get(f"/v1/gpus/{fleet.uuids[0]}/risk", params={"since": when}).status_code == 422
+
+
+def test_the_remedy_is_beside_each_gpus_and_decisions_decision(fleet: Fleet) -> None:
+    """/v1/gpus, /v1/gpus/{uuid} and /v1/decisions carry the latest round's remedy and when it is due;
+    a decision's is its GPU's."""
+    c = fleet.client
+    gpus = c.get("/v1/gpus", params={"limit": 100}).json()["items"]
+    assert gpus and all(g["remedy"] in REMEDIES and g["remedy_when"] in REMEDY_WHEN for g in gpus)
+    by_uuid = {g["uuid"]: (g["remedy"], g["remedy_when"]) for g in gpus}
+    detail = c.get(f"/v1/gpus/{gpus[0]['uuid']}").json()
+    assert (detail["remedy"], detail["remedy_when"]) == by_uuid[gpus[0]["uuid"]]
+    decisions = c.get("/v1/decisions", params={"limit": 100}).json()["items"]
+    assert decisions
+    for d in decisions:
+        assert (d["remedy"], d["remedy_when"]) == by_uuid[d["gpu_uuid"]]
+    # The fleet's faults (a pending remap among them) ask for a remedy, and its reason line says which.
+    remedied = [g for g in gpus if g["remedy"] != "none"]
+    assert remedied
+    assert all(
+        any(r.startswith(f"remedy: {g['remedy']} ") for r in g["reasons"]) for g in remedied if g["decision"] != "ok"
+    )

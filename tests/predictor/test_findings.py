@@ -47,3 +47,24 @@ def test_lost_gpus_are_drained_even_without_a_score() -> None:
     assert by["GPU-1"]["decision"] == "drain" and "fell off the bus" in by["GPU-1"]["reasons"][0]
     assert by["GPU-2"]["decision"] == "ok"
     assert with_lost_gpus([_rec("GPU-1", "rma")], gpus[:1])[0]["decision"] == "rma"
+
+
+def test_a_lost_gpus_remedy_is_a_reboot_now_unless_a_stronger_one_stands() -> None:
+    """Off the bus, a reset cannot reach it (XID 79): reboot now, its line replacing a weaker one;
+    an RMA's replacement stays."""
+    lost = [{"uuid": "GPU-1", "hostname": "n1", "model_name": "m", "state": "lost", "last_seen": T0}]
+    fresh = with_lost_gpus([], lost)[0]
+    assert (fresh["remedy"], fresh["remedy_when"]) == ("reboot", "now")
+    assert fresh["reasons"][-1].startswith("remedy: reboot now (GPU lost, off the bus: a reset cannot reach it")
+    weaker = {
+        **_rec("GPU-1", "drain"),
+        "remedy": "reset",
+        "remedy_when": "idle",
+        "reasons": ["x", "remedy: reset idle (y)"],
+    }
+    got = with_lost_gpus([weaker], lost)[0]
+    assert (got["remedy"], got["remedy_when"]) == ("reboot", "now")
+    assert [r for r in got["reasons"] if r.startswith("remedy: ")] == [got["reasons"][-1]]
+    rma = {**_rec("GPU-1", "rma"), "remedy": "replace", "remedy_when": "now", "reasons": ["remedy: replace now (z)"]}
+    got = with_lost_gpus([rma], lost)[0]
+    assert (got["remedy"], got["remedy_when"], got["reasons"][-1]) == ("replace", "now", "remedy: replace now (z)")
