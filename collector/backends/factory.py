@@ -3,16 +3,20 @@
 A backend is registered under its name with its options dataclass and its opener (like
 node_exporter's registerCollector); the opener, in the backend's own module, turns the
 options into the backend, so this module never learns a backend's keyword arguments.
+
+The built-in backends are registered by module name and imported when one is opened, not
+here: `replay` needs pandas and pyarrow, `sim` numpy, and the node agent reading NVML or
+DCGM should load neither (docs/decisions/0076).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from collector.backends import dcgm, nvml, replay, sim
 from collector.backends.base import Backend, BackendError, BackendUnavailable, CommonOptions
 
 log = logging.getLogger(__name__)
@@ -32,7 +36,21 @@ class Registered:
     opener: Callable[[Any, CommonOptions], Backend]
 
 
-_REGISTRY: dict[str, Registered] = {}
+@dataclass(frozen=True)
+class InModule:
+    """A backend registered by the names of its module, options dataclass and opener: the
+    module is imported when the backend is opened, so listing backends imports none of them."""
+
+    module: str
+    options_cls: str
+    opener: str
+
+    def load(self) -> Registered:
+        found = importlib.import_module(self.module)
+        return Registered(getattr(found, self.options_cls), getattr(found, self.opener))
+
+
+_REGISTRY: dict[str, Registered | InModule] = {}
 
 
 def register(name: str, options_cls: type[OptionsT], opener: Callable[[OptionsT, CommonOptions], Backend]) -> None:
@@ -41,10 +59,10 @@ def register(name: str, options_cls: type[OptionsT], opener: Callable[[OptionsT,
 
 
 # The built-in backends, in the order the CLI lists them.
-register("nvml", nvml.NvmlOptions, nvml.open_nvml)
-register("dcgm", dcgm.DcgmOptions, dcgm.open_dcgm)
-register("sim", sim.SimOptions, sim.open_sim)
-register("replay", replay.ReplayOptions, replay.open_replay)
+_REGISTRY["nvml"] = InModule("collector.backends.nvml", "NvmlOptions", "open_nvml")
+_REGISTRY["dcgm"] = InModule("collector.backends.dcgm", "DcgmOptions", "open_dcgm")
+_REGISTRY["sim"] = InModule("collector.backends.sim", "SimOptions", "open_sim")
+_REGISTRY["replay"] = InModule("collector.backends.replay", "ReplayOptions", "open_replay")
 
 
 def names() -> tuple[str, ...]:
@@ -60,6 +78,8 @@ def open_backend(name: str, options: object | None, common: CommonOptions) -> Ba
     entry = _REGISTRY.get(name)
     if entry is None:
         raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(names())}")
+    if isinstance(entry, InModule):
+        entry = entry.load()
     if options is None:
         options = entry.options_cls()
     elif not isinstance(options, entry.options_cls):

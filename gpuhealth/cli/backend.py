@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from collector.attribution import Attributor
     from collector.backends.base import Backend
-    from simulator.fleet import FaultSpec
+    from simulator.config import FaultSpec
 
 err = Console(stderr=True)
 log = logging.getLogger("gpuhealth.collect")
@@ -125,7 +125,7 @@ def open_from_flags(flags: BackendFlags, s: Settings) -> OpenedBackend:
     """Check the flags and open the backend they name; every problem is one `error:` line."""
     from collector.backends.base import BackendError, CommonOptions
     from collector.backends.factory import names, open_backend
-    from simulator.fleet import FaultSpec
+    from simulator.config import FaultSpec
 
     backend = flags.backend or s.backend
     if backend not in names():
@@ -182,8 +182,6 @@ def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpe
     """The options of the backend named from its flags (None: a backend without flags, its defaults);
     a bad or misplaced --dcgm-address is one `error:` line."""
     from collector.backends.dcgm import DcgmOptions, parse_address
-    from collector.backends.replay import ReplayOptions
-    from collector.backends.sim import SimOptions
 
     address = flags.dcgm_address or s.dcgm_address
     if address and backend != "dcgm":
@@ -195,7 +193,11 @@ def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpe
         except ValueError as e:
             raise fail(str(e)) from None
 
+    # Each backend's module is imported only when it is the one chosen: sim needs numpy, replay
+    # pandas and pyarrow, and `collect` on a GPU node loads neither (docs/decisions/0076).
     if backend == "sim":
+        from collector.backends.sim import SimOptions
+
         return SimOptions(
             nodes=flags.sim_nodes,
             gpus_per_node=flags.sim_gpus,
@@ -207,6 +209,8 @@ def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpe
             spare_nodes=flags.sim_spare_nodes,
         )
     if backend == "replay":
+        from collector.backends.replay import ReplayOptions
+
         return ReplayOptions(history=flags.history, speed=flags.speed, loop=flags.loop)
     return None
 
