@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
+from collector.backends.nvml_links import links_of
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.infiniband import InfinibandCollector
+from collector.nvlink import NvlinkCollector
 from collector.sampler import Sampler
 from core.catalog import Field, LabelField
 from core.labels import HOSTNAME
@@ -111,6 +113,11 @@ def build_sampling(
         ib = InfinibandCollector(sysfs_root, lambda: _infos(sampler), hostname_label)
         registry.register(ib)
         extra.append(ib.statuses)
+    links = links_of(backend)
+    if links is not None:  # the nvml backend: each NVLink link and the fabric, read at scrape time
+        nv = NvlinkCollector(links.read, hostname_label)
+        registry.register(nv)
+        extra.append(nv.statuses)
     registry.register(SelfCollector(sampler, extra=extra))
     scheduler = None
     if probes is not None and probes.enabled:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from core import infiniband
+from core import infiniband, nvlink
 
 
 class Category(StrEnum):
@@ -408,6 +408,7 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
         "| `gpuhealth_sample_age_seconds` | gauge | Age of the snapshot a scrape renders. |",
         "",
         *infiniband.doc_lines(),
+        *nvlink.doc_lines(),
         "## Labels",
         "",
         "Values dcgm-exporter puts on every series of a GPU (type `label` in its counters CSV).",
