@@ -73,6 +73,11 @@ IB_PORT_DOWN_FOR = "5m"  # policy: a switch reboot or a cable reseat brings a po
 IB_FLAPS_PER_HOUR = 3  # policy: one or two link downs follow a switch reboot; more in an hour is a flapping rail
 IB_ERRORS_PER_HOUR = 10  # policy: a healthy HDR/NDR link (FEC) counts no symbol or receive errors at all
 
+# --- NVLink links and the fabric (collector.nvlink) ---
+FABRIC_NOT_READY_FOR = "10m"  # policy: GPUs register within a few minutes of boot once Fabric Manager runs
+NVLINK_DOWN_FOR = "5m"  # policy: a GPU reset takes its links down for seconds, not minutes
+NVLINK_UP_WITHIN = "1d"  # policy: a link never up in a day is unconnected (a bridge not fitted), not a failure
+
 # --- collector and service health ---
 SAMPLE_STALE_S = 120  # policy: 12 samples at the default 10 s interval; a hung NVML call shows here
 SCORE_STALE_S = 1800  # policy: 6 scoring runs at the default 5 m score interval

@@ -8,7 +8,19 @@ case live in the module of alerts/rulesets/ named for what it watches; threshold
 from __future__ import annotations
 
 from alerts.model import Alert
-from alerts.rulesets import collector, ecc, links, network, operating, prediction, presence, probes, service, xid
+from alerts.rulesets import (
+    collector,
+    ecc,
+    fabric,
+    links,
+    network,
+    operating,
+    prediction,
+    presence,
+    probes,
+    service,
+    xid,
+)
 from alerts.rulesets.common import GROUP_COLLECTOR, GROUP_GPU, GROUP_NETWORK, GROUP_PREDICTION, GROUP_XID
 from alerts.rulesets.records import RECORDS
 
@@ -25,7 +37,7 @@ __all__ = [
 
 GPU_ALERTS: tuple[Alert, ...] = operating.ALERTS + ecc.ALERTS + links.ALERTS + presence.ALERTS
 XID_ALERTS: tuple[Alert, ...] = xid.ALERTS
-NETWORK_ALERTS: tuple[Alert, ...] = network.ALERTS
+NETWORK_ALERTS: tuple[Alert, ...] = network.ALERTS + fabric.ALERTS
 HEALTH_ALERTS: tuple[Alert, ...] = collector.ALERTS + service.ALERTS
 PREDICTION_ALERTS: tuple[Alert, ...] = prediction.ALERTS + probes.ALERTS
 

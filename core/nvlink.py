@@ -43,6 +43,9 @@ FABRIC_STATES: Mapping[int, str] = {
 FABRIC_COMPLETED = 3
 NVML_SUCCESS = 0
 
+METRICS = frozenset({LINK_UP, FABRIC_STATE, FABRIC_STATUS, FABRIC_INFO} | {PREFIX + s for s, _ in COUNTERS.values()})
+"""Every series collector.nvlink can export, by its /metrics name."""
+
 
 def counter(nvml_name: str) -> str:
     """The /metrics name of an NVLink error counter series (KeyError for an unknown counter)."""

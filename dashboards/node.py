@@ -7,6 +7,7 @@ from grafanalib.core import Dashboard
 from core.infiniband import STATE_ACTIVE
 from core.infiniband import metric as ib
 from core.labels import HOSTNAME
+from core.nvlink import COUNTERS, FABRIC_COMPLETED, FABRIC_STATE, LINK_UP, PREFIX
 from dashboards.common import P, dashboard, m, query_var, stat, steps, t, table, timeseries
 
 N = f'{HOSTNAME}="${HOSTNAME}"'
@@ -16,7 +17,15 @@ RAIL = "{{device}} port {{port}}"
 
 def build() -> Dashboard:
     """The node dashboard, templated by Hostname."""
-    items = [*_gpu_counts(), *_node_signals(), *_gpu_table(), *_load_per_gpu(), *_errors_per_gpu(), *_rails()]
+    items = [
+        *_gpu_counts(),
+        *_node_signals(),
+        *_gpu_table(),
+        *_load_per_gpu(),
+        *_errors_per_gpu(),
+        *_rails(),
+        *_nvlink(),
+    ]
     return dashboard(
         "gpuhealth-node",
         "gpuhealth / Node",
@@ -284,5 +293,47 @@ def _rails() -> list[P]:
                 ],
                 min0=True,
             ),
+        ),
+    ]
+
+
+def _nvlink() -> list[P]:
+    """The GPUs' NVLink links and their registration with the fabric (on NVSwitch systems)."""
+    return [
+        P(
+            timeseries(
+                "Fabric state per GPU",
+                f"Registration with the NVLink fabric: {FABRIC_COMPLETED} completed, 2 in progress, 1 not started "
+                "(Fabric Manager not running). GPUs without a fabric have no series.",
+                [t(f"{FABRIC_STATE}{{{N}}}", G)],
+                thresholds=steps(("red", None), ("green", FABRIC_COMPLETED)),
+                min0=True,
+            ),
+            w=8,
+        ),
+        P(
+            timeseries(
+                "NVLink links up per GPU",
+                "Active NVLink links of each GPU (18 on an H100 SXM); a drop is a link down (GpuNvlinkLinkDown).",
+                [t(f"sum by (gpu) ({LINK_UP}{{{N}}})", G)],
+                min0=True,
+            ),
+            w=8,
+        ),
+        P(
+            timeseries(
+                "NVLink errors per link (1 h)",
+                "CRC flit and data errors, replays and recoveries in the last hour, per GPU and link.",
+                [
+                    t(
+                        "sum by (gpu, link) (\n"
+                        + "\n+ ".join(f"increase({PREFIX}{s}{{{N}}}[1h])" for s, _ in COUNTERS.values())
+                        + "\n)",
+                        "GPU {{gpu}} link {{link}}",
+                    )
+                ],
+                min0=True,
+            ),
+            w=8,
         ),
     ]

@@ -16,7 +16,7 @@ import yaml
 import alerts
 import dashboards
 from alerts.rules import RECORDS
-from core import infiniband
+from core import infiniband, nvlink
 from core.catalog import FIELDS
 from tests.integration.conftest import require_tool
 
@@ -50,6 +50,7 @@ KNOWN = (
     {f.metric_name for f in FIELDS}
     | COLLECTOR
     | INFINIBAND
+    | nvlink.METRICS  # collector.nvlink
     | SERVICE
     | PROBES
     | PULLER

@@ -143,12 +143,26 @@ _NO_TIES = (
     "(tests/collector/test_infiniband.py covers the ties)"
 )
 
+_NO_NVML = (
+    "NVLink links and the fabric are read through NVML only (collector/nvlink.py); the simulated and replayed "
+    "backends have neither yet (tests/collector/backends/test_nvml_links.py covers the series)"
+)
+
 ALLOWED_EMPTY: dict[str, str] = {
     # where: why it may return no data in this scenario. Keep this short; prefer a richer scenario.
     "alert:GpuInfinibandPortDown part": _NO_TIES,
     "alert:GpuInfinibandPortDown selector": _NO_TIES,
     "gpuhealth-node/Rails and their GPUs/A": _NO_TIES,
     "gpuhealth-node/Rails and their GPUs/A selector": _NO_TIES,
+    "alert:GpuFabricNotReady part": _NO_NVML,
+    "alert:GpuFabricNotReady selector": _NO_NVML,
+    "alert:GpuNvlinkLinkDown part": _NO_NVML,
+    "alert:GpuNvlinkLinkDown selector": _NO_NVML,
+    **{
+        f"gpuhealth-node/{title}/A{part}": _NO_NVML
+        for title in ("Fabric state per GPU", "NVLink links up per GPU", "NVLink errors per link (1 h)")
+        for part in ("", " selector")
+    },
 }
 
 

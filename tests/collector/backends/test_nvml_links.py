@@ -11,6 +11,7 @@ from collector.backends.nvml_links import NvmlLinks, links_of, read_fabric, read
 from collector.backends.sim import SimBackend
 from collector.nvlink import NvlinkCollector
 from collector.run import build_sampling
+from core import nvlink
 from core.catalog import FIELDS
 from tests.collector.backends.fake_links import CLUSTER, FABRIC, FakeFabricNvml, fabric, no_nvlink_values, nvswitch_gpu
 from tests.collector.backends.fake_nvml import FakeGpu
@@ -158,3 +159,10 @@ def test_the_nvml_collector_exports_links_and_the_sim_backend_none() -> None:
     assert reg.get_sample_value("gpuhealth_nvlink_link_up", labels) == 1.0
     assert not hasattr(SimBackend, "device")  # sim, replay and dcgm: no link reader, no series
     assert links_of(object()) is None
+
+
+def test_every_exported_family_is_in_the_table() -> None:
+    _, _, links = open_fake([nvswitch_gpu(0)])
+    _, reg = scrape(links)
+    names = {s.name for fam in reg.collect() for s in fam.samples}
+    assert names == nvlink.METRICS
