@@ -52,6 +52,21 @@ def counter(nvml_name: str) -> str:
     return PREFIX + COUNTERS[nvml_name][0]
 
 
+def sources() -> list[tuple[str, str, str, str]]:
+    """(metric with its labels, type, NVML call, help) of every series: docs/metrics.md and `gpuhealth fields`."""
+    fabric = "nvmlDeviceGetGpuFabricInfoV"
+    return [
+        (f"{LINK_UP}{{link}}", "gauge", "nvmlDeviceGetNvLinkState", "1 if the link is active, 0 if it is down."),
+        *(
+            (f"{PREFIX}{s}{{link}}", "counter", f"nvmlDeviceGetNvLinkErrorCounter({n})", h)
+            for n, (s, h) in COUNTERS.items()
+        ),
+        (FABRIC_STATE, "gauge", fabric, "Registration with the fabric: 1 not started, 2 in progress, 3 completed."),
+        (FABRIC_STATUS, "gauge", fabric, "The registration's nvmlReturn_t (0 success)."),
+        (f"{FABRIC_INFO}{{clique_id,cluster_uuid}}", "gauge", fabric, "1, with the GPU's clique and cluster ids."),
+    ]
+
+
 def doc_lines() -> list[str]:
     """A section on the per-link and fabric series, for docs/metrics.md."""
     return [
@@ -63,15 +78,6 @@ def doc_lines() -> list[str]:
         "",
         "| metric | type | NVML call | help |",
         "|---|---|---|---|",
-        f"| `{LINK_UP}{{link}}` | gauge | `nvmlDeviceGetNvLinkState` | 1 if the link is active, 0 if it is down. |",
-        *(
-            f"| `{PREFIX}{s}{{link}}` | counter | `nvmlDeviceGetNvLinkErrorCounter({n})` | {h} |"
-            for n, (s, h) in COUNTERS.items()
-        ),
-        f"| `{FABRIC_STATE}` | gauge | `nvmlDeviceGetGpuFabricInfoV` | Registration with the fabric: 1 not started, "
-        "2 in progress, 3 completed. |",
-        f"| `{FABRIC_STATUS}` | gauge | `nvmlDeviceGetGpuFabricInfoV` | The registration's nvmlReturn_t (0 success). |",
-        f"| `{FABRIC_INFO}{{clique_id,cluster_uuid}}` | gauge | `nvmlDeviceGetGpuFabricInfoV` | 1, with the "
-        "GPU's clique and cluster ids. |",
+        *(f"| `{name}` | {kind} | `{call}` | {text} |" for name, kind, call, text in sources()),
         "",
     ]

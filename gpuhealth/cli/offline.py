@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from core import catalog
+from core import catalog, nvlink
 from core.settings import Settings
 from core.units import parse_duration
 from gpuhealth import __version__
@@ -442,3 +442,7 @@ def list_fields(
         if all_fields or f.default:
             table.add_row(f.name, f.metric_name, f.unit, f.kind, f.category, "on" if f.default else "off")
     Console().print(table)
+    links = Table("metric", "type", "source", title="NVLink links and the fabric (nvml backend; not history columns)")
+    for name, kind, call, _ in nvlink.sources():
+        links.add_row(name, kind, call)
+    Console().print(links)

@@ -205,3 +205,11 @@ def test_bad_cross_domain_flags_give_one_line_errors(
     out = tmp_path / "out"
     _one_line_error(_gpuhealth("evaluate", "--cross-domain", "--out", str(out), *args), needle)
     assert not out.exists()
+
+
+def test_fields_lists_the_nvlink_and_fabric_series_with_their_sources() -> None:
+    result = runner.invoke(app, ["fields"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    assert "gpuhealth_nvlink_crc_flit_errors_total" in result.output
+    assert "nvmlDeviceGetNvLinkErrorCounter" in result.output
+    assert "gpuhealth_fabric_state" in result.output and "nvmlDeviceGetGpuFabricInfoV" in result.output
