@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pynvml
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
@@ -166,3 +167,17 @@ def test_every_exported_family_is_in_the_table() -> None:
     _, reg = scrape(links)
     names = {s.name for fam in reg.collect() for s in fam.samples}
     assert names == nvlink.METRICS
+
+
+@pytest.mark.gpu
+def test_real_nvml_reads_links_and_fabric() -> None:
+    """On a real GPU: the calls' names and structs match the installed nvidia-ml-py and driver.
+    A PCIe GPU has no links and no fabric; an SXM one has links; an NVSwitch one a fabric state 1..3."""
+    b = NvmlBackend("device-check", watch_xid=False)
+    try:
+        for g in NvmlLinks(b.gpus, b.device).read():
+            assert all(0 <= r.link < pynvml.NVML_NVLINK_MAX_LINKS for r in g.links)
+            assert all(v >= 0 for r in g.links for v in r.counters.values())
+            assert g.fabric is None or g.fabric.state in (1, 2, 3)
+    finally:
+        b.close()
