@@ -24,16 +24,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from collector.backends.base import GpuInfo
-from collector.sampler import CollectorStatus
+from collector.scraped import ScrapedCollector
 from core.infiniband import COUNTERS, HW_COUNTERS, NAME, PREFIX
 from core.labels import HOSTNAME
 
@@ -196,8 +194,10 @@ def ties(root: Path, ports: Sequence[Port], gpus: Sequence[GpuInfo]) -> list[Tie
     return out
 
 
-class InfinibandCollector(Collector):
+class InfinibandCollector(ScrapedCollector):
     """gpuhealth_infiniband_* series, read from sysfs at each scrape as node_exporter does."""
+
+    name = NAME
 
     def __init__(
         self,
@@ -205,38 +205,24 @@ class InfinibandCollector(Collector):
         gpus: Callable[[], Sequence[GpuInfo]],
         hostname_label: str = HOSTNAME,
     ) -> None:
+        super().__init__()
         self.root = Path(root)
+        self.what = f"InfiniBand ports under {self.root}"
         self._gpus = gpus
         self._host_label = hostname_label
         self._absent_logged = False
-        self.status: dict[str, CollectorStatus] = {}
-        """Its last run's status, for SelfCollector's gpuhealth_collector_success; empty without ports."""
 
-    def statuses(self) -> Mapping[str, CollectorStatus]:
-        """This collector's status after its last scrape (register it before SelfCollector)."""
-        return dict(self.status)
-
-    def collect(self) -> Iterator[Metric]:
-        t0 = time.perf_counter()
-        try:
-            ports = read_ports(self.root)
-            gpus = list(self._gpus())
-            tied = ties(self.root, ports, gpus)
-        except Exception as err:  # a scrape never raises: the status says why
-            log.warning("reading InfiniBand ports under %s failed: %s", self.root, err)
-            self.status = {NAME: CollectorStatus(False, time.perf_counter() - t0, str(err))}
-            return
+    def read(self) -> list[Metric] | None:
+        ports = read_ports(self.root)
+        gpus = list(self._gpus())
+        tied = ties(self.root, ports, gpus)
         if not ports:
             if not self._absent_logged:
                 log.debug("no InfiniBand/RoCE ports under %s: no infiniband series", self.root)
                 self._absent_logged = True
-            self.status = {}
-            return
+            return None
         host = {self._host_label: gpus[0].hostname} if gpus and gpus[0].hostname else {}
-        families = [*_port_families(ports, host), _tie_family(tied, host)]
-        # Set before yielding: a reader may stop early (get_sample_value), and SelfCollector reads it next.
-        self.status = {NAME: CollectorStatus(True, time.perf_counter() - t0)}
-        yield from families
+        return [*_port_families(ports, host), _tie_family(tied, host)]
 
 
 def _port_families(ports: Sequence[Port], host: Mapping[str, str]) -> Iterator[Metric]:

@@ -6,47 +6,34 @@ The source is collector.backends.nvml_links.NvmlLinks on the nvml backend; the n
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from collector.backends.nvml_links import GpuLinks
-from collector.sampler import CollectorStatus
+from collector.scraped import ScrapedCollector
 from core.labels import HOSTNAME
 from core.nvlink import COUNTERS, FABRIC_INFO, FABRIC_STATE, FABRIC_STATUS, LINK_LABEL, LINK_UP, NAME, PREFIX
 
 log = logging.getLogger(__name__)
 
 
-class NvlinkCollector(Collector):
+class NvlinkCollector(ScrapedCollector):
     """Per-link state and error counters and the fabric registration of each GPU."""
 
+    name = NAME
+    what = "NVLink links"
+
     def __init__(self, read: Callable[[], Sequence[GpuLinks]], hostname_label: str = HOSTNAME) -> None:
+        super().__init__()
         self._read = read
         self._host_label = hostname_label
-        self.status: dict[str, CollectorStatus] = {}
-        """Its last run's status, for SelfCollector's gpuhealth_collector_success; empty without NVLink."""
 
-    def statuses(self) -> Mapping[str, CollectorStatus]:
-        """This collector's status after its last scrape (register it before SelfCollector)."""
-        return dict(self.status)
-
-    def collect(self) -> Iterator[Metric]:
-        t0 = time.perf_counter()
-        try:
-            gpus = list(self._read())
-        except Exception as err:  # a scrape never raises: the status says why
-            log.warning("reading NVLink links failed: %s", err)
-            self.status = {NAME: CollectorStatus(False, time.perf_counter() - t0, str(err))}
-            return
+    def read(self) -> list[Metric] | None:
+        gpus = list(self._read())
         if not any(g.links or g.fabric for g in gpus):
-            self.status = {}
-            return
-        families = [*self._link_families(gpus), *self._fabric_families(gpus)]
-        self.status = {NAME: CollectorStatus(True, time.perf_counter() - t0)}
-        yield from families
+            return None
+        return [*self._link_families(gpus), *self._fabric_families(gpus)]
 
     def _labels(self, g: GpuLinks) -> dict[str, str]:
         host = {self._host_label: g.info.hostname} if g.info.hostname else {}
