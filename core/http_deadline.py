@@ -104,15 +104,20 @@ def read_capped(
     headers: Mapping[str, str],
     timeout: float,
     max_bytes: int,
+    method: str = "GET",
+    content: bytes | None = None,
 ) -> Answer:
-    """GET `url` and read the answer, all of it within `timeout` seconds and at most `max_bytes` long.
+    """`method` `url` (with `content` as the body) and read the answer, all of it within `timeout`
+    seconds and at most `max_bytes` long.
 
     Raises `DeadlinePassed`, `TooLarge`, or httpx's own errors (a transport error that the
     deadline caused is `DeadlinePassed`).
     """
     deadline = Deadline(timeout)
     try:
-        with client.stream("GET", url, headers=headers, timeout=timeout, extensions={"trace": deadline.trace}) as resp:
+        with client.stream(
+            method, url, headers=headers, content=content, timeout=timeout, extensions={"trace": deadline.trace}
+        ) as resp:
             length = _content_length(resp.headers)
             if length is not None and length > max_bytes:
                 raise TooLarge(f"answer of {length} bytes is over the {max_bytes} bytes allowed",

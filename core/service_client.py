@@ -1,20 +1,24 @@
-"""A node's view of the central service (`gpuhealth serve`): this node's GPUs and their decisions.
+"""A node's view of the central service (`gpuhealth serve`): this node's GPUs and their decisions,
+and the remedies addressed to them (`HttpRemedies`, the agent's side of `core.remedies`).
 
 Used where a node acts on the service's decisions without Kubernetes or Slurm credentials:
 `gpuhealth collect --nfd-features-dir` (labels through Node Feature Discovery) and node-side
 health checks. One `GET /v1/nodes/{hostname}`, no retries, all of it within one deadline and at
 most `max_bytes` long (`core.http_deadline`): callers run on a loop and keep what they had when
-the service does not answer. Every failure is a `ServiceError` naming the URL;
-`ServiceUnavailable` (no answer, or a 5xx) and `UnknownNode` (404) are the two a caller tells
-apart.
+the service does not answer. A remedy report is one `POST /v1/remediations/{id}/report`, on the
+same terms. Every failure is a `ServiceError` naming the URL; `ServiceUnavailable` (no answer, or
+a 5xx) and `UnknownNode` (404) are the two a caller tells apart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
+import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -22,6 +26,9 @@ import httpx
 
 from core.decisions import DECISIONS, SEVERITY, worst
 from core.http_deadline import Answer, DeadlinePassed, TooLarge, read_capped
+from core.remedies import TASK_KINDS, RemedyReport, RemedyTask
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
 """Deadline of the whole request, from connecting to the answer's last byte: a node lookup is one
@@ -143,20 +150,31 @@ def node_gpus(
     """
     base = url.rstrip("/")
     where = f"{base}/v1/nodes/{quote(hostname, safe='')}"
+    headers = _headers(token)
+    resp = _get(where, headers, timeout, max_bytes, client)
+    if resp.status_code == 200:
+        return _node(_json(resp, where), where)
+    detail = _detail(resp)
+    if resp.status_code == 404 and detail is not None and hostname in detail:
+        raise UnknownNode(f"gpuhealth service at {base} does not know node {hostname!r}", url=where,
+                          hostname=hostname, detail=detail)  # fmt: skip
+    raise _refusal(resp, base, where, "GET /v1/nodes/…", token=token)
+
+
+def _headers(token: str | None) -> dict[str, str]:
     # identity: a compressed answer could grow far past max_bytes in one chunk before it is counted
     headers = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    resp = _get(where, headers, timeout, max_bytes, client)
+    return headers
+
+
+def _refusal(resp: Answer, base: str, where: str, what: str, *, token: str | None) -> ServiceError:
+    """The error for an answer that is not the one asked for: 5xx, a refused token, a redirect, anything else."""
     detail = _detail(resp)
-    if resp.status_code == 200:
-        return _node(_json(resp, where), where)
-    if resp.status_code == 404 and detail is not None and hostname in detail:
-        raise UnknownNode(f"gpuhealth service at {base} does not know node {hostname!r}", url=where,
-                          hostname=hostname, detail=detail)  # fmt: skip
     reason = f" ({detail})" if detail else ""
     if resp.status_code >= 500:
-        raise ServiceUnavailable(
+        return ServiceUnavailable(
             f"gpuhealth service at {base} cannot answer now: HTTP {resp.status_code}{reason}",
             url=where, status=resp.status_code, detail=detail, retry_after=_retry_after(resp),
         )  # fmt: skip
@@ -170,21 +188,32 @@ def node_gpus(
         )
     else:
         message = (
-            f"gpuhealth service at {base}: GET /v1/nodes/… answered HTTP {resp.status_code}{reason};"
+            f"gpuhealth service at {base}: {what} answered HTTP {resp.status_code}{reason};"
             " is this the gpuhealth service's base URL?"
         )
-    raise ServiceError(message, url=where, status=resp.status_code, detail=detail)
+    return ServiceError(message, url=where, status=resp.status_code, detail=detail)
 
 
-def _get(where: str, headers: dict[str, str], timeout: float, max_bytes: int, client: httpx.Client | None) -> Answer:
-    """One GET read in full; every transport failure becomes a one-line ServiceError naming the URL."""
+def _get(
+    where: str,
+    headers: dict[str, str],
+    timeout: float,
+    max_bytes: int,
+    client: httpx.Client | None,
+    *,
+    method: str = "GET",
+    content: bytes | None = None,
+) -> Answer:
+    """One request, its answer read in full; every transport failure becomes a one-line ServiceError naming the URL."""
     try:
-        if client is not None:
-            return read_capped(client, where, headers=headers, timeout=timeout, max_bytes=max_bytes)
-        with httpx.Client(timeout=timeout, follow_redirects=False) as own:
-            return read_capped(own, where, headers=headers, timeout=timeout, max_bytes=max_bytes)
+        with contextlib.ExitStack() as stack:
+            if client is None:
+                client = stack.enter_context(httpx.Client(timeout=timeout, follow_redirects=False))
+            return read_capped(
+                client, where, headers=headers, timeout=timeout, max_bytes=max_bytes, method=method, content=content
+            )
     except TooLarge as err:
-        raise ServiceError(f"{where}: {err}; not a gpuhealth node answer", url=where, status=err.status) from None
+        raise ServiceError(f"{where}: {err}; not a gpuhealth answer", url=where, status=err.status) from None
     except (DeadlinePassed, httpx.TimeoutException) as err:
         raise ServiceUnavailable(f"{where}: no answer within {timeout:g}s", url=where) from err
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as err:
@@ -316,3 +345,128 @@ def _time(v: Any, name: str) -> datetime | None:
         return datetime.fromisoformat(v)
     except (TypeError, ValueError):
         raise _Bad(f"{name} {_short(v)} is not an ISO 8601 time") from None
+
+
+# -- remedies (core.remedies): the tasks addressed to a node's GPUs, and the reports of their outcome -------
+
+MAX_REMEDIATION_ID = 2**63 - 1
+"""The largest remediation id believed (the store's key is a 64-bit integer)."""
+WHY_CHARS = 500
+"""The longest cause kept from a task (it goes into log lines and kured's sentinel)."""
+
+
+class HttpRemedies:
+    """`core.remedies.RemedyService` over HTTP: one request per call, no retries, each within one deadline.
+
+    `token` is sent as a bearer token: reports are writes, so it must be the service's write token
+    (its GPUHEALTH_TOKEN), which also opens closed reads. A task the agent cannot carry out as
+    written (an unknown `do` from a newer service, another node's) is left out, logged once and
+    counted in `unreadable`; an answer of the wrong shape is a `ServiceError`.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.base = url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self._client = client
+        self._lock = threading.Lock()
+        self._logged: set[tuple[int, str]] = set()
+        self.unreadable = 0
+        """Tasks left out since start, once per ask (see the class)."""
+
+    def tasks(self, hostname: str) -> list[RemedyTask]:
+        """The open tasks for `hostname`'s GPUs (`GET /v1/nodes/{hostname}/remedies`)."""
+        where = f"{self.base}/v1/nodes/{quote(hostname, safe='')}/remedies"
+        resp = _get(where, _headers(self.token), self.timeout_s, self.max_bytes, self._client)
+        if resp.status_code != 200:
+            raise _refusal(resp, self.base, where, "GET /v1/nodes/…/remedies", token=self.token)
+        tasks, left_out = _tasks(_json(resp, where), where, hostname)
+        with self._lock:
+            self.unreadable += len(left_out)
+            new = [x for x in left_out if x not in self._logged]
+            self._logged.update(new)
+            if len(self._logged) > 10_000:  # a bound, not a history: a task still left out is logged again
+                self._logged = set(new)
+        for rid, why in new:
+            log.warning("remediation %d: task left out: %s", rid, why)
+        return tasks
+
+    def report(self, remediation_id: int, report: RemedyReport) -> bool:
+        """Hand in `report` (`POST /v1/remediations/{id}/report`): True when taken, False when the task is no
+        longer open (409); `ServiceError` otherwise (an unknown id, a report refused as invalid, a token)."""
+        where = f"{self.base}/v1/remediations/{int(remediation_id)}/report"
+        headers = {**_headers(self.token), "Content-Type": "application/json"}
+        body = json.dumps(report.to_dict(), allow_nan=False).encode()
+        resp = _get(where, headers, self.timeout_s, self.max_bytes, self._client, method="POST", content=body)
+        if resp.status_code == 200:
+            return True
+        detail = _detail(resp)
+        if resp.status_code == 409:
+            log.info("remediation %d: report of %s %s dropped, the task is no longer open (%s)",
+                     remediation_id, report.do, report.result, detail or "HTTP 409")  # fmt: skip
+            return False
+        reason = f" ({detail})" if detail else ""
+        if resp.status_code == 404 and detail is not None and str(remediation_id) in detail:
+            raise ServiceError(f"gpuhealth service at {self.base} does not know remediation {remediation_id}{reason}",
+                               url=where, status=404, detail=detail)  # fmt: skip
+        if resp.status_code == 422:
+            raise ServiceError(f"gpuhealth service at {self.base} refused the report as invalid{reason}",
+                               url=where, status=422, detail=detail)  # fmt: skip
+        raise _refusal(resp, self.base, where, "POST /v1/remediations/…/report", token=self.token)
+
+
+def _tasks(body: Any, where: str, hostname: str) -> tuple[list[RemedyTask], list[tuple[int, str]]]:
+    """(the tasks of a remedies answer, (id, why) of each left out); a wrong shape is a ServiceError naming it."""
+    try:
+        if not isinstance(body, dict) or not isinstance(body.get("tasks"), list):
+            raise _Bad("no 'tasks' list")
+        if body.get("hostname") != hostname:
+            raise _Bad(f"'hostname' {_short(body.get('hostname'))} is not the node asked for, {hostname!r}")
+        kept: list[RemedyTask] = []
+        left_out: list[tuple[int, str]] = []
+        for i, t in enumerate(body["tasks"]):
+            task = _task(t, f"tasks[{i}]")
+            if task.do not in TASK_KINDS:
+                left_out.append((task.remediation_id, f"unknown task {_short(task.do)} on GPU {task.gpu_uuid}"))
+            elif task.hostname != hostname:
+                left_out.append((task.remediation_id, f"addressed to {_short(task.hostname)}, not {hostname!r}"))
+            else:
+                kept.append(task)
+        return kept, left_out
+    except _Bad as err:
+        raise ServiceError(f"{where}: not a gpuhealth remedies answer: {err}", url=where, status=200) from None
+    except (ValueError, TypeError, ArithmeticError, RecursionError) as err:  # a shape no check above foresaw
+        what = _one_line(f"{type(err).__name__}: {err}")[:120]
+        raise ServiceError(f"{where}: not a gpuhealth remedies answer: {what}", url=where, status=200) from None
+
+
+def _task(t: Any, name: str) -> RemedyTask:
+    """One task as written; its `do` and hostname are checked by the caller (they leave it out, not the answer)."""
+    if not isinstance(t, dict):
+        raise _Bad(f"{name} is not an object")
+    rid = t.get("remediation_id")
+    if not isinstance(rid, int) or isinstance(rid, bool) or not 0 < rid <= MAX_REMEDIATION_ID:
+        raise _Bad(f"{name}.remediation_id {_short(rid)} is not a positive 64-bit integer")
+    for key in ("hostname", "gpu_uuid", "do"):
+        if not isinstance(t.get(key), str) or not t[key]:
+            raise _Bad(f"{name}.{key} {_short(t.get(key))} is not a string")
+    why = t.get("why") or ""
+    if not isinstance(why, str):
+        raise _Bad(f"{name}.why {_short(why)} is not a string")
+    deadline = _time(t.get("deadline"), f"{name}.deadline")
+    if deadline is not None and deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)  # the service writes UTC
+    return RemedyTask(
+        remediation_id=rid, hostname=t["hostname"], gpu_uuid=t["gpu_uuid"],
+        gpu_index=_index(t.get("gpu_index"), f"{name}.gpu_index"), do=t["do"], why=_one_line(why)[:WHY_CHARS],
+        deadline=deadline,
+    )  # fmt: skip
