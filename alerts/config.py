@@ -86,3 +86,9 @@ SCORE_STALE_S = 1800  # policy: 6 scoring runs at the default 5 m score interval
 RISK_WATCH = float(Settings.model_fields["watch_threshold"].default)
 RISK_DEMOTE = float(Settings.model_fields["demote_threshold"].default)
 RISK_FOR = "15m"  # policy: three scoring runs at the default 5 m interval
+
+# --- remediation (service.remediation: drain -> remedy -> verify -> return or rma) ---
+REMEDIATION_STUCK_FOR = "10m"  # policy: ten passes of the actuator (1m); a report just past the deadline clears first
+REMEDIATION_RMA_WINDOW = "1d"  # policy: remediations end a few a day on a large fleet; an hour holds too few to judge
+REMEDIATION_RMA_SHARE = 0.5  # policy: verification sending more than half of the remedied GPUs to rma is a common cause
+REMEDIATION_RMA_MIN = 3  # policy: one or two escalations are two bad GPUs, not a pattern

@@ -18,10 +18,18 @@ from alerts.rulesets import (
     prediction,
     presence,
     probes,
+    remediation,
     service,
     xid,
 )
-from alerts.rulesets.common import GROUP_COLLECTOR, GROUP_GPU, GROUP_NETWORK, GROUP_PREDICTION, GROUP_XID
+from alerts.rulesets.common import (
+    GROUP_COLLECTOR,
+    GROUP_GPU,
+    GROUP_NETWORK,
+    GROUP_PREDICTION,
+    GROUP_REMEDIATION,
+    GROUP_XID,
+)
 from alerts.rulesets.records import RECORDS
 
 __all__ = [
@@ -32,6 +40,7 @@ __all__ = [
     "NETWORK_ALERTS",
     "PREDICTION_ALERTS",
     "RECORDS",
+    "REMEDIATION_ALERTS",
     "XID_ALERTS",
 ]
 
@@ -40,6 +49,11 @@ XID_ALERTS: tuple[Alert, ...] = xid.ALERTS
 NETWORK_ALERTS: tuple[Alert, ...] = network.ALERTS + fabric.ALERTS
 HEALTH_ALERTS: tuple[Alert, ...] = collector.ALERTS + service.ALERTS
 PREDICTION_ALERTS: tuple[Alert, ...] = prediction.ALERTS + probes.ALERTS
+REMEDIATION_ALERTS: tuple[Alert, ...] = remediation.ALERTS
 
-ALERTS: tuple[Alert, ...] = GPU_ALERTS + XID_ALERTS + NETWORK_ALERTS + HEALTH_ALERTS + PREDICTION_ALERTS
-GROUPS: tuple[str, ...] = (GROUP_GPU, GROUP_XID, GROUP_NETWORK, GROUP_COLLECTOR, GROUP_PREDICTION)
+ALERTS: tuple[Alert, ...] = (
+    GPU_ALERTS + XID_ALERTS + NETWORK_ALERTS + HEALTH_ALERTS + PREDICTION_ALERTS + REMEDIATION_ALERTS
+)
+GROUPS: tuple[str, ...] = (
+    GROUP_GPU, GROUP_XID, GROUP_NETWORK, GROUP_COLLECTOR, GROUP_PREDICTION, GROUP_REMEDIATION,
+)  # fmt: skip

@@ -12,6 +12,7 @@ GROUP_XID = "gpuhealth.xid"
 GROUP_COLLECTOR = "gpuhealth.collector"
 GROUP_PREDICTION = "gpuhealth.prediction"
 GROUP_NETWORK = "gpuhealth.network"
+GROUP_REMEDIATION = "gpuhealth.remediation"
 
 XID_COUNTER = "gpuhealth_xid_errors_total"
 """The collector's per-code XID counter (not a catalogue field: it has an `xid` label)."""

@@ -16,7 +16,7 @@ import yaml
 import alerts
 import dashboards
 from alerts.rules import RECORDS
-from core import infiniband, nvlink
+from core import infiniband, nvlink, remediation_metrics
 from core.catalog import FIELDS
 from tests.integration.conftest import require_tool
 
@@ -55,6 +55,7 @@ KNOWN = (
     | PROBES
     | PULLER
     | ACTUATOR
+    | remediation_metrics.METRICS  # serve's remediation loop (api/metrics.py)
     | PROMETHEUS
     | {r.record for r in RECORDS}
 )

@@ -149,7 +149,26 @@ _NO_NVML = (
     "backends have neither yet (tests/collector/backends/test_nvml_links.py covers the series)"
 )
 
+_NO_REMEDIATION = (
+    "the remediation series (api/metrics.py) have values once the loop has ended or holds a remediation, which "
+    "the scenario's minutes need not bring (tests/alerts/test_remediation_rules.py covers the rules)"
+)
+_REMEDIATION_WHERE = (
+    *(f"alert:{a} {p}" for a in ("GpuRemediationStuck", "GpuRemediationRmaRateHigh") for p in ("part", "selector")),
+    *(f"record:service:remediations:increase1d{part}" for part in ("", " part", " selector")),
+    *(
+        f"gpuhealth-fleet/{title}/{ref}{part}"
+        for title, refs in (
+            ("Remediations stuck", "A"), ("Remediations open by stage", "A"),
+            ("Remediations ended: returned vs rma", "A"), ("Time to return to service", "AB"),
+        )
+        for ref in refs
+        for part in ("", " selector")
+    ),
+)  # fmt: skip
+
 ALLOWED_EMPTY: dict[str, str] = {
+    **{where: _NO_REMEDIATION for where in _REMEDIATION_WHERE},
     # where: why it may return no data in this scenario. Keep this short; prefer a richer scenario.
     "alert:GpuInfinibandPortDown part": _NO_TIES,
     "alert:GpuInfinibandPortDown selector": _NO_TIES,
