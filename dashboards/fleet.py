@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from grafanalib.core import Dashboard
+from grafanalib.core import Dashboard, RowPanel
 
+from core import remediation_metrics as rm
 from core.labels import HOSTNAME
 from dashboards.common import (
     COLLECTOR_SELECTOR,
@@ -25,7 +26,7 @@ H = f'{HOSTNAME}=~"${HOSTNAME}"'
 
 def build() -> Dashboard:
     """The fleet overview dashboard."""
-    items = [*_decisions(), *_trends(), *_riskiest(), *_events(), *_health()]
+    items = [*_decisions(), *_trends(), *_riskiest(), *_events(), *_health(), *_remediations()]
     variables = [query_var(HOSTNAME, "gpuhealth_gpu_lost", HOSTNAME, multi=True)]
     return dashboard(
         "gpuhealth-fleet",
@@ -205,5 +206,74 @@ def _health() -> list[P]:
                 min0=True,
             ),
             w=12,
+        ),
+    ]
+
+
+def _remediations() -> list[P]:
+    """The remediation loop: what is under way and where, what is stuck, how remediations end, how long they take."""
+    # One series per remedy and stage whichever replica serves it: max, not sum, over the service's targets.
+    return [
+        P(
+            RowPanel(
+                title="Remediations",
+                description="GPUs gpuhealth takes through drain, remedy (reset or reboot), verify and back to "
+                "service or to rma (docs/actuation.md).",
+            ),
+            w=24,
+            h=1,
+        ),
+        P(
+            stat(
+                "Remediations stuck",
+                f"Open remediations past their stage's deadline ({rm.STUCK}); the alert GpuRemediationStuck "
+                "fires when one stays so. Which ones: GET /v1/remediations?open=true.",
+                [t(f"sum(max by (remedy, stage) ({rm.STUCK})) or vector(0)", "stuck", instant=True)],
+                thresholds=steps(("green", None), ("red", 1)),
+                text_mode="value",
+            ),
+            w=4,
+        ),
+        P(
+            timeseries(
+                "Remediations open by stage",
+                "Remediations under way, by remedy (reset, reboot) and stage: drain (waiting for the GPU or node "
+                "to be idle), remedy, verify (the probes).",
+                [t(f"max by (remedy, stage) ({rm.OPEN})", "{{remedy}} {{stage}}")],
+                stacked=True,
+                min0=True,
+            ),
+            w=10,
+        ),
+        P(
+            timeseries(
+                "Remediations ended: returned vs rma",
+                "Remediations that ended per hour, by remedy and result: returned (verified, back in service), "
+                "rma (verification failed) or cancelled. A growing rma share is the alert GpuRemediationRmaRateHigh.",
+                [t(f"sum by (remedy, result) (increase({rm.TOTAL}[1h]))", "{{remedy}} {{result}}")],
+                bars=True,
+                stacked=True,
+                min0=True,
+            ),
+            w=10,
+        ),
+        P(
+            timeseries(
+                "Time to return to service",
+                "From detection (the decision that asked for the remedy) to the GPU back in service, median (p50) "
+                "and 90th percentile (p90) of the remediations returned within the last day, per remedy, from the "
+                f"histogram {rm.SECONDS} (buckets 5 min to 2 days: a quantile is as fine as its bucket). A human "
+                "repair takes a median of 17 h (issue 57's trace).",
+                [
+                    t(
+                        f"histogram_quantile({q}, sum by (le, remedy) (increase({rm.SECONDS}_bucket[1d])))",
+                        f"p{round(q * 100)} {{{{remedy}}}}",
+                    )
+                    for q in (0.5, 0.9)
+                ],
+                unit="s",
+                min0=True,
+            ),
+            w=24,
         ),
     ]

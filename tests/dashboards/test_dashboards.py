@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alerts import config as alerts_config
+from core import remediation_metrics as rm
 from dashboards import all_expressions, build, common, resolve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -45,12 +46,15 @@ def test_every_panel_queries_the_datasource_variable(name: str) -> None:
     cells: set[tuple[int, int]] = set()
     for p in build.panels(MODELS[name]):
         title = p["title"]
-        assert p["datasource"] == common.DS, title
         assert p["description"], f"{title}: no description (docs/dashboards.md is made of them)"
-        exprs = [tg["expr"] for tg in p["targets"] if tg["expr"].strip()]
-        assert exprs, f"{title}: no query"
-        assert all(tg["datasource"] == common.DS for tg in p["targets"]), title
-        assert len({tg["refId"] for tg in p["targets"]}) == len(p["targets"]), title
+        if p["type"] == "row":  # a row's header queries nothing; its panels follow it
+            assert p["targets"] == [] and p["gridPos"]["w"] == 24, title
+        else:
+            assert p["datasource"] == common.DS, title
+            exprs = [tg["expr"] for tg in p["targets"] if tg["expr"].strip()]
+            assert exprs, f"{title}: no query"
+            assert all(tg["datasource"] == common.DS for tg in p["targets"]), title
+            assert len({tg["refId"] for tg in p["targets"]}) == len(p["targets"]), title
         assert p["id"] not in ids
         ids.add(p["id"])
         g = p["gridPos"]
@@ -71,6 +75,20 @@ def test_fleet_panels() -> None:
     panel = {p["title"]: p for p in build.panels(MODELS["gpuhealth-fleet"])}
     assert panel["Risk by node"]["type"] == "heatmap"
     assert any("gpuhealth_decision_reasons_info" in tg["expr"] for tg in panel["Top-risk GPUs"]["targets"])
+
+
+def test_fleet_remediation_row() -> None:
+    panels = list(build.panels(MODELS["gpuhealth-fleet"]))
+    row = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == "Remediations")
+    after = {p["title"]: p for p in panels[row + 1 :]}
+    exprs = {title: [tg["expr"] for tg in p["targets"]] for title, p in after.items()}
+    assert exprs["Remediations stuck"] == [f"sum(max by (remedy, stage) ({rm.STUCK})) or vector(0)"]
+    assert exprs["Remediations open by stage"] == [f"max by (remedy, stage) ({rm.OPEN})"]
+    assert exprs["Remediations ended: returned vs rma"] == [f"sum by (remedy, result) (increase({rm.TOTAL}[1h]))"]
+    quantiles = exprs["Time to return to service"]
+    assert [q.split(",")[0] for q in quantiles] == ["histogram_quantile(0.5", "histogram_quantile(0.9"]
+    assert all(f"sum by (le, remedy) (increase({rm.SECONDS}_bucket[1d]))" in q for q in quantiles)
+    assert after["Time to return to service"]["fieldConfig"]["defaults"]["unit"] == "s"
 
 
 def test_gpu_panels_and_variables() -> None:
