@@ -32,7 +32,7 @@ from kernels.runner import PREFIX, ProbeResult
 from tests.collector.backends.fake_nvml import FakeNvml
 from tests.collector.test_remedy import COMPUTE, REMAP, UUIDS, nvml_resetter
 from tests.collector.test_remedy import faulty_h100s as h100s
-from tests.core.test_service_client import Answer, closed_port
+from tests.core.http_stub import Answer, closed_port
 from tests.core.test_service_client_remedies import RemedyStub
 
 PROBES = ProbeConfig(60.0, 5.0, ("gemm", "memtest"), 5.0)

@@ -6,12 +6,11 @@ No httpx doubles: every answer crosses a loopback socket.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +31,7 @@ from core.service_client import (
 from predictor.policy import decision_changes
 from store import Store
 from tests.api.live import live_server
+from tests.core.http_stub import NESTED, Answer, closed_port, drip
 from tests.store.test_scores import score
 
 TOKEN = "node-token-0123456789"
@@ -39,22 +39,6 @@ T0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
 
 
 # -- a scripted service ------------------------------------------------------------------------
-
-
-@dataclass
-class Answer:
-    status: int = 200
-    body: Any = None
-    """JSON-encoded unless bytes."""
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
-    drip_s: float = 0.0
-    """Send the body one byte at a time, this long apart (the head too when `drip_head`)."""
-    drip_head: bool = False
-    pad: int = 0
-    """Spaces after the body (valid JSON still), sent 64 KiB at a time."""
-    length: bool = True
-    """Send a Content-Length (else the body ends when the connection closes, HTTP/1.0 style)."""
 
 
 @dataclass
@@ -119,13 +103,6 @@ class StubService:
         self.server.server_close()
 
 
-def drip(out: Any, data: bytes, every_s: float) -> None:
-    for i in range(len(data)):
-        out.write(data[i : i + 1])
-        out.flush()
-        time.sleep(every_s)
-
-
 @pytest.fixture
 def stub() -> Iterator[StubService]:
     with StubService() as s:
@@ -157,12 +134,6 @@ def gpu_body(index: int, decision: str | None, risk: float | None, **kw: Any) ->
         "scored_at": "2026-03-02T11:55:00Z" if decision else None,
         **kw,
     }
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- answers -------------------------------------------------------------------------------------
@@ -265,9 +236,6 @@ def raw_node(risk: str = "0.5", index: str = "0") -> bytes:
     """A node answer with the risk and index written as given (JSON that json.dumps would not write)."""
     gpu = f'{{"uuid": "GPU-0", "gpu_index": {index}, "decision": "drain", "risk": {risk}, "reasons": []}}'
     return f'{{"hostname": "node-a", "gpus": [{gpu}]}}'.encode()
-
-
-NESTED = b"[" * 100_000 + b"]" * 100_000
 
 
 @pytest.mark.parametrize(

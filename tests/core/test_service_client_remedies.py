@@ -15,7 +15,7 @@ import pytest
 
 from core.remedies import ProbeResult, RemedyReport, RemedyTask
 from core.service_client import HttpRemedies, ServiceError, ServiceUnavailable
-from tests.core.test_service_client import NESTED, Answer, closed_port, drip
+from tests.core.http_stub import NESTED, Answer, closed_port, drip
 
 TOKEN = "write-token-0123456789"
 DEADLINE = datetime(2026, 3, 2, 14, tzinfo=UTC)
