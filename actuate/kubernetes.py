@@ -41,7 +41,15 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from actuate.plan import Observed, Step
-from actuate.target import MANAGED_LABEL, Applied, Reboot, TargetError, TargetUnavailable, printable
+from actuate.target import (
+    MANAGED_LABEL,
+    Applied,
+    Reboot,
+    RebootProgress,
+    TargetError,
+    TargetUnavailable,
+    printable,
+)
 from core.decisions import OUT_OF_SERVICE, SEVERITY
 from core.kube_labels import label_value
 
@@ -111,6 +119,8 @@ class KubeTarget:
     """Applies the actuator's steps to Kubernetes nodes."""
 
     name = "kubernetes"
+    agent_reboots = True
+    """kured reboots the node when the node agent writes its sentinel; we tell the reboot by the bootID."""
 
     def __init__(self, client: Client, *, event_namespace: str = "default", unmanaged: Iterable[str] = ()) -> None:
         self.client = client
@@ -158,6 +168,14 @@ class KubeTarget:
         if not detail[BOOT_ID]:
             raise TargetError(f"node {hostname} reports no status.nodeInfo.bootID: a reboot could not be told")
         return Reboot(requested_at=now or datetime.now(UTC), boot_id_before=detail[BOOT_ID])
+
+    def request_reboot(self, hostname: str, why: str, *, now: datetime) -> Reboot:
+        """The remediation loop's reboot: the bootID before it (the node agent then writes kured's sentinel)."""
+        return self.reboot_record(hostname, now=now)
+
+    def reboot_progress(self, hostname: str, asked: Reboot) -> RebootProgress:
+        """done once the node is back Ready from another boot; waiting until then (kured keeps its own retries)."""
+        return "done" if self.reboot_status(hostname, asked).done else "waiting"
 
     def reboot_status(self, hostname: str, asked: Reboot) -> Reboot:
         """`asked`, with `done` set once the node shows another bootID and is Ready (one GET of the node)."""

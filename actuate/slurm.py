@@ -32,7 +32,16 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from actuate.plan import Observed, Step
-from actuate.target import REASON_PREFIX, Applied, NotOurs, Reboot, TargetError, TargetUnavailable, printable
+from actuate.target import (
+    REASON_PREFIX,
+    Applied,
+    NotOurs,
+    Reboot,
+    RebootProgress,
+    TargetError,
+    TargetUnavailable,
+    printable,
+)
 from core.decisions import OUT_OF_SERVICE, SEVERITY
 
 WATCH_FEATURE = "gpuhealth_watch"
@@ -124,6 +133,8 @@ class SlurmTarget:
     """Applies the actuator's steps to Slurm nodes through `scontrol`."""
 
     name = "slurm"
+    agent_reboots = False
+    """Slurm reboots through its RebootProgram (`request_reboot`); the node agent is not asked."""
 
     def __init__(
         self,
@@ -286,6 +297,16 @@ class SlurmTarget:
         if node.reboot_pending is not None:
             return node.reboot_pending
         return "done" if node.boot_time != asked.boot_id_before else "failed"
+
+    def request_reboot(self, hostname: str, why: str, *, now: datetime) -> Reboot:
+        """The remediation loop's reboot: as `reboot`, left DOWN with our reason after it (verified before
+        it returns: our drain is put back on the DOWN node and lifted once the GPU passed)."""
+        return self.reboot(hostname, why, now=now, resume=False)
+
+    def reboot_progress(self, hostname: str, asked: Reboot) -> RebootProgress:
+        """`reboot_stage` in the loop's words: requested and issued are waiting."""
+        stage = self.reboot_stage(hostname, asked)
+        return "done" if stage == "done" else "failed" if stage == "failed" else "waiting"
 
     def reboot_status(self, hostname: str, asked: Reboot) -> Reboot:
         """`asked`, with `done` set once the node is back from a new boot."""

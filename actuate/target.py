@@ -7,7 +7,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from actuate.plan import Observed, Step
 
@@ -72,6 +72,28 @@ class Target(Protocol):
 
     def announce(self, step: Step, result: str, note: str | None) -> None:
         """Tell the scheduler's users what was done (a Kubernetes Event); may do nothing."""
+        ...
+
+
+RebootProgress = Literal["waiting", "done", "failed"]
+"""waiting: asked, the node not back from a new boot yet; done: back from a new boot; failed: the
+scheduler gave the reboot up (Slurm: no reboot pending and the same boot)."""
+
+
+@runtime_checkable
+class Reboots(Protocol):
+    """A target that reboots nodes for the remediation loop (`service.remediation`)."""
+
+    agent_reboots: bool
+    """True where the node agent asks for the reboot (kured's sentinel on Kubernetes); the target then only
+    records the boot before it and tells when the node is back. False: `request_reboot` asks the scheduler."""
+
+    def request_reboot(self, hostname: str, why: str, *, now: datetime) -> Reboot:
+        """Ask for the node's reboot once it is idle (or record the boot to tell it by); raises TargetError."""
+        ...
+
+    def reboot_progress(self, hostname: str, asked: Reboot) -> RebootProgress:
+        """Where the reboot asked for stands."""
         ...
 
 

@@ -27,7 +27,7 @@ from api.deps import WRITE_QUEUE_S, WRITES_IN_FLIGHT, ReadAuth, WriteAuth
 from api.errors import HANDLERS, RETRY_AFTER_S, UNAVAILABLE, route_errors
 from api.metrics import ApiMetrics
 from api.middleware import BodyLimit
-from api.routes import actuator, alerts, decisions, docs, failures, gpus, health, model, nodes
+from api.routes import actuator, alerts, decisions, docs, failures, gpus, health, model, nodes, remediations
 from api.routes.alerts import MAX_ERRORS_SHOWN
 from api.routes.health import READY_TIMEOUT_S
 from core import __version__
@@ -111,6 +111,9 @@ def _include_routers(app: FastAPI, cfg: ApiConfig) -> None:
     _add_routes(app, actuator.actuator_reads, read)
     _add_routes(app, actuator.actuator_writes)
     _add_routes(app, actuator.node_writes)
+    _add_routes(app, remediations.reads, read)
+    _add_routes(app, remediations.agent_reads, read)
+    _add_routes(app, remediations.writes)
 
 
 def _add_routes(app: FastAPI, router: APIRouter, dependencies: Sequence[params.Depends] = ()) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.history import FAILURE_MODES
@@ -20,8 +20,11 @@ from predictor.node import cooling_suspected
 from predictor.policy import DECISIONS
 from service.actuator import Actuator
 from service.ingest import IngestBuffer
+from service.remediation import DURATION_BUCKETS, RemediationStats
 from service.scorer import Scorer, decision_counts
 from store import Store, StoreError
+from store.remediations import REMEDIES_CARRIED
+from store.schema import REMEDIATION_RESULTS, REMEDIATION_STAGES
 
 MODES = ("overall", "ecc", "thermal", "pcie")
 RISK_COLUMN = {"overall": "risk", "ecc": "risk_ecc", "thermal": "risk_thermal", "pcie": "risk_pcie"}
@@ -88,6 +91,8 @@ class ApiMetrics(Collector):
             yield from _buffer(self.buffer)
         if self.actuator is not None:
             yield from _actuator(self.actuator)
+            if self.actuator.remediator is not None:
+                yield from _remediations(self.actuator.remediator.stats)
         if self.scorer is not None:
             yield from self._scoring(self.scorer)
 
@@ -195,6 +200,36 @@ def _actuator(act: Actuator) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             "gpuhealth_actuator_last_pass_timestamp_seconds", "When the last pass finished", value=st.last_pass
         )
+
+
+def _remediations(st: RemediationStats) -> Iterator[Metric]:
+    """The remediation loop's series: closed by result, time to return, open and stuck by stage."""
+    closed = CounterMetricFamily(
+        "gpuhealth_remediations", "Remediations closed, by remedy and result (returned, rma, cancelled)",
+        labels=["remedy", "result"],
+    )  # fmt: skip
+    for remedy in REMEDIES_CARRIED:
+        for result in REMEDIATION_RESULTS:
+            closed.add_metric([remedy, result], st.closed.get((remedy, result), 0))
+    yield closed
+    seconds = HistogramMetricFamily(
+        "gpuhealth_remediation_seconds", "Seconds from detection to return to service (returned remediations)",
+        labels=["remedy"],
+    )  # fmt: skip
+    for remedy in REMEDIES_CARRIED:
+        counts = st.buckets.get(remedy, [0] * len(DURATION_BUCKETS))
+        buckets = [(f"{b:g}", n) for b, n in zip(DURATION_BUCKETS, counts, strict=True)]
+        seconds.add_metric([remedy], [*buckets, ("+Inf", st.counts.get(remedy, 0))], st.sums.get(remedy, 0.0))
+    yield seconds
+    for name, doc, values in (
+        ("gpuhealth_remediations_open", "Remediations under way, by remedy and stage", st.open),
+        ("gpuhealth_remediations_stuck", "Remediations past their stage's deadline, by remedy and stage", st.stuck),
+    ):
+        g = GaugeMetricFamily(name, doc, labels=["remedy", "stage"])
+        for remedy in REMEDIES_CARRIED:
+            for stage in REMEDIATION_STAGES:
+                g.add_metric([remedy, stage], values.get((remedy, stage), 0))
+        yield g
 
 
 def _buffer(buffer: IngestBuffer) -> Iterator[Metric]:

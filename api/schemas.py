@@ -410,3 +410,77 @@ class ActuatorOut(BaseModel):
     passes: int = 0
     failures: int = 0
     last_error: str | None = None
+
+
+# -- remediations (service.remediation; the node agent's contract: core.remedies) ------------------
+
+
+class RemediationOut(BaseModel):
+    """One GPU's way back: drain, remedy, verify, then returned, rma or cancelled."""
+
+    id: int
+    target: str = Field(description="slurm | kubernetes | sim")
+    hostname: str
+    gpu_uuid: str
+    gpu_index: int | None = None
+    remedy: Literal["reset", "reboot"]
+    due: Literal["now", "idle"] = Field(description="now: drained first; idle: at the GPU's next idle moment")
+    cause: str = Field(description="the decision's remedy line: what asked for it and its source")
+    detected_at: datetime = Field(description="when the decision that asked for it began")
+    opened_at: datetime
+    stage: Literal["drain", "remedy", "verify"] | None = Field(None, description="null once closed")
+    stage_at: datetime | None = None
+    deadline: datetime | None = Field(None, description="past it, the remediation is stuck (an alert fires)")
+    remedied_at: datetime | None = None
+    reboot: dict[str, Any] | None = Field(None, description="the reboot asked for: when, and the boot before it")
+    verified: dict[str, Any] | None = Field(None, description="the agent's verification: result, probes")
+    detail: str | None = Field(None, description="the last thing said of it: a refusal, a wait, why it closed")
+    attempts: int = 0
+    result: Literal["returned", "rma", "cancelled"] | None = None
+    closed_at: datetime | None = None
+
+
+class RemediationPage(Page):
+    items: list[RemediationOut]
+
+
+class RemedyTaskOut(BaseModel):
+    """Something the node agent is asked to do on one of its GPUs (`core.remedies.RemedyTask`)."""
+
+    remediation_id: int
+    hostname: str
+    gpu_uuid: str
+    gpu_index: int | None = None
+    do: Literal["reset", "reboot", "verify"]
+    why: str
+    deadline: datetime | None = None
+
+
+class RemedyTasksOut(BaseModel):
+    hostname: str
+    tasks: list[RemedyTaskOut]
+
+
+class ProbeResultIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    probe: str = Field(min_length=1, max_length=64)
+    passed: bool
+    detail: str = Field("", max_length=2000)
+
+
+class RemedyReportIn(BaseModel):
+    """What the node agent did with a task (`core.remedies.RemedyReport`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    do: Literal["reset", "reboot", "verify"]
+    result: Literal["done", "refused", "failed"] = Field(
+        description="done: carried out (verify: every probe passed); refused: not attempted; failed: it did not work"
+    )
+    detail: str = Field("", max_length=4000)
+    gpu_uuid: str = Field("", max_length=64)
+    duration_s: float | None = Field(None, ge=0, le=86400 * 7)
+    probes: list[ProbeResultIn] = Field(default_factory=list, max_length=32)
+
+
+class RemedyReportOut(BaseModel):
+    remediation: RemediationOut

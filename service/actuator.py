@@ -36,6 +36,7 @@ from actuate.plan import (
 )
 from actuate.target import Target, TargetError, TargetUnavailable
 from core.worker import Worker
+from service.remediation import RemediationConfig, RemediationView, Remediator
 from store import ActionRow, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class ActuatorConfig:
     """Nodes changed at once within a pass (API round trips overlap)."""
     max_backoff_s: float = 300.0
     """Longest wait between passes while the scheduler or the database is down."""
+    remediation: RemediationConfig | None = None
+    """Carry out the remedies the decisions name (reset, reboot, verify, return); None: drains only."""
 
 
 @dataclass
@@ -94,6 +97,8 @@ class PassReport:
     nodes: int
     outcomes: list[Outcome]
     breaker_open: bool
+    remediations: list[dict[str, Any]] = field(default_factory=list)
+    """The remediation loop's audit rows of this pass (`service.remediation`)."""
 
 
 class Actuator(Worker):
@@ -120,6 +125,11 @@ class Actuator(Worker):
         self.owns = owns
         """With replicas: asked once a pass, which nodes this one acts on now (the hostnames of its shards)."""
         self.state = ActuatorState()
+        self.remediator = (
+            Remediator(store, target, config.remediation, breaker=config.breaker, dry_run=config.mode == "dry-run")
+            if config.remediation is not None
+            else None
+        )
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()
 
@@ -156,13 +166,17 @@ class Actuator(Worker):
         self.state.nodes_by_state = dict(Counter(o.ours for o in observed.values()))
         controls = act.node_controls()
         released = {h: c["released_at"] for h, c in controls.items() if c["released_at"] is not None}
+        view = self.remediator.desired(observed) if self.remediator is not None else RemediationView()
+        returned = view.returned_gpus
         decisions = [
             GpuDecision(d["hostname"], d["gpu_uuid"], d["gpu_index"], d["decision"], tuple(d["reasons"]))
             for d in act.active_decisions()
-            # An operator's release covers the decisions the node had then; a newer one acts again.
-            if d["hostname"] not in released or d["created_at"] > released[d["hostname"]]
+            # An operator's release covers the decisions the node had then; a newer one acts again. So does a
+            # GPU's return from a verified remedy, for that GPU.
+            if (d["hostname"] not in released or d["created_at"] > released[d["hostname"]])
+            and (d["gpu_uuid"] not in returned or d["created_at"] > returned[d["gpu_uuid"]])
         ]
-        desired = desired_states(decisions)
+        desired = desired_states([*decisions, *view.decisions])
         before = {
             h: Lowering(c["lowering_since"], c["lowering_to"])
             for h, c in controls.items()
@@ -176,14 +190,17 @@ class Actuator(Worker):
         if changed:
             act.set_lowering(changed)
         held = {h for h, c in controls.items() if c["held"]}
-        # A release skips the settle period once: until we changed the node after it.
-        changed_at = act.last_applied_at(name, list(released))
-        fresh = [h for h, at in released.items() if h not in changed_at or changed_at[h] < at]
+        # A release, or a GPU's verified return, skips the settle period once: until we changed the node after it.
+        back = {h: max(at, released.get(h, at)) for h, at in view.returned_nodes.items()}
+        back = {**released, **back}
+        changed_at = act.last_applied_at(name, list(back))
+        fresh = [h for h, at in back.items() if h not in changed_at or changed_at[h] < at]
         steps = plan(desired, observed, now=now, settle=self.config.settle, lowering=clocks, held=held, released=fresh)
         last = act.last_actions(name, [s.hostname for s in steps])
         # The breaker's bound is of the scheduler's nodes, whichever replica acts on which.
         outcomes = self._apply(steps, observed, controls, nodes=nodes, now=now, last=last)
-        return PassReport(now, len(observed), outcomes, self.state.breaker_open)
+        remedied = self.remediator.reconcile(observed, nodes=nodes, now=now) if self.remediator is not None else []
+        return PassReport(now, len(observed), outcomes, self.state.breaker_open, remedied)
 
     def _apply(
         self,

@@ -18,7 +18,16 @@ from sqlalchemy.engine import Connection
 
 from core.decisions import DECISIONS
 from store.engine import Database, not_closed
-from store.schema import ACTION_RESULTS, T_ACTIONS, T_ACTUATOR_NODES, T_ACTUATOR_STATE, T_DECISIONS, T_GPUS, T_NODES
+from store.schema import (
+    ACTION_RESULTS,
+    REMEDIATION_ACTIONS,
+    T_ACTIONS,
+    T_ACTUATOR_NODES,
+    T_ACTUATOR_STATE,
+    T_DECISIONS,
+    T_GPUS,
+    T_NODES,
+)
 from store.validate import choice, paging, text, utc
 
 
@@ -189,14 +198,16 @@ class Actuation:
             ).mappings()
             return [cast(ActionRow, dict(r)) for r in rows], int(total)
 
-    def last_actions(self, target: str, hostnames: Sequence[str]) -> dict[str, ActionRow]:
-        """The newest audited action of each of these nodes for `target` (to record a repeat only once)."""
+    def last_actions(self, target: str, hostnames: Sequence[str], *, remedies: bool = False) -> dict[str, ActionRow]:
+        """The newest audited action of each of these nodes for `target` (to record a repeat only once): of the
+        node's state changes, or (`remedies`) of the remediation loop's steps."""
         if not hostnames:
             return {}
         a = T_ACTIONS.c
+        kind = a.action.in_(REMEDIATION_ACTIONS) if remedies else a.action.not_in(REMEDIATION_ACTIONS)
         newest = (
             sa.select(sa.func.max(a.id))
-            .where(a.target == target, a.hostname.in_(list(hostnames)))
+            .where(a.target == target, a.hostname.in_(list(hostnames)), kind)
             .group_by(a.hostname)
             .scalar_subquery()
         )
@@ -205,13 +216,15 @@ class Actuation:
             return {r["hostname"]: cast(ActionRow, dict(r)) for r in rows}
 
     def last_applied_at(self, target: str, hostnames: Sequence[str]) -> dict[str, datetime]:
-        """When this target last changed each of these nodes (applied or started), for those it ever did."""
+        """When this target last changed each of these nodes' state (applied or started), for those it ever did
+        (a remediation's steps are not changes of the node's state)."""
         if not hostnames:
             return {}
         a = T_ACTIONS.c
         q = (
             sa.select(a.hostname, sa.func.max(a.at))
             .where(a.target == target, a.hostname.in_(list(hostnames)), a.result.in_(("applied", "pending")))
+            .where(a.action.not_in(REMEDIATION_ACTIONS))
             .group_by(a.hostname)
         )
         with self.db.tx() as conn:

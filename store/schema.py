@@ -409,9 +409,57 @@ class ActuatorState(Base):
     reset_by: Mapped[str | None] = mapped_column(sa.String(255))
 
 
+REMEDIATION_STAGES = ("drain", "remedy", "verify")
+"""Where an open remediation stands: its node being drained (a remedy due now), the remedy asked for
+(waiting for the GPU or node to be idle, then done), the GPU being verified."""
+REMEDIATION_ACTIONS = ("reset", "reboot", "verify", "return", "escalate", "cancel")
+"""The audit's actions of the remediation loop (beside the node changes: watch, demote, drain, rma, release)."""
+REMEDIATION_RESULTS = ("returned", "rma", "cancelled")
+"""How a remediation ended: the GPU back in service, escalated to RMA, or no longer asked for."""
+
+
+class RemediationRecord(Base):
+    """One GPU's way back: drain, remedy (reset or reboot), verify, then return or RMA (store.remediations)."""
+
+    __tablename__ = "remediations"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    target: Mapped[str] = mapped_column(sa.String(32))
+    hostname: Mapped[str] = mapped_column(sa.String(255))
+    gpu_uuid: Mapped[str] = mapped_column(sa.String(64))
+    gpu_index: Mapped[int | None] = mapped_column(sa.Integer)
+    remedy: Mapped[str] = mapped_column(sa.String(16))
+    due: Mapped[str] = mapped_column(sa.String(8))
+    cause: Mapped[str] = mapped_column(sa.Text)
+    detected_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    stage: Mapped[str | None] = mapped_column(sa.String(16))
+    stage_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    deadline: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    remedied_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    reboot: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    verified: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
+    detail: Mapped[str | None] = mapped_column(sa.Text)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    result: Mapped[str | None] = mapped_column(sa.String(16))
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        sa.CheckConstraint("stage IS NULL OR stage IN ('drain', 'remedy', 'verify')", name="ck_remediations_stage"),
+        sa.CheckConstraint(
+            "result IS NULL OR result IN ('returned', 'rma', 'cancelled')", name="ck_remediations_result"
+        ),
+        sa.CheckConstraint("remedy IN ('reset', 'reboot')", name="ck_remediations_remedy"),
+        sa.Index("ix_remediations_gpu", "gpu_uuid", "opened_at"),
+        sa.Index("ix_remediations_host", "hostname", "opened_at"),
+        sa.Index("ix_remediations_stage", "stage"),
+    )
+
+
 T_ACTIONS = metadata.tables["actions"]
 T_ACTUATOR_NODES = metadata.tables["actuator_nodes"]
 T_ACTUATOR_STATE = metadata.tables["actuator_state"]
+T_REMEDIATIONS = metadata.tables["remediations"]
 
 
 class GpuWorkloads(Base):

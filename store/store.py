@@ -19,6 +19,7 @@ and transaction, so the scoring loop, the ingest thread and API workers can shar
 | `leases` | `Leases` | `store.leases` | replicas' heartbeats and their leases on shards of the fleet |
 | `workloads` | `Workloads` | `store.workloads` | the pods and jobs on each GPU now, as the collector last saw them |
 | `actuation` | `Actuation` | `store.actuation` | the actuator's audit, holds, settle clocks, breaker |
+| `remediations` | `Remediations` | `store.remediations` | each GPU's way back: drain, remedy, verify, return or RMA |
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from store.labels import Labels
 from store.leases import Leases
 from store.models import Models
 from store.probes import Probes
+from store.remediations import Remediations
 from store.retention import Pruner
 from store.samples import Samples
 from store.schema import T_ALERTS, T_DECISIONS, T_FAILURES, T_GPUS, T_NODES, T_PROBES, T_SCORES
@@ -77,6 +79,8 @@ class Store:
         """The pods and jobs on each GPU now."""
         self.actuation = Actuation(self._db)
         """The actuator's audit, holds, settle clocks and breaker."""
+        self.remediations = Remediations(self._db)
+        """Each GPU's way back: drain, remedy, verify, then returned, rma or cancelled."""
 
     @classmethod
     def open(cls, url: str, *, upgrade: bool = True) -> Store:
