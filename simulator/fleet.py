@@ -46,6 +46,7 @@ from simulator.config import (
     SimGpu,
 )
 from simulator.models import GpuModel, get_model
+from simulator.remedies import CURED_CODES, Remedies
 
 
 def _model_arrays(models: list[GpuModel]) -> dict[str, np.ndarray]:
@@ -186,6 +187,7 @@ class FleetSim:
         self._events: list[tuple[int, int, float]] = []
         self._first_step = True
         self._fault_queue: list[list[tuple[float, FaultMode, float]]] = [[] for _ in range(n)]
+        self.remedies = Remedies(n)  # faults a reset cures: no draw from `r` (simulator.remedies)
 
     def _start_world(self) -> None:
         """The domain's per-GPU and per-node draws: sensor offsets, heat-sink spread, flaky
@@ -273,6 +275,10 @@ class FleetSim:
         self.fault_onset[i] = self.time if fault.mode in PRECURSOR_MODES else self.time + fault.hours * HOUR
         self.fault_at[i] = self.time + fault.hours * HOUR
 
+    def reset(self, i: int) -> None:
+        """Reset GPU `i` (`simulator.remedies`); ValueError when it is off the bus."""
+        self.remedies.reset(self, i)
+
     def progress(self) -> np.ndarray:
         """Per GPU, how far its precursor has gone: 0 healthy or not begun, 1 failing now."""
         with np.errstate(invalid="ignore"):  # inf - inf for slots without a fault
@@ -344,6 +350,7 @@ class FleetSim:
         self._ecc(dt, p, ecc)
         self._pcie(dt, p, pcie)
         self._fail(p, thermal)
+        self.remedies.ripen(self)
 
     def _air(self, dt: float) -> tuple[np.ndarray, np.ndarray]:
         """Per GPU: the air it breathes (inlet, the room's daily swing, node incidents) and the
@@ -387,7 +394,7 @@ class FleetSim:
             [r.normal(util, 2, n), 55 + 30 * day + r.normal(0, 5, n)],
             r.uniform(0, 2, n),
         )
-        self.util = np.where(self.lost | self.failed, 0.0, np.clip(target, 0, 100))
+        self.util = np.where(self.lost | self.failed | self.remedies.hung, 0.0, np.clip(target, 0, 100))
 
     def _ecc(self, dt: float, p: np.ndarray, ecc: np.ndarray) -> None:
         r, h, d = self.rng, dt / HOUR, self.d
@@ -440,7 +447,7 @@ class FleetSim:
     def _fail(self, p: np.ndarray, thermal: np.ndarray) -> None:
         r, code = self.rng, self.fault_mode
         overheated = thermal & (self.temp_c >= self.m["shutdown_c"])
-        due = ((self.time >= self.fault_at) | overheated) & ~self.failed & (code > 0)
+        due = ((self.time >= self.fault_at) | overheated) & ~self.failed & (code > 0) & ~np.isin(code, CURED_CODES)
         for i in np.flatnonzero(due):
             mode = _CODE_MODE[int(code[i])]
             xid = {
@@ -488,6 +495,7 @@ class FleetSim:
                 arr[i] = 0.0
             self.link_width[i] = self.m["pcie_width_max"][i]
             self.link_gen[i] = self.m["pcie_gen_max"][i]
+            self.remedies.forget(int(i))
             self._arm_next(int(i))
 
     def _reboots(self, dt: float) -> None:
@@ -507,6 +515,7 @@ class FleetSim:
         # Link retraining after a reboot sometimes costs a burst of replays (a confounder).
         lo, hi = self.d.reboot_replay_size
         self.replay_burst[g & (r.random(self.n) < self.d.reboot_replay_share)] = r.integers(int(lo), int(hi))
+        self.remedies.remedied(self, np.flatnonzero(g))  # a reboot resets its GPUs too
 
     # -- output ---------------------------------------------------------------
     def values(self) -> dict[str, np.ndarray]:
@@ -568,7 +577,7 @@ class FleetSim:
             "nvlink_replay_errors": zeros,
             "nvlink_recovery_errors": zeros,
             "xid": self.last_xid.copy(),
-            "recovery_action": np.where(self.remap_pending > 0, 1.0, 0.0),
+            "recovery_action": self.remedies.recovery_action(self.remap_pending),
             "fb_reserved_mib": fb_reserved,
             "nvlink_bandwidth_mbps": np.round(nvlink_mbps),
             # The same 20 ms PCIe counters, in bytes as DCGM's PROF_PCIE_*_BYTES (the NVML backend's KiB x 1024).

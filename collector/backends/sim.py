@@ -25,6 +25,8 @@ from simulator.models import DEFAULT_MODEL
 
 SIM_PID = 100_000
 """The simulated process on a busy simulated GPU has pid SIM_PID + its index."""
+HUNG = {"reason": "GSP not responding (XID 119): the GPU needs a reset", "simulated": True}
+"""A probe's details on a GPU whose GSP stopped answering (CUDA cannot start a context there)."""
 
 
 @dataclass(frozen=True)
@@ -60,12 +62,15 @@ class SimBackend:
         driver_version: str = "570.124.06",
         start: float | None = None,
         spare_nodes: int = 0,
+        refault_share: float | None = None,
     ) -> None:
         if step_s <= 0:
             raise ValueError("simulated step must be positive")
         cfg = SimConfig(
             nodes=nodes, gpus_per_node=gpus_per_node, seed=seed, models={model: 1.0}, spare_nodes=spare_nodes
         )
+        if refault_share is not None:  # default: SimConfig's, from a public trace (simulator.remedies)
+            cfg = replace(cfg, refault_share=refault_share)
         if start is not None:  # default: a fixed start, so a seed gives the same values everywhere
             cfg = replace(cfg, start=start)
         self.fleet = FleetSim(cfg)
@@ -138,11 +143,10 @@ class SimBackend:
         return ResetFacts(processes=pids, generation="hopper+", nvlink=False, nvswitch=False)
 
     def reset_gpu(self, gpu: GpuInfo) -> str:
-        """As a reset does: the volatile ECC counters restart, a pending row remap is applied (so the
-        recovery action, derived from it, goes back to none)."""
-        i = self._position(gpu)
-        for arr in (self.fleet.sbe_vol, self.fleet.dbe_vol, self.fleet.remap_pending):
-            arr[i] = 0.0
+        """As a reset does (`FleetSim.reset`): the volatile ECC counters restart, a pending row remap is
+        applied, the recovery action goes back to none; a fault a reset cures is gone (a share comes back
+        later), one that persists goes on. GpuLostError when the GPU is off the bus."""
+        self.fleet.reset(self._position(gpu))
         return f"simulated GPU {gpu.index} was reset"
 
     def _position(self, gpu: GpuInfo) -> int:
@@ -178,7 +182,8 @@ class SimProbeRunner:
     Each GPU gets a fixed "silicon lottery" factor (sd 1.5 %) and each run a little noise;
     a cooling fault heats the GPU into slowdown under the probe's load (GEMM and bandwidth
     slower: 20 % a third of the way to failure, 40 % at it); an ECC fault flips memtest bits once it is under way;
-    a downtrained PCIe link halves (or more) the host<->device rate.
+    a downtrained PCIe link halves (or more) the host<->device rate; a GPU whose GSP stopped answering
+    (the `gsp-reset` fault, until a reset) runs no probe at all: each errors.
     """
 
     name = "sim"
@@ -193,6 +198,13 @@ class SimProbeRunner:
         i = next((k for k, g in enumerate(fl.gpus) if g.uuid == gpu.uuid), None)
         if i is None:
             return [ProbeResult(t, "error", details={"reason": f"no simulated GPU {gpu.uuid}"}) for t in tests]
+        if fl.remedies.hung[i]:
+            return [
+                ProbeResult(
+                    t, "error", gpu_index=gpu.index, gpu_uuid=gpu.uuid, model_name=gpu.model_name, details=dict(HUNG)
+                )
+                for t in tests
+            ]
         run_no = self._runs[gpu.uuid]
         self._runs[gpu.uuid] += 1
         lottery = 1.0 + 0.015 * float(np.random.default_rng([self.seed, i]).standard_normal())
