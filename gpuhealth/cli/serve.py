@@ -103,9 +103,16 @@ DEMO_SPARE_NODES = 1
 """The last node is a spare pool: idle, so the collector probes it (GEMM, memtest, bandwidth, PCIe)."""
 DEMO_PROBE_EVERY = "20s"
 """Probe each idle simulated GPU every 20 s, so the probe series and a slow GPU show within the minute."""
-DEMO_FAULTS = ("11:ecc:50", "28:offbus:50.5", "17:pcie:62", "2:thermal:57", "21:ecc:55", "26:thermal:70")
+DEMO_FAULTS = (
+    "11:ecc:50", "28:offbus:50.5", "17:pcie:62", "2:thermal:57", "21:ecc:55", "26:thermal:70",
+    "24:remap:49", "29:gsp-reset:51",
+)  # fmt: skip
 """GPU (global index: node × 8 + GPU) and fault times in simulated hours from the start of the (warm-up)
-history: they ripen within the first minute; GPU 11 is sim-node-01's GPU 3, whose row remapping fails."""
+history: they ripen within the first minute; GPU 11 is sim-node-01's GPU 3, whose row remapping fails.
+Two are cured by a reset: GPU 24 (sim-node-03's GPU 0) gets a pending row remap alone (reset at idle),
+GPU 29 (sim-node-03's GPU 5) a GSP timeout, XID 119 (drain, reset now); both sit on the idle spare node,
+so no job holds up their reset or verification probes, and at the demo's seed neither faults again within
+the first simulated week (tests/simulator/test_remedies.py)."""
 DEMO_ACTUATE_EVERY = "5s"
 """The demo's actuator (dry-run on the simulated fleet) looks every 5 s: its plans show within the minute."""
 
