@@ -286,6 +286,19 @@ class Settings(BaseSettings):
         description="The breaker: also at most this many nodes (at least 1; the 400-server trace: 3 an hour at most).",
     )
     breaker_window: str = Field(default="1h", description="The breaker's window.")
+    remediate: bool = Field(
+        default=False,
+        description="Carry out the remedies decisions name (reset, reboot, verify, return or RMA); with --actuate.",
+    )
+    remediate_max_concurrent: int = Field(
+        default=4, ge=0, description="Remediations in their remedy or verify stage at once, per scheduler."
+    )
+    remediate_deadline: str = Field(
+        default="24h", description="A remedy due now (its node drained) is stuck past this: an alert fires."
+    )
+    remediate_idle_deadline: str = Field(
+        default="7d", description="A remedy due at idle (the GPU's next moment without work) is stuck past this."
+    )
     unmanaged_nodes: str = Field(
         default="",
         description='Nodes never touched: "gpu[001-004],login1" (Kubernetes also: gpuhealth.io/managed=false).',

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from actuate.slurm import SlurmTarget
     from actuate.target import Target
     from service.actuator import ActuatorConfig, PassReport
+    from service.remediation import RemediationConfig
     from store import Store
 
 out = Console()
@@ -69,10 +70,22 @@ def actuator_plan(
                 s.breaker_max_fraction, s.breaker_max_nodes, timedelta(seconds=parse_duration(s.breaker_window))
             ),
             interval_s=parse_duration(interval or s.actuate_interval),
+            remediation=remediation_config(s) if s.remediate else None,
         )
     except ValueError as e:
         raise fail(f"invalid actuator setting: {e}") from None
     return where, config
+
+
+def remediation_config(s: Settings) -> RemediationConfig:
+    """How the remediation loop acts, from settings (raises ValueError on a bad duration)."""
+    from service.remediation import RemediationConfig
+
+    return RemediationConfig(
+        remedy_now=timedelta(seconds=parse_duration(s.remediate_deadline)),
+        remedy_idle=timedelta(seconds=parse_duration(s.remediate_idle_deadline)),
+        max_concurrent=s.remediate_max_concurrent,
+    )
 
 
 def actuation_from_settings(
