@@ -20,6 +20,7 @@ from collector.backends.base import Backend
 from collector.exporter import render
 from collector.probes import ProbeConfig, ProbeScheduler
 from collector.records import snapshot_rows, snapshot_workloads
+from collector.remediate import RemedyAgent, RemedyCollector
 from collector.run import build_sampling
 from collector.sampler import Sampler
 from core.catalog import Field
@@ -29,6 +30,7 @@ from predictor.thresholds import Thresholds
 from service.actuator import Actuator, ActuatorConfig
 from service.ingest import IngestBuffer
 from service.puller import PrometheusPuller
+from service.remedy_tasks import LocalRemedies
 from service.replicas import Replica
 from service.scorer import ModelMetrics, Scorer
 from store import Retention, Store, StoreError
@@ -55,6 +57,10 @@ class LoopConfig:
     """What the scorer prunes after its rounds; None: it keeps everything."""
     attributors: Sequence[Attributor] = ()
     """Where the in-process collector reads the pods and jobs on each GPU."""
+    allow_reset: bool = False
+    """With the remediation loop on, the in-process node agent may reset GPUs (`collect --allow-reset`)."""
+    remedy_poll_s: float = 30.0
+    """How often the in-process node agent looks for its remedies."""
 
 
 @dataclass
@@ -79,6 +85,8 @@ class Loops:
     """The decisions acted on by the scheduler (`serve --actuate dry-run|on`)."""
     config: LoopConfig = field(default_factory=LoopConfig)
     """What they were built with."""
+    agent: RemedyAgent | None = None
+    """The in-process node agent carrying out the remediation loop's resets and verifications."""
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -101,6 +109,8 @@ class Loops:
         self.scorer.start()
         if self.actuator is not None:
             self.actuator.start()
+        if self.agent is not None:
+            self.agent.start()
 
     @staticmethod
     def _first_heartbeat(replica: Replica) -> None:
@@ -112,6 +122,8 @@ class Loops:
                         replica.replica_id, replica.lease_s / 3, err)  # fmt: skip
 
     def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
         if self.actuator is not None:
             self.actuator.stop()
         self.scorer.stop()
@@ -185,8 +197,15 @@ def build_loops(
         # the decisions were made in (simulated time in the demo).
         target, acting = actuation
         actuator = Actuator(store, target, acting, now=now, owns=_share_of(replica) if replica is not None else None)
+    agent = None
+    if actuator is not None and actuator.remediator is not None and backend is not None and registry is not None:
+        # The small install: the node agent's part in this process, on the same backend, without HTTP.
+        local = LocalRemedies(store, actuator.remediator, now)
+        agent = RemedyAgent(local, backend, allow_reset=config.allow_reset, probes=config.probes,
+                            poll_s=config.remedy_poll_s)  # fmt: skip
+        registry.register(RemedyCollector(agent))
     return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
-                 _with_model_metrics(extra, scorer), replica, actuator, config)  # fmt: skip
+                 _with_model_metrics(extra, scorer), replica, actuator, config, agent)  # fmt: skip
 
 
 def _share_of(replica: Replica) -> Callable[[], Callable[[str], bool]]:

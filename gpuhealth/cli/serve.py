@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from datetime import timedelta
@@ -43,10 +44,13 @@ from gpuhealth.cli.backend import (
 from gpuhealth.cli.db import retention_from_settings
 
 if TYPE_CHECKING:
+    from actuate.target import Target
     from api.server import ServerLimits
+    from collector.backends.base import Backend
     from collector.probes import ProbeConfig
     from gpuhealth.serve import Service
     from predictor.model import RiskModel
+    from service.actuator import ActuatorConfig
     from service.puller import PrometheusPuller
     from service.replicas import Replica
     from store import Store
@@ -114,6 +118,8 @@ GPU 29 (sim-node-03's GPU 5) a GSP timeout, XID 119 (drain, reset now); both sit
 so no job holds up their reset or verification probes, and at the demo's seed neither faults again within
 the first simulated week (tests/simulator/test_remedies.py)."""
 DEMO_ACTUATE_EVERY = "5s"
+DEMO_REMEDY_POLL_S = 2.0
+"""The demo's node agent asks for its remedies this often (wall seconds: twenty simulated minutes)."""
 """The demo's actuator (dry-run on the simulated fleet) looks every 5 s: its plans show within the minute."""
 
 
@@ -416,6 +422,33 @@ def _announce(what: str, store: Store, score_s: float, host: str, port: int, tok
 
 
 @serve_app.command()
+def _demo_actuation(s: Settings, store: Store, backend: Backend) -> tuple[Target, ActuatorConfig] | None:
+    """The demo's actuator: on, on the simulated scheduler, with the remediation loop; a reboot of a simulated
+    node resets its GPUs."""
+    from dataclasses import replace
+
+    from actuate.memory import MemoryTarget
+    from collector.backends.base import BackendError, Resettable
+    from gpuhealth.cli.actuate import remediation_config
+
+    plan = actuator_plan(s, "on", "sim", interval=DEMO_ACTUATE_EVERY)
+    if plan is None:
+        return None
+    actuation = actuation_from_settings(s, store, (plan[0], replace(plan[1], remediation=remediation_config(s))))
+    target = actuation[0] if actuation is not None else None
+    if isinstance(target, MemoryTarget) and isinstance(backend, Resettable):
+        sim = backend
+
+        def reboot(host: str) -> None:
+            for g in sim.gpus():
+                if g.hostname == host:
+                    with contextlib.suppress(BackendError):  # off the bus: a reboot leaves it lost in the sim
+                        sim.reset_gpu(g)
+
+        target.on_reboot = reboot
+    return actuation
+
+
 def demo(
     listen: Annotated[
         str, typer.Option(help="HOST:PORT of the API and /metrics (`make demo DEMO_LISTEN=HOST:PORT` sets it)")
@@ -453,7 +486,7 @@ def demo(
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")
-    actuation = actuation_from_settings(s, store, actuator_plan(s, "dry-run", "sim", interval=DEMO_ACTUATE_EVERY))
+    actuation = _demo_actuation(s, store, opened.backend)
     config = LoopConfig(
         fields=opened.fields,
         interval_s=interval_s,
@@ -461,6 +494,8 @@ def demo(
         thresholds=Thresholds.from_settings(s),
         hostname_label=opened.hostname_label,
         probes=probe_config(s, every=DEMO_PROBE_EVERY),
+        allow_reset=True,  # simulated GPUs
+        remedy_poll_s=DEMO_REMEDY_POLL_S,
     )
     loops = build_loops(store, load_model(s.model), config, backend=opened.backend, actuation=actuation)
     svc = build_service(loops, ApiConfig(token=token))
@@ -477,7 +512,8 @@ Faults ripen within about a minute: watch it move GPUs to watch, demote, drain a
   API docs:   {base}/docs
   GPUs:       {base}/v1/gpus  (what needs action first: rma, drain, demote, watch, then risk)
   RMA list:   {base}/v1/decisions?decision=rma
-  actions:    {base}/v1/actions  (the actuator, dry-run: what it would do to the nodes)
+  actions:    {base}/v1/actions  (the actuator on the simulated scheduler: drains, resets, verifications, returns)
+  remedies:   {base}/v1/remediations  (each GPU's way back: drain, reset or reboot, verify, return or rma)
   metrics:    {base}/metrics
   database:   {db} (SQLite)
   token:      {token}

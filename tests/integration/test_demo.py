@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,8 +43,8 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
         assert all(g["reasons"] for g in flagged)
         rma = json.loads(svc.get("/v1/decisions?decision=rma"))["items"]
         assert rma and all(d["reasons"] for d in rma)
-        # The actuator, dry-run on the simulated scheduler, says what it would do to the node.
-        wanted = "would drain sim-node-01: GPU 3 rma (row remap failed"
+        # The actuator, on the simulated scheduler, says what it did to the node.
+        wanted = "drain sim-node-01: GPU 3 rma (row remap failed"
 
         def summaries() -> list[str]:
             return [a["summary"] for a in json.loads(svc.get("/v1/actions?limit=1000"))["items"]]
@@ -52,7 +53,27 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
         assert "actions:" in svc.log_tail()
         text = svc.get("/metrics")
         assert "gpuhealth_decision{" in text and "DCGM_FI_DEV_GPU_TEMP{" in text
-        assert 'gpuhealth_actuator_mode{mode="dry-run",target="sim"} 1.0' in text
+        assert 'gpuhealth_actuator_mode{mode="on",target="sim"} 1.0' in text
+        assert "remedies:" in svc.log_tail()
+
+        # The two recoveries: a pending remap reset at idle (no drain), a GSP timeout (XID 119) drained and
+        # reset; each verified by its probes and returned, each step in the audit.
+        def returned() -> list[dict[str, Any]]:
+            items = json.loads(svc.get("/v1/remediations?limit=1000"))["items"]
+            return [r for r in items if r["result"] == "returned" and r["remedy"] == "reset"]
+
+        back = poll("demo recoveries", returned, lambda got: {r["due"] for r in got} >= {"idle", "now"},
+                    deadline_s=DEMO_DEADLINE_S)  # fmt: skip
+        idle = next(r for r in back if r["due"] == "idle")
+        now = next(r for r in back if r["due"] == "now")
+        assert "remap" in idle["cause"] and "119" in now["cause"], (idle["cause"], now["cause"])
+        assert all(r["verified"]["result"] == "done" and r["verified"]["probes"] for r in back)
+        steps = [(a["hostname"], a["gpu_index"], a["action"]) for a in
+                 json.loads(svc.get("/v1/actions?limit=1000"))["items"] if a["result"] == "applied"]  # fmt: skip
+        for r in (idle, now):
+            for action in ("reset", "verify", "return"):
+                assert (r["hostname"], r["gpu_index"], action) in steps, (r, action)
+        assert 'gpuhealth_remediations_total{remedy="reset",result="returned"}' in svc.get("/metrics")
         svc.assert_alive()
     finally:
         svc.stop()
