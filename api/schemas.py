@@ -367,7 +367,10 @@ class ActionOut(BaseModel):
     target: str = Field(description="slurm | kubernetes")
     mode: str = Field(description="dry-run (recorded, nothing touched) | on")
     hostname: str
-    action: str = Field(description="watch | demote | drain | rma | release (back to ok)")
+    action: str = Field(
+        description="watch | demote | drain | rma | release (back to ok); the remediation loop's steps: "
+        "reset | reboot | verify | return | escalate | cancel"
+    )
     from_state: Decision
     to_state: Decision
     why: str
