@@ -4,7 +4,7 @@ breaker counting remedies, a restart mid-way, dry-run, and reboots through the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,13 +29,14 @@ REMAP = ("watch", "reset", "idle", "remedy: reset idle (pending row remap applie
 OFFBUS = ("drain", "reboot", "now", "remedy: reboot now (XID 79, off the bus)")
 
 
-def score(store: Store, at: datetime, bad: Mapping[tuple[str, int], tuple[str, str, str, str]]) -> None:
-    """One scoring round: every GPU of HOSTS ok (no remedy) except `bad`: (host, index) -> (decision, remedy,
+def score(store: Store, at: datetime, bad: Mapping[tuple[str, int], tuple[str, str, str, str]],
+          hosts: Sequence[str] = HOSTS) -> None:  # fmt: skip
+    """One scoring round: every GPU of `hosts` ok (no remedy) except `bad`: (host, index) -> (decision, remedy,
     when, remedy line)."""
     store.gpus.upsert([{"uuid": uuid_of(h, i), "hostname": h, "gpu_index": i, "model_name": MODEL, "seen_at": at}
-                       for h in HOSTS for i in range(2)])  # fmt: skip
+                       for h in hosts for i in range(2)])  # fmt: skip
     recs = []
-    for h in HOSTS:
+    for h in hosts:
         for i in range(2):
             d, remedy, when, line = bad.get((h, i), ("ok", "none", "idle", ""))
             recs.append({"gpu_uuid": uuid_of(h, i), "hostname": h, "model_name": MODEL, "risk": 0.1, "decision": d,
@@ -154,7 +155,7 @@ def test_a_cause_still_there_after_the_remedy_escalates_to_rma(store: Store) -> 
 
 
 def test_a_failed_probe_escalates_to_rma(store: Store) -> None:
-    act, target, clock = make(store)
+    act, _target, clock = make(store)
     score(store, T0, {("node-1", 0): REMAP})
     act.reconcile_once()
     (task,) = tasks_for(store, "node-1", agent_reboots=False)
@@ -169,7 +170,7 @@ def test_a_failed_probe_escalates_to_rma(store: Store) -> None:
 
 
 def test_a_gpu_that_keeps_needing_remedies_goes_to_rma(store: Store) -> None:
-    act, target, clock = make(store)
+    act, _target, clock = make(store)
     agent = LocalRemedies(store, act.remediator, clock)
     for k in range(3):
         score(store, clock.t, {("node-3", 0): REMAP})
@@ -191,7 +192,7 @@ def test_a_gpu_that_keeps_needing_remedies_goes_to_rma(store: Store) -> None:
 
 
 def test_the_breaker_counts_remedies(store: Store) -> None:
-    act, target, clock = make(store, breaker=BreakerPolicy(max_fraction=0.25, max_nodes=1))
+    act, _target, _clock = make(store, breaker=BreakerPolicy(max_fraction=0.25, max_nodes=1))
     score(store, T0, {("node-1", 0): REMAP, ("node-2", 0): REMAP})
     act.reconcile_once()
     started = [h for h in ("node-1", "node-2") if tasks_for(store, h, agent_reboots=False)]
@@ -218,7 +219,7 @@ def test_a_restart_goes_on_from_the_store(store: Store) -> None:
 
 
 def test_dry_run_plans_each_remedy_once_and_keeps_nothing(store: Store) -> None:
-    act, target, clock = make(store, mode="dry-run")
+    act, _target, clock = make(store, mode="dry-run")
     score(store, T0, {("node-1", 0): XID119})
     act.reconcile_once()
     clock.t += MIN
@@ -261,7 +262,7 @@ def test_a_failed_reset_turns_into_a_reboot(store: Store) -> None:
 
 
 def test_a_remedy_no_longer_asked_for_is_cancelled(store: Store) -> None:
-    act, target, clock = make(store, max_concurrent=0)  # nothing starts: it stays at drain
+    act, _target, clock = make(store, max_concurrent=0)  # nothing starts: it stays at drain
     score(store, T0, {("node-1", 0): XID119})
     act.reconcile_once()
     clock.t += MIN
@@ -272,7 +273,7 @@ def test_a_remedy_no_longer_asked_for_is_cancelled(store: Store) -> None:
 
 
 def test_stuck_past_the_deadline_is_counted(store: Store) -> None:
-    act, target, clock = make(store, max_concurrent=0, drain=timedelta(minutes=30))
+    act, _target, clock = make(store, max_concurrent=0, drain=timedelta(minutes=30))
     score(store, T0, {("node-1", 0): XID119})
     act.reconcile_once()
     clock.t += timedelta(hours=1)
