@@ -122,7 +122,7 @@ class SimConfig:
     """Share of GPUs remedied in place (a reset or the node's reboot after a fault a reset cures) whose
     fault comes back. InfiniteHBD-Trace (stepfun-ai, 400 servers, 348 days): 22 of the 156 GPU faults
     that ended a week or more before the trace's end were followed by another GPU fault on the same
-    server within 7 days of the return (14.1 %); a server's, so at most the same GPU's (decision 0078)."""
+    server within 7 days of the return (14.1 %); a server's, so at most the same GPU's (decision 0079)."""
     refault_days: float = 7.0
     """A refault comes uniformly within this many days of the remedy (the trace's 22: median 3.1 days)."""
 

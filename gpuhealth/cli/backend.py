@@ -53,7 +53,8 @@ SeedOpt = Annotated[int, typer.Option(help="sim: random seed")]
 SimModelOpt = Annotated[str | None, typer.Option(help="sim: GPU model name")]
 SimSpeedOpt = Annotated[float, typer.Option(help="sim: simulated seconds per real second", min=0.001)]
 SimFaultOpt = Annotated[
-    list[str] | None, typer.Option(help="sim: inject a fault, GPU:MODE[:HOURS] (ecc|thermal|pcie|offbus)")
+    list[str] | None,
+    typer.Option(help="sim: inject a fault, GPU:MODE[:HOURS] (ecc|thermal|pcie|offbus|gsp|sram|remap|gsp-reset)"),
 ]
 HistoryOpt = Annotated[Path | None, typer.Option(help="replay: the history file to serve")]
 SpeedOpt = Annotated[
