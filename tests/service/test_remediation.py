@@ -44,9 +44,9 @@ def score(store: Store, at: datetime, bad: Mapping[tuple[str, int], tuple[str, s
     store.decisions.write_scores(recs, at, rule=decision_changes)
 
 
-def sample(store: Store, at: datetime, host: str, index: int, **values: float) -> None:
+def sample(store: Store, at: datetime, host: str, index: int, *, uuid: str | None = None, **values: float) -> None:
     """One telemetry sample of a GPU (a healthy one unless `values` say otherwise)."""
-    row = {"timestamp": pd.Timestamp(at).tz_convert(None), "hostname": host, "gpu_uuid": uuid_of(host, index),
+    row = {"timestamp": pd.Timestamp(at).tz_convert(None), "hostname": host, "gpu_uuid": uuid or uuid_of(host, index),
            "gpu_index": index, "model_name": MODEL, "xid": 0.0, "recovery_action": 0.0, "row_remap_pending": 0.0,
            "pcie_link_width": 16.0, "pcie_link_width_max": 16.0, **values}  # fmt: skip
     store.samples.ingest(pd.DataFrame([row]))
