@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core import remediation_metrics as rm
 from core.history import FAILURE_MODES
 from predictor.node import cooling_suspected
 from predictor.policy import DECISIONS
@@ -23,8 +24,6 @@ from service.ingest import IngestBuffer
 from service.remediation import DURATION_BUCKETS, RemediationStats
 from service.scorer import Scorer, decision_counts
 from store import Store, StoreError
-from store.remediations import REMEDIES_CARRIED
-from store.schema import REMEDIATION_RESULTS, REMEDIATION_STAGES
 
 MODES = ("overall", "ecc", "thermal", "pcie")
 RISK_COLUMN = {"overall": "risk", "ecc": "risk_ecc", "thermal": "risk_thermal", "pcie": "risk_pcie"}
@@ -205,29 +204,29 @@ def _actuator(act: Actuator) -> Iterator[Metric]:
 def _remediations(st: RemediationStats) -> Iterator[Metric]:
     """The remediation loop's series: closed by result, time to return, open and stuck by stage."""
     closed = CounterMetricFamily(
-        "gpuhealth_remediations", "Remediations closed, by remedy and result (returned, rma, cancelled)",
+        rm.TOTAL.removesuffix("_total"), "Remediations closed, by remedy and result (returned, rma, cancelled)",
         labels=["remedy", "result"],
     )  # fmt: skip
-    for remedy in REMEDIES_CARRIED:
-        for result in REMEDIATION_RESULTS:
+    for remedy in rm.REMEDIES:
+        for result in rm.RESULTS:
             closed.add_metric([remedy, result], st.closed.get((remedy, result), 0))
     yield closed
     seconds = HistogramMetricFamily(
-        "gpuhealth_remediation_seconds", "Seconds from detection to return to service (returned remediations)",
+        rm.SECONDS, "Seconds from detection to return to service (returned remediations)",
         labels=["remedy"],
     )  # fmt: skip
-    for remedy in REMEDIES_CARRIED:
+    for remedy in rm.REMEDIES:
         counts = st.buckets.get(remedy, [0] * len(DURATION_BUCKETS))
         buckets = [(f"{b:g}", n) for b, n in zip(DURATION_BUCKETS, counts, strict=True)]
         seconds.add_metric([remedy], [*buckets, ("+Inf", st.counts.get(remedy, 0))], st.sums.get(remedy, 0.0))
     yield seconds
     for name, doc, values in (
-        ("gpuhealth_remediations_open", "Remediations under way, by remedy and stage", st.open),
-        ("gpuhealth_remediations_stuck", "Remediations past their stage's deadline, by remedy and stage", st.stuck),
+        (rm.OPEN, "Remediations under way, by remedy and stage", st.open),
+        (rm.STUCK, "Remediations past their stage's deadline, by remedy and stage", st.stuck),
     ):
         g = GaugeMetricFamily(name, doc, labels=["remedy", "stage"])
-        for remedy in REMEDIES_CARRIED:
-            for stage in REMEDIATION_STAGES:
+        for remedy in rm.REMEDIES:
+            for stage in rm.STAGES:
                 g.add_metric([remedy, stage], values.get((remedy, stage), 0))
         yield g
 

@@ -33,7 +33,7 @@ BUCKETS_S: tuple[float, ...] = (300, 900, 1800, 3600, 7200, 14400, 28800, 86400,
 """5 min .. 2 days. A reset at idle with its probes takes minutes, a reboot tens of minutes, a wait
 for a long job to end hours; a human repair takes a median of 17 h (InfiniteHBD trace, issue 57)."""
 
-AUDIT_ACTIONS: tuple[str, ...] = ("reset", "reboot", "verify", "return", "escalate")
+AUDIT_ACTIONS: tuple[str, ...] = ("reset", "reboot", "verify", "return", "escalate", "cancel")
 """The `action` of a remediation's audit lines in /v1/actions."""
 
 METRICS = frozenset({TOTAL, OPEN, STUCK} | {f"{SECONDS}_{s}" for s in ("bucket", "count", "sum")})

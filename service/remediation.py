@@ -37,6 +37,7 @@ import pandas as pd
 from actuate.breaker import BreakerPolicy
 from actuate.plan import GpuDecision, Observed
 from actuate.target import Reboot, Reboots, Target, TargetError, TargetUnavailable
+from core import remediation_metrics
 from core.decisions import OUT_OF_SERVICE
 from core.history import xid_from_last_seen
 from core.remedies import DETAIL_CHARS
@@ -50,9 +51,8 @@ XID_LOOKBACK = timedelta(hours=6)
 """Samples read from before a remedy, so that the XID gauge's value then is known (a change after it is new)."""
 """XIDs whose documented resolution is a reset or a reboot (`predictor.rules`, NVIDIA's XID catalogue: 48
 double-bit ECC, 79 off the bus, 95 uncontained ECC, 119/120 GSP): seen after a remedy, it did not hold."""
-DURATION_BUCKETS = (300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0)
-"""Seconds from detection to return (`gpuhealth_remediation_seconds`): 5 min to 2 days (the trace's median
-repair, 17 h, inside)."""
+DURATION_BUCKETS = remediation_metrics.BUCKETS_S
+"""Seconds from detection to return (`gpuhealth_remediation_seconds`)."""
 
 
 def repeat_offender(opened: Sequence[datetime], now: datetime) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, TypedDict, cast
 
 import sqlalchemy as sa
 
+from core import remediation_metrics
 from core.decisions import REMEDY_WHEN
 from store.engine import Database, not_closed
 from store.errors import NotFound
@@ -27,7 +28,7 @@ from store.schema import (
 )
 from store.validate import choice, paging, text, utc
 
-REMEDIES_CARRIED = ("reset", "reboot")
+REMEDIES_CARRIED = remediation_metrics.REMEDIES
 """The remedies the loop carries out; `replace` stays a human's (an RMA decision), `none` asks nothing."""
 
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from core import catalog
+from core import catalog, remediation_metrics
 
 METRIC_COLUMNS: tuple[str, ...] = (
     *catalog.HISTORY_COLUMNS,
@@ -409,12 +409,12 @@ class ActuatorState(Base):
     reset_by: Mapped[str | None] = mapped_column(sa.String(255))
 
 
-REMEDIATION_STAGES = ("drain", "remedy", "verify")
+REMEDIATION_STAGES = remediation_metrics.STAGES
 """Where an open remediation stands: its node being drained (a remedy due now), the remedy asked for
 (waiting for the GPU or node to be idle, then done), the GPU being verified."""
-REMEDIATION_ACTIONS = ("reset", "reboot", "verify", "return", "escalate", "cancel")
+REMEDIATION_ACTIONS = remediation_metrics.AUDIT_ACTIONS
 """The audit's actions of the remediation loop (beside the node changes: watch, demote, drain, rma, release)."""
-REMEDIATION_RESULTS = ("returned", "rma", "cancelled")
+REMEDIATION_RESULTS = remediation_metrics.RESULTS
 """How a remediation ended: the GPU back in service, escalated to RMA, or no longer asked for."""
 
 
