@@ -332,12 +332,16 @@ def build_scheduler(
     ):
         log.warning("probes are off: %s", CUPY_MISSING)
         return None
-    fallback = None
-    if latest is not None:
-        max_age = SAMPLE_FRESH_FACTOR * interval_s
-        src = latest
-
-        def fallback(uuid: str) -> float | None:
-            return util_from_snapshot(src(), uuid, max_age, time.time())
-
+    fallback = snapshot_util(latest, interval_s) if latest is not None else None
     return ProbeScheduler(backend, runner, config, on_results=on_results, fallback_util=fallback)
+
+
+def snapshot_util(latest: Callable[[], Snapshot | None], interval_s: float) -> Callable[[str], float | None]:
+    """A GPU's utilisation from the latest sample, if it is fresh: the idle check of backends that cannot
+    tell by themselves (DCGM), for the scheduler and the node agent's verification."""
+    max_age = SAMPLE_FRESH_FACTOR * interval_s
+
+    def util(uuid: str) -> float | None:
+        return util_from_snapshot(latest(), uuid, max_age, time.time())
+
+    return util

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collector.attribution import Attributor
     from collector.nfd import NfdConfig, NfdLabeler
     from collector.probes import ProbeConfig, ProbeScheduler
+    from collector.remediate import RemedyAgent
     from collector.remedy import Resetter
     from collector.webconfig import WebConfigFile
 
@@ -43,6 +44,8 @@ class RunningCollector:
     """The loop writing Node Feature Discovery labels, when on (`--nfd-features-dir`)."""
     resetter: Resetter | None = None
     """Resets this node's GPUs when allowed (`--allow-reset`), refuses otherwise (collector.remedy)."""
+    remedies: RemedyAgent | None = None
+    """The loop carrying out the service's remedies on this node's GPUs, when on (collector.remediate)."""
 
     def start(self) -> None:
         self.sampler.start()
@@ -51,8 +54,12 @@ class RunningCollector:
             self.probes.start()
         if self.nfd is not None:
             self.nfd.start()
+        if self.remedies is not None:
+            self.remedies.start()
 
     def stop(self) -> None:
+        if self.remedies is not None:
+            self.remedies.stop()
         if self.nfd is not None:
             self.nfd.stop()
         if self.probes is not None:

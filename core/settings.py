@@ -354,8 +354,21 @@ class Settings(BaseSettings):
         default=None, description="The central `gpuhealth serve` as a node reaches it, e.g. http://gpuhealth:8080."
     )
     service_token: str | None = Field(
-        default=None, description="Bearer token for the service's reads, when it closes them (read_open false)."
+        default=None,
+        description=(
+            "Bearer token for the service: its reads when it closes them; remedy reports are writes and need its"
+            " own token (GPUHEALTH_TOKEN)."
+        ),
     )
+    # Remedies from the service, carried out by the node agent (collector/remediate.py, docs/collector.md).
+    remedies: bool = Field(
+        default=True,
+        description=(
+            "With service_url and service_token, carry out the service's remedies for this node's GPUs"
+            " (reset: allow_reset; reboot: reboot_sentinel)."
+        ),
+    )
+    remedies_interval: str = Field(default="30s", description="How often the collector asks the service for remedies.")
 
     # Workload labels on the collector's series (collector/attribution.py), as dcgm-exporter's.
     pod_resources_socket: str | None = Field(

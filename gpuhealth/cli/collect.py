@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor 
     from collector.backends.base import Backend
     from collector.kernel_log import KernelLog
     from collector.nfd import NfdConfig
+    from collector.remediate import RemedyAgent
     from collector.remedy import Resetter
     from collector.run import RunningCollector
 
@@ -135,6 +136,23 @@ def collect(
             " off: every reset is refused (GPUHEALTH_ALLOW_RESET)",
         ),
     ] = False,
+    remedies: Annotated[
+        bool | None,
+        typer.Option(
+            "--remedies/--no-remedies",
+            help="ask --service-url for remedies to this node's GPUs and carry them out: reset (--allow-reset),"
+            " reboot (--reboot-sentinel), verify (the probes); reports need --service-token, the service's write"
+            " token; default: on when both are given (GPUHEALTH_REMEDIES)",
+            show_default=False,
+        ),
+    ] = None,
+    reboot_sentinel: Annotated[
+        str | None,
+        typer.Option(
+            help="kured's sentinel file to write when the service asks for a node reboot, e.g."
+            " /run/gpuhealth/reboot-required; '' or unset: reboots are refused (GPUHEALTH_REBOOT_SENTINEL)"
+        ),
+    ] = None,
 ) -> None:
     """Sample GPUs and serve them to Prometheus, dcgm-exporter compatible (port 9400)."""
     from collector.run import build_collector, run_until_signalled
@@ -142,7 +160,9 @@ def collect(
 
     s = load_settings()
     setup_logging(log_level or s.log_level)
-    nfd_flags = _nfd_flags(nfd_features_dir, service_url, service_token, nfd_interval, s)
+    service = _service_flags(service_url, service_token, s)
+    nfd_flags = _nfd_flags(nfd_features_dir, service, nfd_interval, s)
+    agent_flags = _remedy_flags(remedies, service, s)
     try:
         host, port = parse_listen(listen or s.listen)
     except ValueError as e:
@@ -168,6 +188,9 @@ def collect(
             sysfs_root=_sysfs_root(sysfs_root, b.name),
         )  # fmt: skip
         running.resetter = _resetter(b, allow_reset or s.allow_reset, s)
+        if agent_flags is not None:
+            sentinel = s.reboot_sentinel if reboot_sentinel is None else reboot_sentinel
+            running.remedies = _remedy_agent(running, agent_flags, sentinel, opened.interval_s, s)
         kernel_log = _kernel_log(running, b, s, opened.hostname_label)
     except typer.Exit:
         b.close()
@@ -187,7 +210,8 @@ def collect(
     err.print(
         f"gpuhealth collect: {b.name} backend, {n} GPU(s), sampling every {interval_s:g}s\n"
         f"  metrics: {base}/metrics{guard}\n"
-        f"  health:  {base}/healthz{guard}{labels}{_workload_sources(attributors)}{_reset_line(running.resetter)}",
+        f"  health:  {base}/healthz{guard}{labels}{_workload_sources(attributors)}{_reset_line(running.resetter)}"
+        f"{_remedies_line(running.remedies, service)}",
         highlight=False,
         soft_wrap=True,
     )
@@ -239,23 +263,29 @@ def _workload_sources(attributors: list[Attributor]) -> str:
     return escape(f"\n  workloads: {named}") if named else ""
 
 
+def _service_flags(service_url: str | None, service_token: str | None, s: Settings) -> tuple[str, str | None] | None:
+    """(the service's URL, the token) when a service is given; checked before the backend opens."""
+    import re
+
+    url = service_url or s.service_url
+    if not url:
+        return None
+    if not re.match(r"https?://[^/\s]", url):
+        raise fail(f"--service-url {url!r}: use an http:// or https:// URL, e.g. http://gpuhealth:8080")
+    return url, (service_token or "").strip() or s.service_token
+
+
 def _nfd_flags(
-    features_dir: Path | None, service_url: str | None, service_token: str | None, interval: str | None, s: Settings
+    features_dir: Path | None, service: tuple[str, str | None] | None, interval: str | None, s: Settings
 ) -> tuple[Path, str, str | None, float] | None:
     """(directory, service URL, token, interval) for NFD labels, None when off; checked before the backend opens."""
     import os
-    import re
 
     directory = features_dir or (Path(s.nfd_features_dir) if s.nfd_features_dir else None)
     if directory is None:
-        if service_url is not None:
-            raise fail("--service-url is for --nfd-features-dir (Kubernetes labels through Node Feature Discovery)")
         return None
-    url = service_url or s.service_url
-    if not url:
+    if service is None:
         raise fail("--nfd-features-dir needs --service-url: the central gpuhealth serve, e.g. http://gpuhealth:8080")
-    if not re.match(r"https?://[^/\s]", url):
-        raise fail(f"--service-url {url!r}: use an http:// or https:// URL, e.g. http://gpuhealth:8080")
     try:
         interval_s = parse_duration(interval or s.nfd_interval)
     except ValueError as e:
@@ -267,8 +297,72 @@ def _nfd_flags(
         )
     if not os.access(directory, os.W_OK | os.X_OK):
         raise fail(f"--nfd-features-dir {directory}: not writable by this user")
-    token = (service_token or "").strip() or s.service_token
+    url, token = service
     return directory, url, token, interval_s
+
+
+def _remedy_flags(
+    flag: bool | None, service: tuple[str, str | None] | None, s: Settings
+) -> tuple[str, str, float] | None:
+    """(service URL, write token, poll interval) when the agent carries out remedies, None when off.
+
+    On by default where a service and a token are given; asked for (the flag, GPUHEALTH_REMEDIES) without
+    them, an error: reports are writes, a remedy whose outcome cannot be reported is not carried out."""
+    if flag is False or (flag is None and not s.remedies):
+        return None
+    asked = flag is True or "remedies" in s.model_fields_set
+    if service is None or not service[1]:
+        if not asked:
+            return None
+        need = "--service-url: the central gpuhealth serve" if service is None else "--service-token"
+        raise fail(f"--remedies needs {need} (reports go to the service with its write token, GPUHEALTH_TOKEN)")
+    try:
+        poll_s = parse_duration(s.remedies_interval)
+    except ValueError as e:
+        raise fail(f"GPUHEALTH_REMEDIES_INTERVAL: {e}") from None
+    return service[0], service[1], poll_s
+
+
+def _remedy_agent(
+    running: RunningCollector, flags: tuple[str, str, float], sentinel: str, interval_s: float, s: Settings
+) -> RemedyAgent:
+    """The loop carrying out the service's remedies, its series on the collector's /metrics."""
+    from collector.probes import snapshot_util
+    from collector.remediate import RemedyAgent, RemedyCollector
+    from collector.verify import Verifier, verify_runner
+    from core.service_client import HttpRemedies
+
+    if sentinel.strip() and not Path(sentinel).parent.is_dir():
+        raise fail(
+            f"--reboot-sentinel {sentinel}: no folder {Path(sentinel).parent} (mount the host's, e.g. /run/gpuhealth)"
+        )
+    url, token, poll_s = flags
+    b = running.backend
+    util = snapshot_util(lambda: running.sampler.latest, interval_s)
+    agent = RemedyAgent(
+        HttpRemedies(url, token=token), b, reboot_sentinel=sentinel, poll_s=poll_s, resetter=running.resetter,
+        verifier=Verifier(b, verify_runner(b), probe_config(s), fallback_util=util),
+    )  # fmt: skip
+    running.registry.register(RemedyCollector(agent))
+    return agent
+
+
+def _remedies_line(agent: RemedyAgent | None, service: tuple[str, str | None] | None) -> str:
+    """The start-up line saying what the agent does with remedies ("" when nothing needs saying)."""
+    from collector.dcgm_diag import DcgmDiagRunner
+
+    if agent is None:
+        if service is not None and not service[1]:
+            return "\n  remedies: off: no --service-token (the service's write token) to report with"
+        return ""
+    url = service[0] if service is not None else "the service"
+    reset = "allowed" if agent.resetter.allow else "refused (--allow-reset)"
+    reboot = f"through {agent.reboot_sentinel}" if agent.reboot_sentinel else "refused (--reboot-sentinel)"
+    runner = agent.verifier.runner
+    verify = ",".join(agent.verifier.config.tests) if runner is not None else "refused (no probes here)"
+    if isinstance(runner, DcgmDiagRunner):
+        verify += f" + dcgmi diag -r {runner.level}"
+    return escape(f"\n  remedies: from {url} every {agent.poll_s:g}s; reset {reset}, reboot {reboot}, verify {verify}")
 
 
 def _nfd_config(flags: tuple[Path, str, str | None, float], backend: Backend, hostname: str | None) -> NfdConfig:

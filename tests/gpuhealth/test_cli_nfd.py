@@ -22,7 +22,6 @@ from tests.gpuhealth.test_cli import _gpuhealth, _one_line_error
     ("args", "needle"),
     [
         (["--nfd-features-dir", "{d}"], "--nfd-features-dir needs --service-url"),
-        (["--service-url", "http://gpuhealth:8080"], "--service-url is for --nfd-features-dir"),
         (["--nfd-features-dir", "{d}", "--service-url", "gpuhealth:8080"], "use an http:// or https:// URL"),
         (["--nfd-features-dir", "{d}/nope", "--service-url", "http://g:8080"], "nope: no such directory"),
         (["--nfd-features-dir", "{d}", "--service-url", "http://g:8080", "--nfd-interval", "soon"],
