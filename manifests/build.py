@@ -83,7 +83,7 @@ def kustomization(resources: list[str]) -> str:
 
 def outputs(root: Path) -> dict[Path, str]:
     """Every generated file (relative to the repository root) and its text."""
-    notes = {"collector.yaml": collector.RESET_NOTE + collector.KMSG_NOTE}
+    notes = {"collector.yaml": collector.RESET_NOTE + collector.REMEDIES_NOTE + collector.KMSG_NOTE}
     rendered = {name: HEADER + notes.get(name, "") + to_yaml(objects()) for name, objects in documents(root).items()}
     rendered[NFD_RULE] = NFD_HEADER + _read(root, c.NFD_RULE_FILE, "it is a source, restore it from git")
     rendered[KUSTOMIZATION] = kustomization(list(rendered))

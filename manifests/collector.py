@@ -28,6 +28,15 @@ RESET_NOTE = """\
 """
 """Comment lines at the top of deploy/kubernetes/collector.yaml: what a GPU reset needs."""
 
+REMEDIES_NOTE = """\
+# Remedies from the service (reset, reboot, verify; docs/collector.md#remedies-from-the-service) are off
+# here: reports are writes and the collector has no token. To turn them on, give it the service's write
+# token (its GPUHEALTH_TOKEN) from a Secret: env GPUHEALTH_SERVICE_TOKEN with valueFrom secretKeyRef.
+# Verifications then run the probes (nothing more is needed); resets need the above; node reboots need
+# the Component components/kured-sentinel (GPUHEALTH_REBOOT_SENTINEL and the host folder kured reads).
+"""
+"""Comment lines at the top of deploy/kubernetes/collector.yaml: what the service's remedies need."""
+
 KMSG_NOTE = """\
 # XIDs and NVSwitch SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG=/dev/kmsg, on by default) are not
 # read here: the container has no /dev/kmsg, and the collector says so once and counts XIDs from
