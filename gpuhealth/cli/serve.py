@@ -421,7 +421,6 @@ def _announce(what: str, store: Store, score_s: float, host: str, port: int, tok
         )
 
 
-@serve_app.command()
 def _demo_actuation(s: Settings, store: Store, backend: Backend) -> tuple[Target, ActuatorConfig] | None:
     """The demo's actuator: on, on the simulated scheduler, with the remediation loop; a reboot of a simulated
     node resets its GPUs."""
@@ -449,6 +448,7 @@ def _demo_actuation(s: Settings, store: Store, backend: Backend) -> tuple[Target
     return actuation
 
 
+@serve_app.command()
 def demo(
     listen: Annotated[
         str, typer.Option(help="HOST:PORT of the API and /metrics (`make demo DEMO_LISTEN=HOST:PORT` sets it)")
