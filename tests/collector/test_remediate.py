@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import GpuInfo
+from collector.backends.nvml import NvmlBackend
 from collector.backends.sim import SimBackend
 from collector.dcgm_diag import DcgmDiagRunner
 from collector.probes import ProbeConfig, SubprocessProbeRunner
@@ -431,3 +432,27 @@ def test_a_runner_that_raises_is_a_failed_verification() -> None:
     backend = SimBackend(nodes=1, gpus_per_node=1)
     report = Verifier(backend, Raises(), PROBES).verify(backend.gpus()[0])
     assert (report.result, report.detail) == ("failed", "the probe runner failed: no /dev/nvidia0")
+
+
+# --- a real GPU (scripts/device-check.sh runs these) -------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_real_gpu_verification_through_the_agent_passes_or_says_why_not() -> None:
+    """The agent verifies GPU 0 with the real probes (CuPy in a child process); it never resets a real GPU."""
+    backend = NvmlBackend("device-check", watch_xid=False)
+    try:
+        g = backend.gpus()[0]
+        service = FakeService([task(1, "verify", g.uuid, g.hostname, g.index)])
+        config = ProbeConfig(60.0, 20.0, ("gemm", "memtest", "bandwidth"), 5.0)
+        RemedyAgent(service, backend, probes=config).run_once()
+        (_, report), = service.reports  # fmt: skip
+        print(report)
+        if report.result == "refused":  # a job on the GPU, or no CuPy: nothing ran
+            assert report.probes == () and report.detail, report
+        else:
+            assert report.result == "done", report
+            assert [p.probe for p in report.probes] == ["gemm", "memtest", "bandwidth"]
+            assert all(p.passed for p in report.probes) and "TFLOP/s" in report.probes[0].detail
+    finally:
+        backend.close()
