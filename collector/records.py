@@ -42,6 +42,29 @@ def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, 
     return rows, gpus
 
 
+class XidIntervals:
+    """The XID a reading holds as the history keeps it: a reading holds DCGM's last-seen gauge (the last
+    code ever seen, what /metrics exports: DCGM_FI_DEV_XID_ERRORS), the history the code seen within each
+    interval (docs/history-format.md). A code counts where the gauge changed since the GPU's previous
+    reading, as fleet mode's import reads dcgm-exporter's gauge (`core.history.xid_from_last_seen`);
+    like it, the same code twice in a row is one, and a GPU's first reading tells nothing (0)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+
+    def rows(self, snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """`snapshot_rows(snap)` with each row's `xid` as the code seen since the GPU's previous reading."""
+        rows, gpus = snapshot_rows(snap)
+        for row in rows:
+            v = row.get("xid")
+            if v is None or v != v:  # absent or NaN: nothing read, nothing to compare next time
+                continue
+            prev = self._last.get(row["gpu_uuid"])
+            self._last[row["gpu_uuid"]] = v
+            row["xid"] = v if prev is not None and v != prev and v > 0 else 0.0
+        return rows, gpus
+
+
 def snapshot_workloads(snap: Snapshot) -> tuple[dict[str, list[dict[str, str]]], datetime]:
     """The workloads on each GPU of a snapshot (an empty list where none; a MIG instance's carry its
     GPU_I_ID), and the time they were seen: what the service keeps per GPU (`Workloads.replace`)."""

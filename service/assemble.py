@@ -19,7 +19,7 @@ from collector.attribution import Attributor
 from collector.backends.base import Backend
 from collector.exporter import render
 from collector.probes import ProbeConfig, ProbeScheduler
-from collector.records import snapshot_rows, snapshot_workloads
+from collector.records import XidIntervals, snapshot_workloads
 from collector.remediate import RemedyAgent, RemedyCollector
 from collector.run import build_sampling
 from collector.sampler import Sampler
@@ -174,7 +174,8 @@ def build_loops(
             on_probe_results=buffer.add_probes, attributors=config.attributors,
         )  # fmt: skip
         sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
-        sampler.subscribe(lambda snap: buffer.add(*snapshot_rows(snap)))
+        xids = XidIntervals()  # the history keeps each interval's XID, the readings DCGM's last-seen gauge
+        sampler.subscribe(lambda snap: buffer.add(*xids.rows(snap)))
         sampler.subscribe(lambda snap: buffer.add_workloads(*snapshot_workloads(snap)))
         reg = registry
         extra = lambda: render(reg.collect())  # noqa: E731

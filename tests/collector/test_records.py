@@ -1,0 +1,37 @@
+"""What the in-process collector stores: each interval's XID, not DCGM's last-seen gauge the readings hold."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from collector.backends.sim import SimBackend
+from core import catalog
+from predictor.score import load_model
+from service.assemble import LoopConfig, build_loops, warm_up
+from simulator.fleet import FaultSpec
+from store import Store
+
+STEP_S = 600.0
+
+
+def test_one_xid_event_is_stored_once_while_the_gauge_keeps_showing_it(tmp_path: Path) -> None:
+    backend = SimBackend(nodes=1, gpus_per_node=2, seed=3, step_s=STEP_S, faults=[FaultSpec.parse("1:gsp-reset:2")],
+                         start=time.time() - 48 * STEP_S)  # fmt: skip
+    store = Store.open(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        loops = build_loops(store, load_model(), LoopConfig(fields=list(catalog.select("default")), interval_s=1.0),
+                            backend=backend)  # fmt: skip
+        warm_up(loops, 48)
+        assert loops.sampler is not None and loops.sampler.latest is not None
+        gpu = backend.gpus()[1]
+        gauge = next(r for r in loops.sampler.latest.readings if r.info.uuid == gpu.uuid).values["xid"]
+        assert gauge == 119.0  # what /metrics shows: the last XID seen, still
+        f = store.samples.history(uuids=[gpu.uuid])
+        xid = f["xid"].to_numpy(dtype=np.float64)
+        assert len(xid) > 30 and int(np.count_nonzero(xid == 119.0)) == 1, np.unique(xid, return_counts=True)
+        assert set(np.unique(xid)) <= {0.0, 119.0}
+    finally:
+        store.close()
