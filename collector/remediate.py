@@ -183,7 +183,9 @@ class RemedyAgent(Worker):
     def _send(self, remediation_id: int, report: RemedyReport) -> None:
         try:
             taken = self.service.report(remediation_id, report)
-        except ServiceError as err:
+        except Exception as err:  # over HTTP a ServiceError; in process, whatever the store raised
+            if not isinstance(err, ServiceError):
+                log.exception("remediation %d: handing the report in failed", remediation_id)
             self._failed("report", err)
             with self._lock:
                 self._reports["unsent"] += 1

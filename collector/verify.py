@@ -23,7 +23,7 @@ from collections.abc import Callable
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.dcgm_diag import DcgmDiagRunner
 from collector.probes import ProbeConfig, SubprocessProbeRunner, busy_reason
-from core.remedies import ProbeResult, RemedyReport, ReportResult
+from core.remedies import DETAIL_CHARS, ProbeResult, RemedyReport, ReportResult
 from kernels.runner import CUPY_MISSING
 from kernels.runner import ProbeResult as Probe
 
@@ -124,4 +124,4 @@ def probe_line(r: Probe) -> str:
     reason = r.details.get("reason")
     if reason:
         parts.append(" ".join(str(reason).split()))
-    return ", ".join(parts)
+    return ", ".join(parts)[:DETAIL_CHARS]  # the service takes no longer detail

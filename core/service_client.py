@@ -405,7 +405,10 @@ class HttpRemedies:
         longer open (409); `ServiceError` otherwise (an unknown id, a report refused as invalid, a token)."""
         where = f"{self.base}/v1/remediations/{int(remediation_id)}/report"
         headers = {**_headers(self.token), "Content-Type": "application/json"}
-        body = json.dumps(report.to_dict(), allow_nan=False).encode()
+        sent = report.to_dict()
+        if sent["duration_s"] is not None and not math.isfinite(sent["duration_s"]):
+            sent["duration_s"] = None  # JSON has no NaN, and the service refuses it
+        body = json.dumps(sent, allow_nan=False).encode()
         resp = _get(where, headers, self.timeout_s, self.max_bytes, self._client, method="POST", content=body)
         if resp.status_code == 200:
             return True

@@ -27,7 +27,7 @@ from collector.probes import ProbeConfig, SubprocessProbeRunner
 from collector.remediate import REBOOT_OFF, RemedyAgent, RemedyCollector
 from collector.remedy import NOT_ALLOWED
 from collector.verify import Verifier, verify_runner
-from core.remedies import RemedyReport, RemedyTask
+from core.remedies import DETAIL_CHARS, RemedyReport, RemedyTask
 from core.service_client import HttpRemedies, ServiceError, ServiceUnavailable
 from kernels.runner import PREFIX, ProbeResult
 from tests.collector.backends.fake_nvml import FakeNvml
@@ -456,3 +456,30 @@ def test_real_gpu_verification_through_the_agent_passes_or_says_why_not() -> Non
             assert all(p.passed for p in report.probes) and "TFLOP/s" in report.probes[0].detail
     finally:
         backend.close()
+
+
+def test_a_probe_line_is_cut_to_what_the_service_takes() -> None:
+    class Rambles:
+        name = "stub"
+
+        def run(self, gpu: GpuInfo, tests: Sequence[str], budget_s: float) -> list[ProbeResult]:
+            return [ProbeResult("gemm", "error", details={"reason": "CUDA said: " + "x" * 5000})]
+
+    backend = SimBackend(nodes=1, gpus_per_node=1)
+    (probe,) = Verifier(backend, Rambles(), PROBES).verify(backend.gpus()[0]).probes
+    assert len(probe.detail) == DETAIL_CHARS and probe.detail.startswith("error, CUDA said: xxx")
+
+
+def test_a_report_that_raises_in_process_is_kept_and_the_next_task_still_runs(tmp_path: Path) -> None:
+    class Broken(FakeService):
+        def report(self, remediation_id: int, report: RemedyReport) -> bool:
+            if remediation_id == 1:
+                raise RuntimeError("database is locked")
+            return super().report(remediation_id, report)
+
+    fake = h100s()
+    service = Broken([task(1, "reset", UUIDS[0]), task(2, "reset", UUIDS[1], index=1)])
+    agent = nvml_agent(service, fake, tmp_path)
+    agent.run_once()
+    assert [(rid, r.result) for rid, r in service.reports] == [(2, "done")]
+    assert agent.stats().errors == {"report": 1} and agent.stats().reports == {"unsent": 1, "taken": 1}

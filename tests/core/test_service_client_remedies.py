@@ -247,3 +247,10 @@ def test_a_dripping_answer_ends_at_one_deadline(stub: RemedyStub, ask: str) -> N
     with pytest.raises(ServiceUnavailable, match=r"no answer within 1s"):
         client.tasks("node-a") if ask == "tasks" else client.report(7, REPORT)
     assert time.monotonic() - t0 < 2.0
+
+
+def test_a_report_with_a_duration_json_cannot_say_goes_without_it(stub: RemedyStub) -> None:
+    stub.answer = Answer(200, {"remediation": {"id": 7}})
+    nan = RemedyReport("reset", "done", "reset", "GPU-7", float("nan"))
+    assert HttpRemedies(stub.url).report(7, nan) is True
+    assert json.loads(stub.seen[0].body)["duration_s"] is None
