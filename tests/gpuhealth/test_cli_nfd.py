@@ -45,7 +45,7 @@ def test_collect_writes_the_feature_file_and_exports_its_series(tmp_path: Path) 
         proc = subprocess.Popen(
             [sys.executable, "-m", "gpuhealth.cli", "collect", "--backend", "sim", "--sim-gpus", "8",
              "--listen", f"127.0.0.1:{port}", "--nfd-features-dir", str(features), "--service-url", svc.url,
-             "--nfd-interval", "1s"],
+             "--nfd-interval", "1s", "--no-remedies"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         try:
