@@ -3,6 +3,8 @@
 One source counts each XID (docs/decisions/0073-xids-from-the-kernel-log.md): the kernel log
 when it can be read, NVML's event stream only when it cannot. The choice is made once, at the
 first poll, so a counter never changes source (and so never jumps) while the collector runs.
+The kernel log is /dev/kmsg (collector.kmsg) or the systemd journal (collector.journal), chosen
+at start by GPUHEALTH_KERNEL_LOG_SOURCE (docs/decisions/0081-the-kernel-log-through-the-journal.md).
 gpuhealth_xid_errors_total (NVML events since start) stays as it was.
 """
 
@@ -14,15 +16,19 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Generic
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from collector.backends.base import GpuInfo
 from collector.exporter import LABELS, gpu_labels
-from collector.kmsg import KmsgCursor, KmsgError, KmsgReader, read_boot_id
+from collector.kernel_log_source import JournalOptions, LogCursor, LogReader, R, open_reader
+from collector.kmsg import KmsgError
+from collector.nvswitch import SwitchInfo
 from collector.sampler import Sampler
 from collector.xid_log import XidLine, parse_line, pci_key, xid_message
+from core.kernel_log import OVERRUNS, READABLE, SXID, SXID_LABELS, XID, family
 from core.labels import HOSTNAME
 from core.worker import Worker
 
@@ -38,7 +44,7 @@ def pci_text(pci: Pci) -> str:
     return f"{pci[0]:08X}:{pci[1]:02X}:{pci[2]:02X}.0"
 
 
-class KernelLog(Worker):
+class KernelLog(Worker, Generic[R]):
     """Polls the kernel log for XID and SXID lines and counts them per device and code."""
 
     thread_name = "gpuhealth-kmsg"
@@ -46,16 +52,19 @@ class KernelLog(Worker):
 
     def __init__(
         self,
-        reader: KmsgReader,
-        cursor: KmsgCursor,
+        reader: LogReader[R],
+        cursor: LogCursor[R],
         gpus: Sequence[GpuInfo],
         interval_s: float = 5.0,
+        switches: Sequence[SwitchInfo] = (),
     ) -> None:
         super().__init__()
         self.reader = reader
         self.cursor = cursor
         self.interval_s = interval_s
         self.gpus = {k: g for g in gpus if (k := pci_key(g.pci_bus_id)) is not None}
+        self.switches = {k: sw for sw in switches if (k := pci_key(sw.pci_bus_id)) is not None}
+        """The backend's NVSwitches by PCI id: an SXID of one carries its id and UUID."""
         self.readable: bool | None = None
         """None before the first poll; False: the log could not be read (said once), NVML counts."""
         self.xids: dict[tuple[Pci, int], int] = {}
@@ -93,11 +102,7 @@ class KernelLog(Worker):
         if not first:
             log.warning("%s; XIDs are no longer read from the kernel log", err)
             return
-        need = (
-            " (needs CAP_SYSLOG or root while kernel.dmesg_restrict=1, and /dev/kmsg mounted in a container)"
-            if err.errno in (errno.EACCES, errno.EPERM, errno.ENOENT)
-            else ""
-        )
+        need = f" (needs {self.reader.access})" if err.errno in (errno.EACCES, errno.EPERM, errno.ENOENT) else ""
         log.warning("cannot read the kernel log: %s%s; XIDs are counted from NVML events, SXIDs not at all", err, need)
 
     def snapshot(self) -> tuple[dict[tuple[Pci, int], int], dict[tuple[str, Pci, int, str], int]]:
@@ -125,10 +130,22 @@ def _severity(detail: str) -> str:
 
 
 def open_kernel_log(
-    path: Path, cursor_path: Path | None, gpus: Sequence[GpuInfo], interval_s: float = 5.0
-) -> KernelLog:
-    """A KernelLog over `path` with its cursor at `cursor_path` (None: not kept, every start counts again)."""
-    return KernelLog(KmsgReader(path), KmsgCursor(cursor_path, read_boot_id()), gpus, interval_s)
+    path: Path,
+    cursor_path: Path | None,
+    gpus: Sequence[GpuInfo],
+    interval_s: float = 5.0,
+    *,
+    source: str = "kmsg",
+    journal: JournalOptions | None = None,
+    switches: Sequence[SwitchInfo] = (),
+) -> KernelLog[Any]:
+    """A KernelLog over /dev/kmsg at `path` (cursor at `cursor_path`; None: not kept), or over the journal.
+
+    `source` is kmsg, journal, or auto (kmsg when it can be opened, else the journal when journalctl can
+    read it); the choice is made here, once.
+    """
+    reader, cursor = open_reader(source, path, cursor_path, journal or JournalOptions())
+    return KernelLog(reader, cursor, gpus, interval_s, switches)
 
 
 class KernelLogCollector(Collector):
@@ -136,7 +153,7 @@ class KernelLogCollector(Collector):
 
     def __init__(
         self,
-        kernel_log: KernelLog,
+        kernel_log: KernelLog[Any],
         nvml_counts: NvmlCounts,
         hostname: str,
         hostname_label: str = HOSTNAME,
@@ -151,14 +168,15 @@ class KernelLogCollector(Collector):
         if kl.readable is None:
             return
         xid = CounterMetricFamily(
-            "gpuhealth_kernel_xid_errors",
-            "XIDs per GPU and code, from the kernel log (source=kmsg), or NVML events when it cannot be read.",
+            family(XID),
+            "XIDs per GPU and code, from the kernel log (source=kmsg or journal), or NVML events when it cannot "
+            "be read.",
             labels=(*LABELS, self.host_label, "err_code", "err_msg", "source"),
         )
         xids, sxids = kl.snapshot()
         if kl.readable:
             for (pci, code), n in sorted(xids.items()):
-                xid.add_metric([*self._gpu_values(pci), str(code), xid_message(code), "kmsg"], n)
+                xid.add_metric([*self._gpu_values(pci), str(code), xid_message(code), kl.reader.name], n)
         else:
             by_uuid = {g.uuid: (k, g) for k, g in kl.gpus.items()}
             for uuid, codes in sorted(self.nvml_counts().items()):
@@ -166,24 +184,30 @@ class KernelLogCollector(Collector):
                     for code, n in sorted(codes.items()):
                         xid.add_metric([*self._gpu_values(by_uuid[uuid][0]), str(code), xid_message(code), "nvml"], n)
         yield xid
-        sxid = CounterMetricFamily(
-            "gpuhealth_kernel_sxid_errors",
-            "NVSwitch SXIDs per switch and code, from the kernel log.",
-            labels=("switch", "pci_bus_id", self.host_label, "err_code", "severity"),
-        )
-        for (dev, pci, code, sev), n in sorted(sxids.items()):
-            sxid.add_metric([dev, pci_text(pci), self.hostname, str(code), sev], n)
-        yield sxid
+        yield self._sxids(sxids)
         yield GaugeMetricFamily(
-            "gpuhealth_kernel_log_readable",
+            READABLE,
             "1 when the collector reads XIDs from the kernel log, 0 when it cannot (NVML events only).",
             value=1.0 if kl.readable else 0.0,
         )
         yield CounterMetricFamily(
-            "gpuhealth_kernel_log_overruns",
+            family(OVERRUNS),
             "Times the kernel's ring buffer overtook the reader (records lost unread).",
             value=kl.reader.overrun,
         )
+
+    def _sxids(self, sxids: Mapping[tuple[str, Pci, int, str], int]) -> Metric:
+        """The SXID counter; a switch the backend lists carries its id and UUID, another its bus id alone."""
+        counter = CounterMetricFamily(
+            family(SXID),
+            "NVSwitch SXIDs per switch and code, from the kernel log.",
+            labels=(*SXID_LABELS, self.host_label, "err_code", "severity"),
+        )
+        for (dev, pci, code, sev), n in sorted(sxids.items()):
+            sw = self.kernel_log.switches.get(pci)
+            listed = [sw.id, sw.uuid] if sw is not None else ["", ""]
+            counter.add_metric([dev, *listed, pci_text(pci), self.hostname, str(code), sev], n)
+        return counter
 
     def _gpu_values(self, pci: Pci) -> list[str]:
         """dcgm-exporter's GPU labels of the GPU at `pci`; only pci_bus_id (and the host) when none is there."""
@@ -201,11 +225,19 @@ def attach_kernel_log(
     path: str,
     cursor_path: str,
     hostname_label: str = HOSTNAME,
-) -> KernelLog | None:
-    """Count XIDs from the kernel log at `path` into `registry` (not started); None when `path` is ""."""
+    *,
+    source: str = "kmsg",
+    journal: JournalOptions | None = None,
+    switches: Sequence[SwitchInfo] = (),
+) -> KernelLog[Any] | None:
+    """Count XIDs from the kernel log (`source`: kmsg at `path`, journal, auto) into `registry` (not started).
+
+    None when `path` is "": the kernel log is off.
+    """
     if not path:
         return None
-    kl = open_kernel_log(Path(path), Path(cursor_path) if cursor_path else None, gpus)
+    cursor = Path(cursor_path) if cursor_path else None
+    kl = open_kernel_log(Path(path), cursor, gpus, source=source, journal=journal, switches=switches)
     host = gpus[0].hostname if gpus else socket.gethostname()
 
     def nvml_counts() -> Mapping[str, Mapping[int, int]]:

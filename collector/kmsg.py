@@ -17,7 +17,7 @@ import errno
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,15 +69,45 @@ def load_cursor(path: Path) -> Cursor | None:
         return None
 
 
-def save_cursor(path: Path, cursor: Cursor) -> None:
-    """Write the cursor whole: a temporary file beside it, fsync, rename over it."""
+def write_json(path: Path, data: Mapping[str, object]) -> None:
+    """Write `data` whole: a temporary file beside `path`, fsync, rename over it."""
     tmp = path.with_name(f".{path.name}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(tmp, "w") as f:
-        json.dump({"boot_id": cursor.boot_id, "seq": cursor.seq}, f)
+        json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def save_cursor(path: Path, cursor: Cursor) -> None:
+    """Write the cursor whole (`write_json`)."""
+    write_json(path, {"boot_id": cursor.boot_id, "seq": cursor.seq})
+
+
+class CursorFile:
+    """Where a reader's cursor is kept: written when it moved, a failure said once and counting goes on."""
+
+    def __init__(self, path: Path | None, saved: object) -> None:
+        self.path = path
+        self._saved = saved
+        self._failed = False
+
+    def keep(self, key: object, data: Mapping[str, object]) -> None:
+        """Write `data` unless `key` (what identifies the position) is what was last written."""
+        if self.path is None or key == self._saved:
+            return
+        try:
+            write_json(self.path, data)
+        except OSError as err:
+            if not self._failed:
+                log.warning(
+                    "cannot keep the kernel log cursor in %s (%s): a restart will count this boot's XIDs again",
+                    self.path, err,
+                )  # fmt: skip
+                self._failed = True
+            return
+        self._saved = key
 
 
 def parse_record(line: str) -> Record | None:
@@ -96,6 +126,11 @@ def parse_record(line: str) -> Record | None:
 
 class KmsgReader:
     """Reads records of /dev/kmsg (or a file of the same records) without blocking."""
+
+    name = "kmsg"
+    """The `source` label of what it counts."""
+    access = "CAP_SYSLOG (or root) while kernel.dmesg_restrict=1, and /dev/kmsg mounted in a container"
+    """What reading it needs, for the one line said when it cannot."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -155,8 +190,7 @@ class KmsgCursor:
         kept = load_cursor(path) if path is not None else None
         self.last = kept.seq if kept is not None and kept.boot_id == boot_id else -1
         """The last sequence number counted; -1: nothing of this boot counted yet."""
-        self._saved = self.last
-        self._save_failed = False
+        self._file = CursorFile(path, self.last)
 
     def is_new(self, rec: Record) -> bool:
         """Whether `rec` was not counted before (and mark it counted)."""
@@ -169,16 +203,4 @@ class KmsgCursor:
 
     def save(self) -> None:
         """Keep the cursor on disk if it moved; a failure is said once and counting goes on."""
-        if self.path is None or self.last == self._saved:
-            return
-        try:
-            save_cursor(self.path, Cursor(self.boot_id, self.last))
-        except OSError as err:
-            if not self._save_failed:
-                log.warning(
-                    "cannot keep the kernel log cursor in %s (%s): a restart will count this boot's XIDs again",
-                    self.path, err,
-                )  # fmt: skip
-                self._save_failed = True
-            return
-        self._saved = self.last
+        self._file.keep(self.last, {"boot_id": self.boot_id, "seq": self.last})

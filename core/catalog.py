@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from core import infiniband, nvlink
+from core import infiniband, kernel_log, nvlink
 
 
 class Category(StrEnum):
@@ -409,6 +409,7 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
         "",
         *infiniband.doc_lines(),
         *nvlink.doc_lines(),
+        *kernel_log.doc_lines(),
         "## Labels",
         "",
         "Values dcgm-exporter puts on every series of a GPU (type `label` in its counters CSV).",

@@ -414,6 +414,21 @@ class Settings(BaseSettings):
         default="/var/lib/gpuhealth/kmsg-cursor.json",
         description="Where the last kernel log record counted is kept, so a restart neither loses nor doubles one.",
     )
+    # The same through the systemd journal, where /dev/kmsg cannot be read (docs/decisions/0081).
+    kernel_log_source: Literal["kmsg", "journal", "auto"] = Field(
+        default="auto",
+        description="Kernel log read: kmsg (kernel_log), journal (journalctl); auto: kmsg if it opens, else journal.",
+    )
+    journalctl: str = Field(
+        default="journalctl", description="The journalctl that reads the journal; a bare name: PATH."
+    )
+    journal_directory: str = Field(
+        default="", description="journalctl -D: the host's journal mounted in a container; empty: the system journal."
+    )
+    kernel_log_journal_cursor: str = Field(
+        default="/var/lib/gpuhealth/journal-cursor.json",
+        description="Where the last journal entry counted is kept (__CURSOR): a restart neither loses nor doubles one.",
+    )
 
     @field_validator("token", "service_token")
     @classmethod

@@ -29,6 +29,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("pod_resources_socket", "Workload labels (pods and Slurm jobs)"),
     ("reboot_sentinel", "Node reboots through kured (Kubernetes)"),
     ("allow_reset", "GPU reset by the node agent"),
+    ("kernel_log", "XIDs and SXIDs from the kernel log (/dev/kmsg or the journal)"),
 )
 """The first setting of each section and its heading; sections follow the order of `Settings`."""
 

@@ -48,7 +48,12 @@ KMSG_NOTE = """\
 #     securityContext capabilities add ["SYSLOG"] (privileged: true includes it);
 #   - the cursor across pod restarts: a hostPath directory (DirectoryOrCreate) at /var/lib/gpuhealth;
 #     without it a restarted pod counts this boot's XIDs again.
-# Why: docs/decisions/0073-xids-from-the-kernel-log.md.
+# Or through the host's journal (GPUHEALTH_KERNEL_LOG_SOURCE=auto takes it when /dev/kmsg cannot be
+# opened), with no privilege: a read-only hostPath of /var/log/journal (and /run/log/journal where
+# journald keeps it in memory) with GPUHEALTH_JOURNAL_DIRECTORY naming it, an image with journalctl,
+# and the journal files readable by the container's user (runAsGroup or supplementalGroups: the
+# host's systemd-journal group id); the cursor in the same /var/lib/gpuhealth hostPath.
+# Why: docs/decisions/0073-xids-from-the-kernel-log.md, docs/decisions/0081-the-kernel-log-through-the-journal.md.
 """
 """Comment lines at the top of deploy/kubernetes/collector.yaml: what reading the kernel log needs."""
 

@@ -227,11 +227,17 @@ def collect(
 def _kernel_log(running: RunningCollector, backend: Backend, s: Settings, label: str) -> KernelLog | None:
     """XIDs and SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG), for live GPUs: a simulated fleet has none."""
     from collector.kernel_log import attach_kernel_log
+    from collector.kernel_log_source import JournalOptions
+    from collector.nvswitch import list_switches
 
     if backend.name in ("sim", "replay"):
         return None
     gpus = backend.gpus()
-    return attach_kernel_log(running.registry, running.sampler, gpus, s.kernel_log, s.kernel_log_cursor, label)
+    journal = JournalOptions(s.journalctl, s.kernel_log_journal_cursor, s.journal_directory)
+    return attach_kernel_log(
+        running.registry, running.sampler, gpus, s.kernel_log, s.kernel_log_cursor, label,
+        source=s.kernel_log_source, journal=journal, switches=list_switches(backend),
+    )  # fmt: skip
 
 
 def _resetter(backend: Backend, allow: bool, s: Settings) -> Resetter:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from core import catalog, nvlink
+from core import catalog, kernel_log, nvlink
 from core.settings import Settings
 from core.units import parse_duration
 from gpuhealth import __version__
@@ -446,3 +446,7 @@ def list_fields(
     for name, kind, call, _ in nvlink.sources():
         links.add_row(name, kind, call)
     Console().print(links)
+    kernel = Table("metric", "type", "source", title="XIDs and SXIDs from the kernel log (nvml, dcgm backends)")
+    for name, kind, source, _ in kernel_log.sources():
+        kernel.add_row(name, kind, source)
+    Console().print(kernel)

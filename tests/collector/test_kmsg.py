@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.registry import CollectorRegistry
 
-from collector.backends.base import XidEvent
+from collector.backends.base import BackendError, XidEvent
 from collector.kernel_log import KernelLog, KernelLogCollector, attach_kernel_log
 from collector.kmsg import Cursor, KmsgCursor, KmsgReader, load_cursor, parse_record, save_cursor
+from collector.nvswitch import SwitchInfo, list_switches
 from collector.sampler import Sampler
 from tests.collector.helpers import ScriptedBackend, info
 
@@ -166,10 +167,35 @@ def test_the_collector_exports_log_counts_with_err_code_and_err_msg(tmp_path: Pa
     stray |= {"pci_bus_id": "00000000:CB:00.0", "Hostname": "node-a"}
     dbe = {"err_code": "48", "err_msg": "Double Bit ECC Error", "source": "kmsg"}
     assert value(name, stray | dbe) == 1.0
-    sxid = {"switch": "nvidia-nvswitch0", "pci_bus_id": "00000000:C3:00.0", "Hostname": "node-a"}
-    sxid |= {"err_code": "20009", "severity": "non-fatal"}
+    # No switch listed by the backend: the SXID keeps what its line says, the kernel name and bus id.
+    sxid = {"switch": "nvidia-nvswitch0", "nvswitch": "", "switch_uuid": "", "pci_bus_id": "00000000:C3:00.0"}
+    sxid |= {"Hostname": "node-a", "err_code": "20009", "severity": "non-fatal"}
     assert value("gpuhealth_kernel_sxid_errors_total", sxid) == 1.0
     assert value("gpuhealth_kernel_log_readable", {}) == 1.0
+
+
+def test_an_sxid_names_the_switch_the_backend_lists_by_its_bus_id() -> None:
+    switches = [SwitchInfo("3", "00000000:C3:00.0", "NVSWITCH-0003"), SwitchInfo("4", "00000000:C4:00.0")]
+    kl = KernelLog(KmsgReader(RECORDS), KmsgCursor(None, BOOT), [info(0)], switches=switches)
+    kl.poll()
+    registry = CollectorRegistry()
+    registry.register(KernelLogCollector(kl, dict, "node-a"))
+    sxid = {"switch": "nvidia-nvswitch0", "nvswitch": "3", "switch_uuid": "NVSWITCH-0003"}
+    sxid |= {"pci_bus_id": "00000000:C3:00.0", "Hostname": "node-a", "err_code": "20009", "severity": "non-fatal"}
+    assert registry.get_sample_value("gpuhealth_kernel_sxid_errors_total", sxid) == 1.0
+
+
+def test_switches_come_from_a_backend_that_lists_them() -> None:
+    class Lists:
+        def switches(self) -> list[SwitchInfo]:
+            return [SwitchInfo("0", "00000000:05:00.0")]
+
+    class Fails:
+        def switches(self) -> list[SwitchInfo]:
+            raise BackendError("nv-hostengine went away")
+
+    assert list_switches(Lists()) == [SwitchInfo("0", "00000000:05:00.0")]
+    assert list_switches(Fails()) == [] and list_switches(ScriptedBackend()) == []
 
 
 def test_attached_to_a_running_collector_the_log_wins_over_nvml(tmp_path: Path) -> None:
