@@ -68,6 +68,14 @@ XID_APPLICATION_REPEATS = 3  # policy: 3 in an hour on one GPU is no longer one 
 # deliberately ignored by class alerts (REFERENCE.md: ignore / follow the earlier error;
 # 63 is covered by GpuRowRemapPending). GpuXidErrors still reports them.
 
+# --- XIDs and SXIDs from the kernel log (collector.kernel_log): what NVML's events miss ---
+KERNEL_XID_RESET = ("48", "79", "95", "119", "120")
+"""NVIDIA's XID catalogue resolves these with a GPU reset (48 DBE, 95 uncontained ECC, 119/120 GSP)
+or a node reboot (79: a GPU off the bus cannot be reset): issue 57's remedies, drain now."""
+KERNEL_XID_CONTAINED = ("94",)
+"""Contained ECC error: the page is offlined and other work goes on; reset at the next idle moment."""
+KERNEL_XID_WINDOW = "10m"  # policy: two scrape-and-poll rounds after the line is logged, with room for a restart
+
 # --- InfiniBand/RoCE ports (collector.infiniband): each GPU's rail ---
 IB_PORT_DOWN_FOR = "5m"  # policy: a switch reboot or a cable reseat brings a port back within minutes
 IB_FLAPS_PER_HOUR = 3  # policy: one or two link downs follow a switch reboot; more in an hour is a flapping rail

@@ -12,6 +12,7 @@ from alerts.rulesets import (
     collector,
     ecc,
     fabric,
+    kernel_log,
     links,
     network,
     operating,
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 GPU_ALERTS: tuple[Alert, ...] = operating.ALERTS + ecc.ALERTS + links.ALERTS + presence.ALERTS
-XID_ALERTS: tuple[Alert, ...] = xid.ALERTS
+XID_ALERTS: tuple[Alert, ...] = xid.ALERTS + kernel_log.ALERTS
 NETWORK_ALERTS: tuple[Alert, ...] = network.ALERTS + fabric.ALERTS
 HEALTH_ALERTS: tuple[Alert, ...] = collector.ALERTS + service.ALERTS
 PREDICTION_ALERTS: tuple[Alert, ...] = prediction.ALERTS + probes.ALERTS

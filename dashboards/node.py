@@ -6,6 +6,8 @@ from grafanalib.core import Dashboard
 
 from core.infiniband import STATE_ACTIVE
 from core.infiniband import metric as ib
+from core.kernel_log import SXID as KERNEL_SXID
+from core.kernel_log import XID as KERNEL_XID
 from core.labels import HOSTNAME
 from core.nvlink import COUNTERS, FABRIC_COMPLETED, FABRIC_STATE, LINK_UP, PREFIX
 from dashboards.common import P, dashboard, m, query_var, stat, steps, t, table, timeseries
@@ -25,6 +27,7 @@ def build() -> Dashboard:
         *_errors_per_gpu(),
         *_rails(),
         *_nvlink(),
+        *_kernel_log(),
     ]
     return dashboard(
         "gpuhealth-node",
@@ -335,5 +338,33 @@ def _nvlink() -> list[P]:
                 min0=True,
             ),
             w=8,
+        ),
+    ]
+
+
+def _kernel_log() -> list[P]:
+    """XIDs and NVSwitch SXIDs the node's kernel log holds (collector.kernel_log)."""
+    return [
+        P(
+            timeseries(
+                "Kernel log: XIDs and SXIDs (1 h)",
+                "XIDs per GPU and code and NVSwitch SXIDs per switch and code in the last hour, as the driver wrote "
+                "them to the kernel log (/dev/kmsg or the journal; NVML's events when neither can be read): "
+                "GpuKernelXidResetRequired and GpuNvswitchFatalSxid alert on the codes that need a remedy.",
+                [
+                    t(
+                        f"sum by (gpu, err_code, err_msg) (increase({KERNEL_XID}{{{N}}}[1h]))",
+                        "GPU {{gpu}} XID {{err_code}} {{err_msg}}",
+                    ),
+                    t(
+                        f"sum by (switch, err_code, severity) (increase({KERNEL_SXID}{{{N}}}[1h]))",
+                        "{{switch}} SXID {{err_code}} {{severity}}",
+                    ),
+                ],
+                bars=True,
+                stacked=True,
+                min0=True,
+            ),
+            w=24,
         ),
     ]

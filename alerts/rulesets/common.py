@@ -23,6 +23,15 @@ def m(short: str) -> str:
     return BY_NAME[short].metric_name
 
 
+def new_events(sel: str, window: str, at_least: int = 1) -> str:
+    """PromQL: events of the counter selected by `sel` within `window`, per series, where at least `at_least`.
+
+    A per-code counter (XIDs, SXIDs) appears only at its first event, so `increase()` alone misses it (a new
+    series has nothing to increase from): a series that did not exist `window` ago counts with its whole value.
+    """
+    return f"(increase({sel}[{window}]) >= {at_least})\nor\n(({sel} unless {sel} offset {window}) >= {at_least})"
+
+
 def fmt(x: float) -> str:
     """A threshold as PromQL and prose write it: 0.95, 85, 1e-06 never appears."""
     return f"{x:g}"

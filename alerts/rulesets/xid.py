@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alerts import config as c
 from alerts.model import Alert, Case, gpu_labels, series
-from alerts.rulesets.common import GROUP_XID, ON_GPU, VALUE, WHO, XID_COUNTER, label, m
+from alerts.rulesets.common import GROUP_XID, ON_GPU, VALUE, WHO, XID_COUNTER, label, m, new_events
 from alerts.rulesets.records import XID_INCREASE
 
 
@@ -19,14 +19,8 @@ def _recent(codes: tuple[str, ...]) -> str:
 
 
 def xid_events(codes: tuple[str, ...], window: str, at_least: int = 1) -> str:
-    """PromQL: XID events of `codes` per GPU and code within `window`, where at least `at_least`.
-
-    gpuhealth_xid_errors_total{xid} appears only at a GPU's first XID of that code, so
-    `increase()` alone misses the first event (a new series has nothing to increase from):
-    a series that did not exist `window` ago counts with its whole value.
-    """
-    sel = f'{XID_COUNTER}{{xid=~"{_codes(codes)}"}}'
-    return f"(increase({sel}[{window}]) >= {at_least})\nor\n(({sel} unless {sel} offset {window}) >= {at_least})"
+    """PromQL: XID events of `codes` per GPU and code within `window`, where at least `at_least` (`new_events`)."""
+    return new_events(f'{XID_COUNTER}{{xid=~"{_codes(codes)}"}}', window, at_least)
 
 
 XID = label("xid")

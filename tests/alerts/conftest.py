@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,3 +23,20 @@ def promtool() -> str:
 def amtool() -> str:
     """Path of amtool (skipped locally when missing, a failure in CI)."""
     return require_tool("amtool")
+
+
+def promtool_fails_on(promtool: str, tmp_path: Path, old: str, new: str) -> str:
+    """promtool's unit tests run on the generated rules with every `old` replaced by `new` (it must be
+    there): asserts they fail, returns what promtool said."""
+    from alerts import build
+
+    rules, tests = REPO_ROOT / build.RULES_PATH, REPO_ROOT / build.TESTS_PATH
+    shutil.copy(tests, tmp_path / tests.name)
+    text = rules.read_text()
+    assert old in text, old
+    (tmp_path / rules.name).write_text(text.replace(old, new))
+    res = subprocess.run(
+        [promtool, "test", "rules", tests.name], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert res.returncode != 0, res.stdout
+    return res.stdout + res.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import yaml
@@ -11,7 +9,7 @@ import yaml
 from alerts import build, config
 from alerts.rules import ALERTS
 from core import remediation_metrics as rm
-from tests.alerts.conftest import REPO_ROOT
+from tests.alerts.conftest import REPO_ROOT, promtool_fails_on
 
 RULES = REPO_ROOT / build.RULES_PATH
 TESTS = REPO_ROOT / build.TESTS_PATH
@@ -33,31 +31,19 @@ def test_stuck_reads_the_stuck_gauge_of_the_service_and_waits() -> None:
         assert f"Stage `{stage}`" in runbook, stage
 
 
-def _run_broken(promtool: str, tmp_path: Path, old: str, new: str) -> str:
-    shutil.copy(TESTS, tmp_path / TESTS.name)
-    text = RULES.read_text()
-    assert text.count(old) == 1, old
-    (tmp_path / RULES.name).write_text(text.replace(old, new))
-    res = subprocess.run(
-        [promtool, "test", "rules", TESTS.name], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert res.returncode != 0, res.stdout
-    return res.stdout + res.stderr
-
-
 def test_a_stuck_alert_without_its_for_is_caught(promtool: str, tmp_path: Path) -> None:
     stuck = f"{rm.STUCK}{{{config.SERVICE_SELECTOR}}}) > 0\n    for: "
-    out = _run_broken(promtool, tmp_path, stuck + config.REMEDIATION_STUCK_FOR, stuck + "1m")
+    out = promtool_fails_on(promtool, tmp_path, stuck + config.REMEDIATION_STUCK_FOR, stuck + "1m")
     assert "alertname: GpuRemediationStuck" in out
 
 
 def test_an_rma_share_too_low_is_caught(promtool: str, tmp_path: Path) -> None:
     share = f"> {config.REMEDIATION_RMA_SHARE:g}"
-    out = _run_broken(promtool, tmp_path, f'result=~"returned|rma"}}) {share}', 'result=~"returned|rma"}) > 0.3')
+    out = promtool_fails_on(promtool, tmp_path, f'result=~"returned|rma"}}) {share}', 'result=~"returned|rma"}) > 0.3')
     assert "alertname: GpuRemediationRmaRateHigh" in out
 
 
 def test_too_few_escalations_do_not_fire(promtool: str, tmp_path: Path) -> None:
     at_least = f'result="rma"}}) >= {config.REMEDIATION_RMA_MIN}'
-    out = _run_broken(promtool, tmp_path, at_least, 'result="rma"}) >= 2')
+    out = promtool_fails_on(promtool, tmp_path, at_least, 'result="rma"}) >= 2')
     assert "alertname: GpuRemediationRmaRateHigh" in out

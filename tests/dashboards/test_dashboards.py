@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alerts import config as alerts_config
+from core import kernel_log
 from core import remediation_metrics as rm
 from dashboards import all_expressions, build, common, resolve
 
@@ -112,6 +113,15 @@ def test_node_panels_are_per_host() -> None:
     for p in build.panels(MODELS["gpuhealth-node"]):
         for tg in p["targets"]:
             assert 'Hostname="$Hostname"' in tg["expr"], p["title"]
+
+
+def test_node_kernel_log_panel() -> None:
+    panel = next(p for p in build.panels(MODELS["gpuhealth-node"]) if p["title"] == "Kernel log: XIDs and SXIDs (1 h)")
+    exprs = [tg["expr"] for tg in panel["targets"]]
+    assert exprs == [
+        f'sum by (gpu, err_code, err_msg) (increase({kernel_log.XID}{{Hostname="$Hostname"}}[1h]))',
+        f'sum by (switch, err_code, severity) (increase({kernel_log.SXID}{{Hostname="$Hostname"}}[1h]))',
+    ]
 
 
 def test_collector_selector_matches_the_alerts() -> None:

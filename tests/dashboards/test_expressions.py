@@ -16,7 +16,7 @@ import yaml
 import alerts
 import dashboards
 from alerts.rules import RECORDS
-from core import infiniband, nvlink, remediation_metrics
+from core import infiniband, kernel_log, nvlink, remediation_metrics
 from core.catalog import FIELDS
 from tests.integration.conftest import require_tool
 
@@ -51,6 +51,7 @@ KNOWN = (
     | COLLECTOR
     | INFINIBAND
     | nvlink.METRICS  # collector.nvlink
+    | kernel_log.METRICS  # collector.kernel_log
     | SERVICE
     | PROBES
     | PULLER

@@ -167,8 +167,22 @@ _REMEDIATION_WHERE = (
     ),
 )  # fmt: skip
 
+_NO_KERNEL_LOG = (
+    "the kernel log is read with the nvml and dcgm backends only: a simulated or replayed fleet has none "
+    "(tests/collector/test_kmsg.py, test_journal.py and tests/alerts/test_kernel_log_rules.py cover it)"
+)
+_KERNEL_LOG_WHERE = (
+    *(
+        f"alert:{a} {p}"
+        for a in ("GpuKernelXidResetRequired", "GpuKernelXidContainedEcc", "GpuNvswitchFatalSxid")
+        for p in ("part", "selector")
+    ),
+    *(f"gpuhealth-node/Kernel log: XIDs and SXIDs (1 h)/{ref}{p}" for ref in "AB" for p in ("", " selector")),
+)
+
 ALLOWED_EMPTY: dict[str, str] = {
     **{where: _NO_REMEDIATION for where in _REMEDIATION_WHERE},
+    **{where: _NO_KERNEL_LOG for where in _KERNEL_LOG_WHERE},
     # where: why it may return no data in this scenario. Keep this short; prefer a richer scenario.
     "alert:GpuInfinibandPortDown part": _NO_TIES,
     "alert:GpuInfinibandPortDown selector": _NO_TIES,
