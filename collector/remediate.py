@@ -256,24 +256,26 @@ class RemedyCollector(Collector):
         for (do, result), n in {**known, **st.tasks}.items():
             tasks.add_metric([do, result], float(n))
         yield tasks
-        reports = CounterMetricFamily(
+        yield _counter(
             "gpuhealth_agent_remedy_reports",
             "Remedy reports by outcome (taken; dropped: the task was no longer open; unsent: kept for the next ask).",
-            labels=["outcome"],
-        )
-        for outcome in REPORT_OUTCOMES:
-            reports.add_metric([outcome], float(st.reports.get(outcome, 0)))
-        yield reports
-        errors = CounterMetricFamily(
+            "outcome", REPORT_OUTCOMES, st.reports,
+        )  # fmt: skip
+        yield _counter(
             "gpuhealth_agent_remedy_service_errors",
             "Asks for remedy tasks (tasks) or reports (report) that got no usable answer from the service.",
-            labels=["stage"],
-        )
-        for stage in STAGES:
-            errors.add_metric([stage], float(st.errors.get(stage, 0)))
-        yield errors
+            "stage", STAGES, st.errors,
+        )  # fmt: skip
         yield GaugeMetricFamily(
             "gpuhealth_agent_remedy_last_success_timestamp_seconds",
             "Unix time of the last round that got every host's remedy tasks from the service (0: none yet).",
             value=st.last_success or 0.0,
         )
+
+
+def _counter(name: str, doc: str, label: str, values: tuple[str, ...], counts: dict[str, int]) -> Metric:
+    """A counter family with one series per value of `label`, 0 for those not counted yet."""
+    fam = CounterMetricFamily(name, doc, labels=[label])
+    for v in values:
+        fam.add_metric([v], float(counts.get(v, 0)))
+    return fam

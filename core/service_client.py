@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -265,19 +266,27 @@ class _Bad(ValueError):
 
 def _node(body: Any, where: str) -> NodeView:
     """The NodeView of a NodeDetail answer; a field of the wrong shape is a ServiceError naming it."""
-    try:
+    with _reading("node", where):
         if not isinstance(body, dict) or not isinstance(body.get("gpus"), list):
             raise _Bad("no 'gpus' list")
         hostname = body.get("hostname")
         if not isinstance(hostname, str):
             raise _Bad("'hostname' is not a string")
         gpus = tuple(_gpu(g, i) for i, g in enumerate(body["gpus"]))
-        return NodeView(hostname, gpus, _time(body.get("last_seen"), "last_seen"))
+        view = NodeView(hostname, gpus, _time(body.get("last_seen"), "last_seen"))
+    return view
+
+
+@contextlib.contextmanager
+def _reading(kind: str, where: str) -> Iterator[None]:
+    """A wrong shape met while reading a `kind` answer becomes one ServiceError naming it."""
+    try:
+        yield
     except _Bad as err:
-        raise ServiceError(f"{where}: not a gpuhealth node answer: {err}", url=where, status=200) from None
-    except (ValueError, TypeError, ArithmeticError, RecursionError) as err:  # a shape no check above foresaw
+        raise ServiceError(f"{where}: not a gpuhealth {kind} answer: {err}", url=where, status=200) from None
+    except (ValueError, TypeError, ArithmeticError, RecursionError) as err:  # a shape no check foresaw
         what = _one_line(f"{type(err).__name__}: {err}")[:120]
-        raise ServiceError(f"{where}: not a gpuhealth node answer: {what}", url=where, status=200) from None
+        raise ServiceError(f"{where}: not a gpuhealth {kind} answer: {what}", url=where, status=200) from None
 
 
 def _gpu(g: Any, i: int) -> GpuView:
@@ -429,7 +438,7 @@ class HttpRemedies:
 
 def _tasks(body: Any, where: str, hostname: str) -> tuple[list[RemedyTask], list[tuple[int, str]]]:
     """(the tasks of a remedies answer, (id, why) of each left out); a wrong shape is a ServiceError naming it."""
-    try:
+    with _reading("remedies", where):
         if not isinstance(body, dict) or not isinstance(body.get("tasks"), list):
             raise _Bad("no 'tasks' list")
         if body.get("hostname") != hostname:
@@ -444,12 +453,7 @@ def _tasks(body: Any, where: str, hostname: str) -> tuple[list[RemedyTask], list
                 left_out.append((task.remediation_id, f"addressed to {_short(task.hostname)}, not {hostname!r}"))
             else:
                 kept.append(task)
-        return kept, left_out
-    except _Bad as err:
-        raise ServiceError(f"{where}: not a gpuhealth remedies answer: {err}", url=where, status=200) from None
-    except (ValueError, TypeError, ArithmeticError, RecursionError) as err:  # a shape no check above foresaw
-        what = _one_line(f"{type(err).__name__}: {err}")[:120]
-        raise ServiceError(f"{where}: not a gpuhealth remedies answer: {what}", url=where, status=200) from None
+    return kept, left_out
 
 
 def _task(t: Any, name: str) -> RemedyTask:

@@ -33,8 +33,7 @@ from kernels.runner import PREFIX, ProbeResult
 from tests.collector.backends.fake_nvml import FakeNvml
 from tests.collector.test_remedy import COMPUTE, REMAP, UUIDS, nvml_resetter
 from tests.collector.test_remedy import faulty_h100s as h100s
-from tests.core.http_stub import Answer, closed_port
-from tests.core.test_service_client_remedies import RemedyStub
+from tests.core.http_stub import Answer, StubService, closed_port
 
 PROBES = ProbeConfig(60.0, 5.0, ("gemm", "memtest"), 5.0)
 
@@ -383,7 +382,7 @@ def test_the_agents_counters_on_metrics(tmp_path: Path) -> None:
 def test_the_agent_over_http_resets_reports_and_counts_an_unreadable_task() -> None:
     backend = SimBackend(nodes=1, gpus_per_node=2, seed=4)
     g = backend.gpus()[1]
-    with RemedyStub() as stub:
+    with StubService() as stub:
         tasks = [
             task(11, "reset", g.uuid, g.hostname, 1).to_dict(),
             {**task(12, "reflash", g.uuid, g.hostname).to_dict()},

@@ -5,14 +5,10 @@ No httpx doubles: every answer crosses a loopback socket.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +27,7 @@ from core.service_client import (
 from predictor.policy import decision_changes
 from store import Store
 from tests.api.live import live_server
-from tests.core.http_stub import NESTED, Answer, closed_port, drip
+from tests.core.http_stub import NESTED, Answer, StubService, closed_port
 from tests.store.test_scores import score
 
 TOKEN = "node-token-0123456789"
@@ -39,68 +35,6 @@ T0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
 
 
 # -- a scripted service ------------------------------------------------------------------------
-
-
-@dataclass
-class Seen:
-    path: str
-    headers: dict[str, str]
-
-
-class StubService:
-    """A stdlib HTTP server answering every GET with `answer` (or `answers[path]`), recording requests."""
-
-    def __init__(self) -> None:
-        self.answer = Answer(body={"hostname": "node-a", "gpus": []})
-        self.answers: dict[str, Answer] = {}
-        self.seen: list[Seen] = []
-        self.sent_pad = 0
-        """Padding bytes written so far (the client may have stopped reading long before)."""
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                stub.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}))
-                a = stub.answers.get(self.path, stub.answer)
-                if a.delay_s:
-                    time.sleep(a.delay_s)
-                data = a.body if isinstance(a.body, bytes) else json.dumps(a.body).encode()
-                try:
-                    if a.drip_head:  # the status line byte by byte; the headers follow it as usual
-                        drip(self.wfile, f"HTTP/1.0 {a.status} OK\r\n".encode(), a.drip_s)
-                    else:
-                        self.send_response(a.status)
-                    ctype = "application/json" if not isinstance(a.body, bytes) else "text/html"
-                    for k, v in {"Content-Type": ctype, **a.headers}.items():
-                        self.send_header(k, v)
-                    if a.length:
-                        self.send_header("Content-Length", str(len(data) + a.pad))
-                    self.end_headers()
-                    if a.drip_s:
-                        drip(self.wfile, data, a.drip_s)
-                    else:
-                        self.wfile.write(data)
-                    for start in range(0, a.pad, 1 << 16):
-                        self.wfile.write(b" " * min(1 << 16, a.pad - start))
-                        stub.sent_pad = start + (1 << 16)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out or gave up
-                    pass
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-
-    def __enter__(self) -> StubService:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

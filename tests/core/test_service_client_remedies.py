@@ -3,83 +3,25 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from core.remedies import ProbeResult, RemedyReport, RemedyTask
 from core.service_client import HttpRemedies, ServiceError, ServiceUnavailable
-from tests.core.http_stub import NESTED, Answer, closed_port, drip
+from tests.core.http_stub import NESTED, Answer, StubService, closed_port
 
 TOKEN = "write-token-0123456789"
 DEADLINE = datetime(2026, 3, 2, 14, tzinfo=UTC)
 
 
-@dataclass
-class Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-class RemedyStub:
-    """A stdlib HTTP server answering GET and POST with `answers[path]` (else `answer`), recording requests."""
-
-    def __init__(self) -> None:
-        self.answer = Answer(body={"hostname": "node-a", "tasks": []})
-        self.answers: dict[str, Answer] = {}
-        self.seen: list[Request] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                size = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(size) if size else b""
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                stub.seen.append(Request(self.command, self.path, headers, body))
-                a = stub.answers.get(self.path, stub.answer)
-                data = a.body if isinstance(a.body, bytes) else json.dumps(a.body).encode()
-                try:
-                    self.send_response(a.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    if a.drip_s:
-                        drip(self.wfile, data, a.drip_s)
-                    else:
-                        self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            do_GET = do_POST = _serve
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
-
-    def __enter__(self) -> RemedyStub:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def stub() -> Iterator[RemedyStub]:
-    with RemedyStub() as s:
+def stub() -> Iterator[StubService]:
+    with StubService() as s:
+        s.answer = Answer(body={"hostname": "node-a", "tasks": []})
         yield s
 
 
@@ -99,7 +41,7 @@ def answer(*tasks: dict[str, Any], host: str = "node-a") -> Answer:
 # -- tasks ---------------------------------------------------------------------------------------
 
 
-def test_tasks_of_a_node_with_the_token_and_the_hostname_quoted(stub: RemedyStub) -> None:
+def test_tasks_of_a_node_with_the_token_and_the_hostname_quoted(stub: StubService) -> None:
     stub.answer = answer(task(7), task(8, "verify", deadline=None, gpu_index=None), host="rack 1/node")
     for t in stub.answer.body["tasks"]:
         t["hostname"] = "rack 1/node"
@@ -115,7 +57,7 @@ def test_tasks_of_a_node_with_the_token_and_the_hostname_quoted(stub: RemedyStub
 
 
 def test_an_unknown_task_or_another_nodes_is_left_out_counted_and_the_rest_kept(
-    stub: RemedyStub, caplog: pytest.LogCaptureFixture
+    stub: StubService, caplog: pytest.LogCaptureFixture
 ) -> None:
     stub.answer = answer(task(1), task(2, "reflash"), task(3, host="node-b"), task(4, "verify"))
     client = HttpRemedies(stub.url)
@@ -128,7 +70,7 @@ def test_an_unknown_task_or_another_nodes_is_left_out_counted_and_the_rest_kept(
     assert client.unreadable == 4 and "left out" not in caplog.text
 
 
-def test_a_deadline_without_an_offset_is_utc(stub: RemedyStub) -> None:
+def test_a_deadline_without_an_offset_is_utc(stub: StubService) -> None:
     stub.answer = answer(task(1, deadline="2026-03-02T14:00:00"))
     assert HttpRemedies(stub.url).tasks("node-a")[0].deadline == DEADLINE
 
@@ -164,7 +106,7 @@ def raw_tasks(rid: str = "7", extra: str = "") -> bytes:
          "id-bool", "index-inf", "index-400-digits", "why-list", "deadline-word", "id-5000-digits", "nested",
          "nested-tasks", "html"],
 )  # fmt: skip
-def test_hostile_answers_are_service_errors_not_crashes(stub: RemedyStub, body: Any, needle: str) -> None:
+def test_hostile_answers_are_service_errors_not_crashes(stub: StubService, body: Any, needle: str) -> None:
     stub.answer = Answer(200, body)
     with pytest.raises(ServiceError) as e:
         HttpRemedies(stub.url).tasks("node-a")
@@ -172,13 +114,13 @@ def test_hostile_answers_are_service_errors_not_crashes(stub: RemedyStub, body: 
     assert needle in str(e.value) and "\n" not in str(e.value) and len(str(e.value)) < 300
 
 
-def test_a_remedies_answer_over_the_cap_is_not_read(stub: RemedyStub) -> None:
+def test_a_remedies_answer_over_the_cap_is_not_read(stub: StubService) -> None:
     stub.answer = answer(*[task(i) for i in range(1, 200)])
     with pytest.raises(ServiceError, match=r"over the 4096 bytes allowed"):
         HttpRemedies(stub.url, max_bytes=4096).tasks("node-a")
 
 
-def test_an_older_service_without_the_route_is_a_wrong_url_error(stub: RemedyStub) -> None:
+def test_an_older_service_without_the_route_is_a_wrong_url_error(stub: StubService) -> None:
     stub.answer = Answer(404, {"detail": "Not Found"})
     with pytest.raises(ServiceError, match=r"GET /v1/nodes/…/remedies answered HTTP 404 \(Not Found\)") as e:
         HttpRemedies(stub.url).tasks("node-a")
@@ -193,7 +135,7 @@ REPORT = RemedyReport(
 )  # fmt: skip
 
 
-def test_a_report_is_posted_as_json_with_the_token(stub: RemedyStub) -> None:
+def test_a_report_is_posted_as_json_with_the_token(stub: StubService) -> None:
     stub.answer = Answer(200, {"remediation": {"id": 7, "stage": "verified"}})
     assert HttpRemedies(stub.url, token=TOKEN).report(7, REPORT) is True
     (req,) = stub.seen
@@ -203,7 +145,7 @@ def test_a_report_is_posted_as_json_with_the_token(stub: RemedyStub) -> None:
     assert json.loads(req.body) == REPORT.to_dict()
 
 
-def test_a_report_for_a_task_no_longer_open_is_dropped(stub: RemedyStub) -> None:
+def test_a_report_for_a_task_no_longer_open_is_dropped(stub: StubService) -> None:
     stub.answer = Answer(409, {"detail": "remediation 7 is at stage returned, not reset"})
     assert HttpRemedies(stub.url, token=TOKEN).report(7, REPORT) is False
 
@@ -219,7 +161,7 @@ def test_a_report_for_a_task_no_longer_open_is_dropped(stub: RemedyStub) -> None
     ],
 )
 def test_a_refused_report_is_a_service_error_saying_why(
-    stub: RemedyStub, status: int, detail: str, needle: str, unavailable: bool
+    stub: StubService, status: int, detail: str, needle: str, unavailable: bool
 ) -> None:
     stub.answer = Answer(status, {"detail": detail})
     with pytest.raises(ServiceError) as e:
@@ -240,7 +182,7 @@ def test_no_service_is_unavailable_for_tasks_and_reports() -> None:
 
 
 @pytest.mark.parametrize("ask", ["tasks", "report"])
-def test_a_dripping_answer_ends_at_one_deadline(stub: RemedyStub, ask: str) -> None:
+def test_a_dripping_answer_ends_at_one_deadline(stub: StubService, ask: str) -> None:
     stub.answer = Answer(body={"hostname": "node-a", "tasks": []}, drip_s=0.3)
     client = HttpRemedies(stub.url, timeout_s=1.0)
     t0 = time.monotonic()
@@ -249,7 +191,7 @@ def test_a_dripping_answer_ends_at_one_deadline(stub: RemedyStub, ask: str) -> N
     assert time.monotonic() - t0 < 2.0
 
 
-def test_a_report_with_a_duration_json_cannot_say_goes_without_it(stub: RemedyStub) -> None:
+def test_a_report_with_a_duration_json_cannot_say_goes_without_it(stub: StubService) -> None:
     stub.answer = Answer(200, {"remediation": {"id": 7}})
     nan = RemedyReport("reset", "done", "reset", "GPU-7", float("nan"))
     assert HttpRemedies(stub.url).report(7, nan) is True

@@ -16,8 +16,7 @@ import pytest
 from collector.backends.sim import SimBackend
 from core.remedies import RemedyTask
 from tests.api.live import free_port
-from tests.core.http_stub import Answer
-from tests.core.test_service_client_remedies import RemedyStub
+from tests.core.http_stub import Answer, StubService
 from tests.gpuhealth.test_cli import _gpuhealth, _one_line_error
 
 TOKEN = "svc-write-token"
@@ -37,7 +36,7 @@ def test_bad_remedy_flags_give_one_line_errors(args: list[str], needle: str) -> 
     _one_line_error(_gpuhealth("collect", "--backend", "sim", "--listen", "127.0.0.1:0", *args), needle)
 
 
-def run_collect(stub: RemedyStub, posts: int, *args: str, env: dict[str, str]) -> tuple[str, str]:
+def run_collect(stub: StubService, posts: int, *args: str, env: dict[str, str]) -> tuple[str, str]:
     """Run `gpuhealth collect` on a simulated node until the stub got `posts` reports; (its /metrics, its stderr)."""
     port = free_port()
     proc = subprocess.Popen(
@@ -66,7 +65,7 @@ def test_collect_carries_out_the_services_tasks_and_reports_them(tmp_path: Path)
         RemedyTask(21, g.hostname, g.uuid, 2, "reboot", "XID 79, fallen off the bus").to_dict(),
         RemedyTask(22, g.hostname, g.uuid, 2, "reset", "pending row remap").to_dict(),
     ]
-    with RemedyStub() as stub:
+    with StubService() as stub:
         stub.answer = Answer(200, {"remediation": {"id": 21}})
         stub.answers[f"/v1/nodes/{g.hostname}/remedies"] = Answer(body={"hostname": g.hostname, "tasks": tasks})
         metrics, err = run_collect(
