@@ -18,11 +18,12 @@ from actuate.target import Target
 from collector.attribution import Attributor
 from collector.backends.base import Backend
 from collector.exporter import render
-from collector.probes import ProbeConfig, ProbeScheduler
+from collector.probes import ProbeConfig, ProbeScheduler, snapshot_util
 from collector.records import XidIntervals, snapshot_workloads
 from collector.remediate import RemedyAgent, RemedyCollector
 from collector.run import build_sampling
 from collector.sampler import Sampler
+from collector.verify import Verifier, verify_runner
 from core.catalog import Field
 from core.labels import HOSTNAME
 from predictor.model import RiskModel
@@ -202,7 +203,11 @@ def build_loops(
     if actuator is not None and actuator.remediator is not None and backend is not None and registry is not None:
         # The small install: the node agent's part in this process, on the same backend, without HTTP.
         local = LocalRemedies(store, actuator.remediator, now)
-        agent = RemedyAgent(local, backend, allow_reset=config.allow_reset, probes=config.probes,
+        live = sampler
+        # The idle check of backends that cannot tell by themselves (DCGM): the latest sample's utilisation.
+        util = snapshot_util(lambda: live.latest if live is not None else None, config.interval_s)
+        verifier = Verifier(backend, verify_runner(backend), config.probes or ProbeConfig(), fallback_util=util)
+        agent = RemedyAgent(local, backend, allow_reset=config.allow_reset, verifier=verifier,
                             poll_s=config.remedy_poll_s)  # fmt: skip
         registry.register(RemedyCollector(agent))
     return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
