@@ -229,8 +229,26 @@ FIELDS: tuple[Field, ...] = (
     _f("vgpu_license_status", ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526),
        "nvmlDeviceGetGridLicensableFeatures (the vGPU feature's state)",
        "bool", "gauge", C.CONFIG, "1 when the vGPU is licensed, 0 when not or without vGPU licensing."),
+    # The NVLink fabric and the GPU's InfiniBand rail, one number per GPU for the history and the node
+    # findings (issue 58, predictor.fabric; migration 0014 adds them). The per-link and per-port series
+    # are core.nvlink's and core.infiniband's. No DCGM field: absent on the dcgm backend.
+    _f("nvlink_links_down", None, "nvmlDeviceGetNvLinkState (links NVML knows that are not enabled)",
+       "links", "gauge", C.NVLINK, "NVLink links of the GPU that are down; absent without NVLink."),
+    _f("gpu_fabric_state", None, "nvmlDeviceGetGpuFabricInfoV (state, status)",
+       "enum", "gauge", C.NVLINK,
+       "Registration with the NVLink fabric: 1 not started, 2 in progress, 3 completed, 4 completed with "
+       "an error status; absent without a fabric."),
+    _f("ib_rail_link_downed", None, None,
+       "flaps", "counter", C.NVLINK,
+       "Link downs (flaps) of the InfiniBand/RoCE ports on the GPU's rail; absent without one."),
 )
 # fmt: on
+
+
+NOT_NVML: dict[str, str] = {
+    "ib_rail_link_downed": "sysfs `counters/link_downed` of the ports tied to the GPU (collector.infiniband), summed",
+}
+"""Sources of the fields read from neither NVML nor DCGM (docs/metrics.md's source column)."""
 
 
 @dataclass(frozen=True)
@@ -391,7 +409,7 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
     for f in fields:
         lines.append(
             f"| `{f.name}` | `{f.metric_name}` | {f.dcgm_id or ''} | "
-            f"{'`' + f.nvml + '`' if f.nvml else '(DCGM only)'} | {f.unit} | {f.kind} | "
+            f"{_source(f)} | {f.unit} | {f.kind} | "
             f"{f.category} | {'on' if f.default else 'off'} | {f.help} |"
         )
     lines += [
@@ -425,6 +443,13 @@ def metrics_markdown(fields: Sequence[Field] = FIELDS) -> str:
         *_COMPATIBILITY,
     ]
     return "\n".join(lines)
+
+
+def _source(f: Field) -> str:
+    """A field's source column in docs/metrics.md: its NVML call, another source, or DCGM alone."""
+    if f.nvml:
+        return f"`{f.nvml}`"
+    return NOT_NVML.get(f.name, "(DCGM only)")
 
 
 _COMPATIBILITY = (

@@ -49,6 +49,8 @@ LAST_GAUGES = frozenset(
         "fb_total_mib",
         "fb_reserved_mib",
         "vgpu_license_status",
+        "nvlink_links_down",
+        "gpu_fabric_state",
     }
 )
 """Gauges that are states, not levels: the hour keeps the last value (its state at the hour's end)."""

@@ -36,6 +36,7 @@ from collector.backends.nvml_common import (
     value_members,
 )
 from collector.backends.nvml_derived import derived_readers, memory_reader
+from collector.backends.nvml_links import LinkFields
 from collector.backends.nvml_mig import MIG_FIELDS, mig_devices
 from collector.probes import SubprocessProbeRunner
 
@@ -218,6 +219,7 @@ def build_readers(nvml: Any) -> dict[str, Reader]:
     if recovery_id is not None:
         readers["recovery_action"] = field_value(recovery_id)
     readers.update(derived_readers(n))  # computed as DCGM computes them (nvml_derived.py)
+    readers.update(LinkFields(n).readers())  # links down, fabric state (nvml_links.py)
     # NVLink sums need the link count at read time: fail now if it is missing.
     _ = n.NVML_NVLINK_MAX_LINKS
     return readers

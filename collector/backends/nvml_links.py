@@ -17,7 +17,7 @@ from typing import Any
 
 from collector.backends.base import BackendError, GpuInfo, GpuLostError
 from collector.backends.nvml_common import codes, link_absent_codes, one_line
-from core.nvlink import COUNTERS
+from core.nvlink import COUNTERS, FABRIC_COMPLETED, NVML_SUCCESS
 
 
 @dataclass(frozen=True)
@@ -158,3 +158,50 @@ def links_of(backend: object) -> NvmlLinks | None:
     if not callable(gpus) or not callable(device):
         return None
     return NvmlLinks(gpus, device)
+
+
+FABRIC_FAILED = 4
+"""`gpu_fabric_state` of a registration NVML calls completed with an error status (core.catalog's enum)."""
+
+
+def fabric_state(reading: FabricReading) -> int:
+    """The catalogue's `gpu_fabric_state`: NVML's state, but 4 for one completed with an error status."""
+    if reading.state == FABRIC_COMPLETED and reading.status != NVML_SUCCESS:
+        return FABRIC_FAILED
+    return reading.state
+
+
+class LinkFields:
+    """Readers of the catalogue fields `nvlink_links_down` and `gpu_fabric_state` on the nvml backend.
+
+    Each GPU's links are found once (as NvmlLinks does) and remembered by UUID; a GPU without NVLink
+    or without a fabric gives None: the field is absent.
+    """
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self._known: dict[str, list[int]] = {}
+
+    def readers(self) -> dict[str, Callable[[Any], float | None]]:
+        """Catalogue short name -> reader of an nvml `_GpuCalls` (none where this pynvml lacks the calls)."""
+        out: dict[str, Callable[[Any], float | None]] = {}
+        if hasattr(self._nvml, "nvmlDeviceGetNvLinkState") and hasattr(self._nvml, "NVML_FEATURE_ENABLED"):
+            out["nvlink_links_down"] = self.links_down
+        if hasattr(self._nvml, "nvmlDeviceGetGpuFabricInfo"):
+            out["gpu_fabric_state"] = self.fabric
+        return out
+
+    def links_down(self, calls: Any) -> float | None:
+        """How many of the GPU's links are down; None without NVLink."""
+        uuid_ = calls.gpu.info.uuid
+        known = self._known.get(uuid_)
+        candidates = range(self._nvml.NVML_NVLINK_MAX_LINKS) if known is None else known
+        states = {link: _state(self._nvml, calls.handle, link) for link in candidates}
+        links = [link for link, up in states.items() if up is not None]
+        self._known.setdefault(uuid_, links)
+        return float(sum(not states[link] for link in links)) if links else None
+
+    def fabric(self, calls: Any) -> float | None:
+        """The GPU's `gpu_fabric_state`; None without a fabric."""
+        reading = read_fabric(self._nvml, calls.handle)
+        return None if reading is None else float(fabric_state(reading))

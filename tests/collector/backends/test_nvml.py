@@ -221,6 +221,7 @@ def test_full_read_has_every_field_in_catalogue_units() -> None:
         "nvlink_recovery_errors": 0.0,
         "recovery_action": 0.0,
         "vgpu_license_status": 0.0,  # no vGPU licensing on bare metal
+        "nvlink_links_down": 0.0,  # 18 links, all up; this double has no fabric call: absent
     }
     assert "xid" not in r0.values  # the sampler fills it from events
     assert "nvlink_bandwidth_mbps" not in r0.values  # a rate: needs a second read
@@ -384,7 +385,10 @@ def test_gpu_lost_in_the_middle_of_a_read_reports_no_partial_values() -> None:
     r0, r1 = b.read()
     assert r0.lost and r0.values == {}
     assert fake._gpus[0].calls == fake._gpus[0].lost_after_calls + 1  # stopped at the loss
-    assert not r1.lost and set(r1.values) == set(build_readers(pynvml)) - {"nvlink_bandwidth_mbps"}  # a rate: 2nd read
+    assert not r1.lost and set(r1.values) == set(build_readers(pynvml)) - {
+        "nvlink_bandwidth_mbps",  # a rate: 2nd read
+        "gpu_fabric_state",  # this double has no fabric: absent
+    }
 
 
 # --- start-up failures ---------------------------------------------------------------------

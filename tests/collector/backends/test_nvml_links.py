@@ -181,3 +181,23 @@ def test_real_nvml_reads_links_and_fabric() -> None:
             assert g.fabric is None or g.fabric.state in (1, 2, 3)
     finally:
         b.close()
+
+
+# --- the catalogue fields: links down and the fabric's state, one number per GPU (issue 58) ---------
+
+
+def test_catalogue_fields_count_links_down_and_fold_a_failed_registration_into_state_4() -> None:
+    gpus = [nvswitch_gpu(i) for i in range(4)]
+    gpus[0].values[("nvmlDeviceGetNvLinkState",)] = [p.NVML_FEATURE_ENABLED] * 16 + [p.NVML_FEATURE_DISABLED] * 2
+    gpus[1].values[FABRIC] = fabric(p.NVML_GPU_FABRIC_STATE_NOT_STARTED, p.NVML_ERROR_NOT_READY)  # FM stopped
+    gpus[2].values[FABRIC] = fabric(p.NVML_GPU_FABRIC_STATE_COMPLETED, p.NVML_ERROR_INSUFFICIENT_RESOURCES)
+    _, b, _ = open_fake(gpus)
+    got = [(r.values.get("nvlink_links_down"), r.values.get("gpu_fabric_state")) for r in b.read()]
+    assert got == [(2.0, 3.0), (0.0, 1.0), (0.0, 4.0), (0.0, 3.0)]
+    assert [r.values.get("nvlink_links_down") for r in b.read()] == [2.0, 0.0, 0.0, 0.0]  # the known links
+
+
+def test_catalogue_fields_are_absent_without_nvlink_or_fabric() -> None:
+    _, b, _ = open_fake([FakeGpu(uuid="GPU-pcie", values=no_nvlink_values())])
+    (r,) = b.read()
+    assert "nvlink_links_down" not in r.values and "gpu_fabric_state" not in r.values
