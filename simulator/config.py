@@ -30,6 +30,9 @@ class FaultMode(StrEnum):
     # codes modes by their order here, and a default fleet must keep its codes.
     REMAP = "remap"  # a weak row remapped from correctable errors: pending until a reset (XID 63)
     GSP_RESET = "gsp-reset"  # a GSP RPC timeout (XID 119) the driver asks a reset for (recovery action 1)
+    # The node's shared parts, never a GPU failure (simulator.fabric).
+    FABRIC = "fabric"  # Fabric Manager stops: every GPU of the node unregistered from the NVLink fabric
+    RAIL_FLAP = "rail-flap"  # the IB port on the GPU's rail goes down four times an hour
 
 
 PRECURSOR_MODES = (FaultMode.ECC, FaultMode.THERMAL, FaultMode.PCIE)

@@ -45,6 +45,7 @@ from simulator.config import (
     SimConfig,
     SimGpu,
 )
+from simulator.fabric import NODE_MODES, Fabric
 from simulator.models import GpuModel, get_model
 from simulator.remedies import CURED_CODES, Remedies
 
@@ -188,6 +189,7 @@ class FleetSim:
         self._first_step = True
         self._fault_queue: list[list[tuple[float, FaultMode, float]]] = [[] for _ in range(n)]
         self.remedies = Remedies(n)  # faults a reset cures: no draw from `r` (simulator.remedies)
+        self.fabric = Fabric(n)  # the node's fabric and rails: no draw from `r` (simulator.fabric)
 
     def _start_world(self) -> None:
         """The domain's per-GPU and per-node draws: sensor offsets, heat-sink spread, flaky
@@ -270,6 +272,9 @@ class FleetSim:
         """Start a fault now; the GPU fails `fault.hours` of simulated time later."""
         if fault.gpu >= self.n:
             raise ValueError(f"fault on GPU {fault.gpu}: the simulated fleet has GPUs 0..{self.n - 1}")
+        if fault.mode in NODE_MODES:  # the node's, not the GPU's fault slot
+            self.fabric.inject(self, fault)
+            return
         i = fault.gpu
         self.fault_mode[i] = _MODE_CODE[fault.mode]
         self.fault_onset[i] = self.time if fault.mode in PRECURSOR_MODES else self.time + fault.hours * HOUR
@@ -584,4 +589,5 @@ class FleetSim:
             "pcie_tx_bytes_per_s": pcie_tx_kbps * 1024.0,
             "pcie_rx_bytes_per_s": pcie_rx_kbps * 1024.0,
             "vgpu_license_status": zeros,  # bare metal: no vGPU licensing, DCGM reports 0
+            **self.fabric.values(self),
         }
