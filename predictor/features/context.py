@@ -206,7 +206,7 @@ class _ColumnMeans:
 
     def _running(self) -> tuple[Sums, np.ndarray | None]:
         if self.x is None:
-            self.x, self.owned = self.f.col(self.name, native=True), True  # type: ignore[arg-type]
+            self.x = self.f.col(self.name, native=True)  # type: ignore[arg-type]  # shared: never written
         x = self.x
         assert x is not None
         missing = np.isnan(x)

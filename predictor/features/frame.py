@@ -74,6 +74,7 @@ class OrderedFrame:
         """Row times in the frame's own order (ns since the epoch)."""
         self._raw: dict[str, np.ndarray] = {}
         self._nan: dict[str, tuple[bool, bool]] = {}
+        self._native: dict[str, np.ndarray] = {}
 
     def t_at(self, rows: np.ndarray) -> np.ndarray:
         """Seconds since t0 of rows in (GPU, time) order."""
@@ -113,25 +114,46 @@ class OrderedFrame:
         return name in self.columns and not self.nan_state(name)[1]
 
     def col(self, name: str, native: bool = False) -> np.ndarray | None:
-        """A column in (GPU, time) order as float64, or None when the frame lacks it.
+        """A column in (GPU, time) order as float64 (a copy: callers may write to it), or None
+        when the frame lacks it.
 
         `native`: in the frame's own dtype (float32 gauges: half the memory; the window
-        sums add them up in float64 all the same).
+        sums add them up in float64 all the same), gathered once and shared by every family
+        that asks, so read-only: the heat, memory and temperature families each read the core
+        temperature and power, and a gather of millions of rows costs tens of milliseconds.
         """
+        if native:
+            if name not in self._native:
+                x = self.raw(name)
+                if x is None:
+                    return None
+                ordered = x.view() if self.identity else np.take(x, self.order)
+                ordered.flags.writeable = False
+                self._native[name] = ordered
+            return self._native[name]
         x = self.raw(name)
         if x is None:
             return None
         if self.identity:
-            return x.copy() if native else x.astype(np.float64)  # a copy: callers may write to it
-        ordered = np.take(x, self.order)
-        return ordered if native else ordered.astype(np.float64, copy=False)
+            return x.astype(np.float64)  # a copy: callers may write to it
+        return np.take(x, self.order).astype(np.float64, copy=False)
 
     def codes(self, name: str) -> np.ndarray:
         """A label column's category codes in (GPU, time) order (-1 where missing): the hostname or
         model of each row, to group rows by without comparing strings."""
-        s = self.frame[name]
-        c = (s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")).cat.codes.to_numpy()
+        c = self.label_codes(name)
         return c if self.identity else np.take(c, self.order)
+
+    def label_codes(self, name: str) -> np.ndarray:
+        """A label column's category codes in the frame's own row order (-1 where missing)."""
+        s = self.frame[name]
+        return (s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")).cat.codes.to_numpy()
+
+    def frame_gpu_pos(self) -> np.ndarray:
+        """Per row of the frame's own order, its GPU's position in `gpu_codes`."""
+        pos = np.zeros(len(self.uuids), dtype=np.int64)
+        pos[self.gpu_codes] = np.arange(len(self.gpu_codes))
+        return pos[self.frame_codes]
 
     def at_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Values of a column at rows given in (GPU, time) order, as float64."""

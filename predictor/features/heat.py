@@ -20,8 +20,9 @@ import pandas as pd
 from scipy import special
 
 from predictor.features.context import NODE_MIN_GPUS, Columns, FeatureContext, family, mean, tail_as_z
-from predictor.features.frame import T_MASK, OrderedFrame
-from predictor.features.windows import DAY, HOUR, MONTH, Queries, Sums
+from predictor.features.frame import KEY_SHIFT, OrderedFrame
+from predictor.features.medians import group_medians
+from predictor.features.windows import DAY, HOUR, MONTH, Queries, Sums, WindowRows
 
 SD_FLOOR_C = 0.5
 """The least spread a temperature series is credited with (°C): readings are whole degrees."""
@@ -100,26 +101,19 @@ def as_rare(z: np.ndarray, days: np.ndarray) -> np.ndarray:
 
 
 def _residuals(
-    ctx: FeatureContext, y: np.ndarray, windows: tuple[int, ...] = (MONTH, DAY, 6 * HOUR)
+    ctx: FeatureContext, y: np.ndarray, windows: tuple[int, ...] = (MONTH, DAY, 6 * HOUR), owned: bool = False
 ) -> _Residuals | None:
     """`_Residuals` of y on power, k fitted per GPU over its baseline (its model's pooled slope
-    where its load barely varied). None without a power column."""
+    where its load barely varied). None without a power column. `owned`: y (float64) may be
+    overwritten."""
     f, q = ctx.f, ctx.q
     power = f.col("power_w", native=True)
     if power is None:
         return None
-    both = ~np.isnan(y) & ~np.isnan(power)
-    t = np.where(both, y, 0.0).astype(np.float64)
-    p = np.where(both, power, 0.0).astype(np.float64)
-    gaps = np.flatnonzero(~both)
-    sums = {"t": Sums(t), "p": Sums(p), "tt": Sums(t * t), "pp": Sums(p * p), "tp": Sums(t * p)}
-    del t, p
-    raw = {}
-    for w in windows:
-        raw[w] = (_present(q, gaps, w), {name: q.window_sum(x, w) for name, x in sums.items()})
+    raw = _moments(q, y, power, windows, owned)
     # Degrees per watt of each GPU over its baseline (heat sinks differ), its model's pooled
     # slope where its load did not vary enough to fit one.
-    bn, bs = raw[MONTH][0] - raw[DAY][0], {k: raw[MONTH][1][k] - raw[DAY][1][k] for k in sums}
+    bn, bs = raw[MONTH][0] - raw[DAY][0], {k: raw[MONTH][1][k] - raw[DAY][1][k] for k in raw[MONTH][1]}
     baseline_days = np.clip((q.c - f.first_t[q.gpu_pos]) / DAY - 1.0, 1.0, (MONTH - DAY) / DAY)
     k, k_sd = _slope(f, q, bn, bs, baseline_days)
     moments = {}
@@ -129,6 +123,30 @@ def _residuals(
         moments[w] = (n, sr, srr)
     power_means = {w: mean(s["p"], n) for w, (n, s) in raw.items()}
     return _Residuals(moments, power_means, mean(bs["p"], bn), k_sd, baseline_days)
+
+
+def _moments(
+    q: Queries, y: np.ndarray, power: np.ndarray, windows: tuple[int, ...], owned: bool
+) -> dict[int, tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Per window: samples with both values, and the window sums of t, p, t², p² and tp (t = y,
+    p = power; a row lacking either counts 0 in every sum). Each product is made in one shared
+    buffer and summed over every window before the next: a month of 10,000 GPUs is 7 M rows,
+    and each array of them costs its allocation as much as its arithmetic."""
+    missing = np.isnan(y)
+    missing |= np.isnan(power)
+    gaps = np.flatnonzero(missing)
+    del missing
+    t = y if owned and y.dtype == np.float64 else y.astype(np.float64)
+    p = power.astype(np.float64)
+    t[gaps] = 0.0
+    p[gaps] = 0.0
+    raw: dict[int, tuple[np.ndarray, dict[str, np.ndarray]]] = {w: (_present(q, gaps, w), {}) for w in windows}
+    buf = np.empty_like(t)
+    for name, a, b in (("t", t, None), ("p", p, None), ("tt", t, t), ("pp", p, p), ("tp", t, p)):
+        sums = Sums(a if b is None else np.multiply(a, b, out=buf))
+        for w in windows:
+            raw[w][1][name] = q.window_sum(sums, w)
+    return raw
 
 
 MIN_LOAD_SD_W = 20.0
@@ -271,7 +289,7 @@ def _memory_spread(ctx: FeatureContext) -> np.ndarray:
     mem, temp = f.col("memory_temp_c", native=True), f.col("gpu_temp_c", native=True)
     if mem is None or temp is None:
         return ctx.nan
-    res = _residuals(ctx, np.subtract(mem, temp, dtype=np.float64), (MONTH, DAY, MEM_SPREAD_WINDOW_S))
+    res = _residuals(ctx, np.subtract(mem, temp, dtype=np.float64), (MONTH, DAY, MEM_SPREAD_WINDOW_S), owned=True)
     if res is None:
         return ctx.nan
     return res.own_z(*res.excess(MEM_SPREAD_WINDOW_S))
@@ -292,12 +310,7 @@ def _node_relative_z(ctx: FeatureContext, temp: np.ndarray) -> np.ndarray:
     power = f.col("power_w", native=True)
     if power is None:
         return np.full(len(q.c), np.nan)
-    t_s = f.key & T_MASK
-    gpu = np.repeat(np.arange(len(f.gpu_start)), f.gpu_end - f.gpu_start)
-    r = temp - _first_week_slope(f, gpu, t_s, temp, power)[gpu] * power
-    del gpu, power
-    d = r - _node_median_by_hour(f, t_s, r)
-    del r, t_s
+    d = _beyond_node(f, _first_week_slope(f, temp, power))
     known = ~np.isnan(d)
     dd = np.where(known, d, 0.0)
     gaps = np.flatnonzero(~known)
@@ -311,14 +324,16 @@ def _node_relative_z(ctx: FeatureContext, temp: np.ndarray) -> np.ndarray:
         return np.where(young, np.nan, np.maximum(ex / sd, 0.0))
 
 
-def _first_week_slope(
-    f: OrderedFrame, gpu: np.ndarray, t_s: np.ndarray, temp: np.ndarray, power: np.ndarray
-) -> np.ndarray:
+def _first_week_slope(f: OrderedFrame, temp: np.ndarray, power: np.ndarray) -> np.ndarray:
     """Per GPU (`f`'s order), the least-squares slope of its heat on its power over its first
     FIRST_WEEK_S; its model's slope pooled over the GPUs' sums where its power varied less than
-    MIN_LOAD_SD_W (σ). NaN where neither can be fitted."""
-    early = (t_s - f.first_t[gpu] < FIRST_WEEK_S) & ~np.isnan(temp) & ~np.isnan(power)
-    g, t, p = gpu[early], temp[early].astype(np.float64), power[early].astype(np.float64)
+    MIN_LOAD_SD_W (σ). NaN where neither can be fitted. Only each GPU's first week is read."""
+    end = np.searchsorted(f.key, (f.gpu_codes << KEY_SHIFT) | (f.first_t + FIRST_WEEK_S), side="left")
+    rows = WindowRows(f, f.gpu_start, end).rows
+    gpu = np.repeat(np.arange(len(f.gpu_start)), end - f.gpu_start)
+    t, p = temp[rows], power[rows]
+    ok = ~np.isnan(t) & ~np.isnan(p)
+    g, t, p = gpu[ok], t[ok].astype(np.float64), p[ok].astype(np.float64)
     size = len(f.gpu_start)
     n = np.bincount(g, minlength=size).astype(np.float64)
     st, sp = np.bincount(g, t, minlength=size), np.bincount(g, p, minlength=size)
@@ -327,16 +342,26 @@ def _first_week_slope(
         sxy = np.where(n > 0, stp - sp * st / n, 0.0)
         sxx = np.where(n > 0, spp - sp * sp / n, 0.0)
         own = np.where(sxx > np.maximum(n - 1, 1) * MIN_LOAD_SD_W**2, sxy / sxx, np.nan)
-        model = f.codes("model_name")[f.gpu_start]
+        model = f.label_codes("model_name")[f.frame_rows(f.gpu_start)]
         model = np.where(model < 0, model.max() + 1, model)  # no model name: a kind of its own
         pooled = np.bincount(model, sxy) / np.bincount(model, sxx)
     return np.where(np.isnan(own), pooled[model], own)
 
 
-def _node_median_by_hour(f: OrderedFrame, t_s: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Per row, the median of `r` over its node's rows in the same hour; NaN where fewer than
-    NODE_MIN_GPUS of them have a value, or the row names no node."""
-    node = f.codes("hostname").astype(np.int64)
-    same = pd.Series(r).groupby((t_s // HOUR) * (int(node.max()) + 1) + node, sort=False)
-    n, median = same.transform("count").to_numpy(), same.transform("median").to_numpy()
-    return np.where((n >= NODE_MIN_GPUS) & (node >= 0), median, np.nan)
+def _beyond_node(f: OrderedFrame, slope: np.ndarray) -> np.ndarray:
+    """Per row (GPU, time order), its heat beyond its power (each GPU's `slope`) less the median of
+    the same over its node's rows in that hour; NaN where fewer than NODE_MIN_GPUS of those have a
+    value, or the row names no node.
+
+    Worked out in the frame's own row order, where an hour's rows lie together and in it a
+    node's GPUs (`features.medians`), then put in (GPU, time) order: one gather, no group-by."""
+    temp, power = f.raw("gpu_temp_c"), f.raw("power_w")
+    assert temp is not None and power is not None
+    r = temp - slope[f.frame_gpu_pos()] * power
+    node = f.label_codes("hostname").astype(np.int64)
+    hour = (f.ts_ns - f.t0_ns) // (1_000_000_000 * HOUR)  # hours since t0, as the (GPU, time) key counts them
+    median = group_medians(hour * (int(node.max()) + 1) + node, r, min_count=NODE_MIN_GPUS)
+    del hour
+    median[node < 0] = np.nan
+    r -= median
+    return r if f.identity else np.take(r, f.order)

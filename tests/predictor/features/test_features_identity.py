@@ -1,0 +1,126 @@
+"""Features made fast (issue 60) are the features they were, bit for bit, and so are the decisions.
+
+The heat family's per-row work was rewritten for speed (`features.medians`, the first-week
+slope from each GPU's first week only, the window sums' products in one buffer). The code it
+replaced is kept in `reference_heat.py`; every test here builds the same fleet's features
+both ways, on a fleet with what the fast paths must survive: rows arriving late (out of time
+order), NaN samples, a GPU replaced in its slot, a GPU without a memory sensor, node names
+whose order as text is not their rows' order, and samples every 15 minutes.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from predictor import score as score_mod
+from predictor.features import build_features
+from predictor.features.medians import group_medians
+from predictor.model import RiskModel
+from simulator.fleet import SimConfig
+from simulator.run import simulate
+from tests.predictor.features import reference_heat
+
+HEAT = importlib.import_module("predictor.features.heat")  # the attribute is the family of the same name
+MIX = {"NVIDIA A100-SXM4-80GB": 0.5, "NVIDIA H100 80GB HBM3": 0.5}
+
+
+def awkward(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """The fleet with NaN samples, a GPU replaced half-way, one without a memory sensor, and 1 % of
+    its rows arriving late (moved to the end, out of time order)."""
+    rng = np.random.default_rng(seed)
+    out = frame.copy()
+    n = len(out)
+    for col in ("gpu_temp_c", "memory_temp_c", "power_w", "gpu_util_pct", "pcie_replay_count", "ecc_sbe_aggregate"):
+        out.loc[rng.random(n) < 0.02, col] = np.nan
+    uuid = out["gpu_uuid"].astype(str)
+    gpus = uuid.unique()
+    out.loc[uuid == gpus[1], "memory_temp_c"] = np.nan
+    half = out["timestamp"].min() + (out["timestamp"].max() - out["timestamp"].min()) / 2
+    replaced = (uuid == gpus[2]) & (out["timestamp"] > half)
+    out["gpu_uuid"] = uuid.where(~replaced, "GPU-replacement").astype("category")
+    for col in ("ecc_sbe_aggregate", "pcie_replay_count", "energy_mj"):  # a new GPU's counters start again
+        out.loc[replaced, col] = out.loc[replaced, col] - out.loc[replaced, col].min()
+    late = rng.random(n) < 0.01
+    return pd.concat([out[~late], out[late]], ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def fleets() -> dict[str, pd.DataFrame]:
+    # 12 nodes: sim-node-10 and -11 sort between -01 and -02 as text, not as their rows lie.
+    hourly, _ = simulate(SimConfig(nodes=12, gpus_per_node=4, seed=3, models=MIX), 21)
+    raw, _ = simulate(SimConfig(nodes=3, gpus_per_node=4, seed=4, models=MIX), 10, interval_s=900.0)
+    out = {"hourly": awkward(hourly, 1), "15min": awkward(raw, 2)}
+    for frame in out.values():
+        ns = frame["timestamp"].array.asi8
+        assert not np.all(ns[1:] >= ns[:-1]), "late rows: not in time order"
+        assert frame["gpu_uuid"].nunique() > frame[["hostname", "gpu_index"]].drop_duplicates().shape[0]
+        assert frame["memory_temp_c"].isna().any() and frame["power_w"].isna().any()
+    return out
+
+
+def cutoffs(frame: pd.DataFrame) -> dict[str, pd.Timestamp | pd.DatetimeIndex]:
+    ts = frame["timestamp"]
+    last = ts.max()
+    return {
+        "latest": last,
+        "earlier": last - pd.Timedelta(hours=30, minutes=20),
+        "many": pd.date_range(ts.min() + pd.Timedelta(days=1), last, freq="9h"),
+    }
+
+
+def as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heat family's per-row work as it was written before."""
+    monkeypatch.setattr(HEAT, "_node_relative_z", reference_heat.node_relative_z)
+    monkeypatch.setattr(HEAT, "_moments", reference_heat.moments)
+
+
+@pytest.mark.parametrize("fleet", ["hourly", "15min"])
+@pytest.mark.parametrize("when", ["latest", "earlier", "many"])
+def test_features_equal_the_reference_bit_for_bit(
+    fleets: dict[str, pd.DataFrame], fleet: str, when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = fleets[fleet]
+    cut = cutoffs(frame)[when]
+    fast = build_features(frame, cut)
+    with monkeypatch.context() as m:
+        as_before(m)
+        before = build_features(frame, cut)
+    assert fast["heat_vs_node_own_z"].notna().any() and fast["mem_spread_z"].notna().any()
+    pd.testing.assert_frame_equal(fast, before, check_exact=True)
+
+
+def test_score_decides_as_with_the_reference(
+    fleets: dict[str, pd.DataFrame], shipped_model: RiskModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = fleets["hourly"]
+    cuts = cutoffs(frame)
+    for at in (cuts["latest"], cuts["earlier"]):
+        fast = score_mod.score(shipped_model, frame, at=at)
+        with monkeypatch.context() as m:
+            as_before(m)
+            before = score_mod.score(shipped_model, frame, at=at)
+        pd.testing.assert_frame_equal(fast, before, check_exact=True)
+
+
+def test_group_medians_are_pandas_medians() -> None:
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(1, 300))
+        groups = int(rng.integers(1, 50))
+        if trial % 3 == 0:  # runs, in no order of their keys
+            key = np.repeat(rng.permutation(groups), rng.integers(1, 9, groups))[:n]
+        elif trial % 3 == 1:  # a key's rows apart
+            key = rng.integers(0, groups, n)
+        else:  # a few wide groups: sorted, not by a network
+            key = rng.integers(0, 3, n) * 10**9
+        v = rng.normal(size=len(key)).round(int(rng.integers(0, 3)))  # ties too
+        v[rng.random(len(key)) < 0.2 * (trial % 2)] = np.nan
+        v[rng.random(len(key)) < 0.02] = np.inf
+        min_count = int(rng.integers(1, 4))
+        by = pd.Series(v).groupby(key)
+        want = np.where(by.transform("count") >= min_count, by.transform("median"), np.nan)
+        assert np.array_equal(group_medians(key.astype(np.int64), v, min_count), want, equal_nan=True), trial
