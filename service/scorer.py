@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from core.worker import Worker
+from predictor.fabric import with_node_findings
 from predictor.findings import with_lost_gpus, with_probe_findings
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, decision_changes
@@ -224,6 +225,7 @@ class Scorer(Worker):
                 mine = {str(g["uuid"]) for g in gpus}
                 probes = [p for p in probes if str(p["gpu_uuid"]) in mine]
             records = with_probe_findings(records, probes)
+            records = with_node_findings(records, frame)  # the fabric, NVLink links, IB rails
             if self.on_scored is not None:
                 records = self.on_scored(records, scored_at)
             records = self._write(records, scored_at, share)

@@ -109,14 +109,16 @@ DEMO_PROBE_EVERY = "20s"
 """Probe each idle simulated GPU every 20 s, so the probe series and a slow GPU show within the minute."""
 DEMO_FAULTS = (
     "11:ecc:50", "28:offbus:50.5", "17:pcie:62", "2:thermal:57", "21:ecc:55", "26:thermal:70",
-    "24:remap:49", "29:gsp-reset:51",
+    "24:remap:49", "29:gsp-reset:51", "4:fabric:49.5", "20:rail-flap:49",
 )  # fmt: skip
 """GPU (global index: node × 8 + GPU) and fault times in simulated hours from the start of the (warm-up)
 history: they ripen within the first minute; GPU 11 is sim-node-01's GPU 3, whose row remapping fails.
 Two are cured by a reset: GPU 24 (sim-node-03's GPU 0) gets a pending row remap alone (reset at idle),
 GPU 29 (sim-node-03's GPU 5) a GSP timeout, XID 119 (drain, reset now); both sit on the idle spare node,
 so no job holds up their reset or verification probes, and at the demo's seed neither faults again within
-the first simulated week (tests/simulator/test_remedies.py)."""
+the first simulated week (tests/simulator/test_remedies.py). Two are the node's (simulator.fabric): GPU 4's
+node sim-node-00 loses Fabric Manager (fabric not ready on its 8 GPUs), and the rail of sim-node-02's GPUs
+4 and 5 (GPU 20) flaps four times an hour; each demotes its node with its reason (predictor.fabric)."""
 DEMO_ACTUATE_EVERY = "5s"
 DEMO_REMEDY_POLL_S = 2.0
 """The demo's node agent asks for its remedies this often (wall seconds: twenty simulated minutes)."""

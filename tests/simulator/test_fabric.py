@@ -54,3 +54,41 @@ def test_node_faults_draw_nothing_from_the_fleets_generator() -> None:
     va, vb = a.values(), b.values()
     assert all(np.array_equal(va[k], vb[k], equal_nan=True) for k in va if k not in FIELDS)
     assert FaultSpec.parse("3:rail-flap").mode == FaultMode.RAIL_FLAP
+
+
+def test_the_demos_fabric_and_rail_faults_demote_their_nodes_within_its_first_minutes() -> None:
+    """The demo's node faults ripen minutes after its warm-up (one wall second is DEMO_STEP_S simulated)
+    and the findings of predictor.fabric name them on the readings the sim backend gives."""
+    import pandas as pd
+
+    from collector.backends.sim import SimBackend
+    from gpuhealth.cli import serve
+    from predictor.fabric import with_node_findings
+
+    faults = [FaultSpec.parse(s) for s in serve.DEMO_FAULTS]
+    node_faults = [x for x in faults if x.mode in (FaultMode.FABRIC, FaultMode.RAIL_FLAP)]
+    assert {x.mode for x in node_faults} == {FaultMode.FABRIC, FaultMode.RAIL_FLAP}
+    warm_h = serve.DEMO_WARMUP_STEPS * serve.DEMO_STEP_S / HOUR
+    wall_s = (max(x.hours for x in node_faults) + 1.5 - warm_h) * HOUR / serve.DEMO_STEP_S
+    assert wall_s <= 120  # within the demo's first two minutes
+    b = SimBackend(nodes=serve.DEMO_NODES, gpus_per_node=serve.DEMO_GPUS, step_s=serve.DEMO_STEP_S, faults=faults,
+                   spare_nodes=serve.DEMO_SPARE_NODES)  # fmt: skip
+    rows = []
+    while b.fleet.time - b.fleet.cfg.start < (max(x.hours for x in node_faults) + 1.5) * HOUR:
+        for r in b.read():
+            rows.append({"timestamp": pd.Timestamp(b.data_time(), unit="s", tz="UTC"), "hostname": r.info.hostname,
+                         "gpu_uuid": r.info.uuid, "gpu_index": r.info.index, **r.values})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    recs = [{"gpu_uuid": u, "hostname": h, "decision": "ok", "reasons": []}
+            for u, h in frame[["gpu_uuid", "hostname"]].drop_duplicates().itertuples(index=False)]  # fmt: skip
+    by_host: dict[str, set[str]] = {}
+    for r in with_node_findings(recs, frame):
+        by_host.setdefault(r["hostname"], set()).update(x.split(":")[0] for x in r["reasons"])
+        assert r["decision"] == ("demote" if r["reasons"] else "ok")
+    fabric = "fabric not ready on 8 of 8 GPUs of sim-node-00 (registration not started)"
+    assert by_host == {
+        "sim-node-00": {fabric},
+        "sim-node-01": set(),
+        "sim-node-02": {"InfiniBand rail flapping"},
+        "sim-node-03": set(),
+    }
