@@ -158,21 +158,21 @@ class Settings(BaseSettings):
         default="30d", description="The probation lasts at most this long after the drain or RMA; 0: no probation."
     )
     remap_hold_risk: float = Field(
-        default=0.0,
+        default=0.3,
         description=(
-            "A pending remap's drain waits at watch while ECC risk is under "
-            "this; 0: never; unset: as the promoted model chose."
+            "A pending remap is watch + reset at idle; it drains once ECC risk "
+            "reaches this (worn memory); 0: drains at once."
         ),
     )
     remap_hold_for: str = Field(
         default="0",
         description=(
-            "The remap hold ends once ECC risk has held remap_hold_risk this long; once drained, the drain stands."
+            "A pending remap drains once ECC risk has held remap_hold_risk this long; once drained, the drain stands."
         ),
     )
     remap_hold_clear: str = Field(
         default="24h",
-        description="The remap hold applies only if ECC risk has not held remap_hold_risk within this long before.",
+        description="A pending remap also drains if ECC risk held remap_hold_risk within this long before.",
     )
     release_threshold: float | None = Field(
         default=None,

@@ -7,7 +7,7 @@ replays out of habit (`habitual_link`) and where no reading of the GPU's own coo
 thermal one (`uncorroborated`), at once where two readings agree (`witnesses_agree`); `demote_waits`
 is the one path `policy.decide` and `replay.apply_waits` share. The core's heat alone demotes once it
 has counted for its hold (`heat_alone`, `heat_held`). A GPU a drain or RMA let go is on probation
-while its risk stays high (`on_probation`). A pending remap's drain may wait (`remap_waits`). The
+while its risk stays high (`on_probation`). A pending remap's reset waits for idle (`remap_waits`). The
 reasons say why, in sentences (`predictor.reasons`).
 
 The policy reads these, these read the levels: `policy` -> `conditions` -> `thresholds`, one way.
@@ -92,17 +92,18 @@ def run_length(at: Any, since: Any) -> np.ndarray:
 
 
 def remap_waits(at: Any, since: Any, risk_ecc: Any, thresholds: Thresholds) -> np.ndarray:
-    """Per round: whether NVIDIA's pending-remap drain may wait at watch (`remap_hold_risk`): the ECC
-    risk is known and has not held at that level for `remap_hold_for_s` (`since`: when its run at the
-    level began; NaT: this round). Whether the GPU was drained already is the caller's (`replay.remap_held`,
-    `policy.decide`'s `drained`): a drain, once made, stands."""
+    """Per round: whether a pending remap's reset waits for idle at watch (NVIDIA's guide): the ECC risk
+    has not held `remap_hold_risk` for `remap_hold_for_s` (`since`: when its run at the level began; NaT:
+    this round); unknown (NaN) shows no wear, and waits; a level of 0 never waits (the operator's
+    choice of a drain at once). Whether the GPU was drained already is the caller's (`replay.remap_held`,
+    `policy.decide`'s `drained`): a drain stands."""
     r = np.asarray(risk_ecc, dtype=np.float64)
     if thresholds.remap_hold_risk <= 0:
         return np.zeros(r.shape, dtype=bool)
     with np.errstate(invalid="ignore"):
         at_level = r >= thresholds.remap_hold_risk
     wore = at_level & (run_length(at, since) >= as_ns(thresholds.remap_hold_for_s))
-    return np.asarray(~np.isnan(r) & ~wore)
+    return np.asarray(~wore)
 
 
 def as_ns(seconds: float) -> np.timedelta64:

@@ -17,7 +17,15 @@ import pandas as pd
 from predictor.conditions import WAIT_INPUTS, heat_alone
 from predictor.features import STALE_S, build_features
 from predictor.model import MODES, RiskModel
-from predictor.replay import apply_waits, high_since, probation_began, recently_wore, remap_held, stored_run_began
+from predictor.replay import (
+    apply_waits,
+    high_since,
+    out_of_service,
+    probation_began,
+    recently_wore,
+    remap_held,
+    stored_run_began,
+)
 from predictor.score import hour_rows, too_little_history, up_to
 from predictor.thresholds import Thresholds
 
@@ -104,9 +112,7 @@ class HistoryRounds:
         # The rounds before, then this one: no drain or RMA holds now and the risk is high (asked).
         gpu = np.r_[rows["gpu_uuid"].to_numpy(), np.asarray(uuids, dtype=object)]
         at = pd.DatetimeIndex([*rows["cutoff"], *[cutoff] * len(uuids)])
-        out = np.r_[
-            rows["rule_act"].to_numpy(dtype=bool) & ~remap_held(rows, self.th), np.zeros(len(uuids), dtype=bool)
-        ]
+        out = np.r_[out_of_service(rows, remap_held(rows, self.th)), np.zeros(len(uuids), dtype=bool)]
         risk = np.r_[rows["risk"].to_numpy(dtype=np.float64), np.ones(len(uuids))]
         began = probation_began(gpu, at, out, risk, self.th)[len(rows) :]
         return {u: pd.Timestamp(b).tz_localize("UTC") for u, b in zip(uuids, began, strict=True) if not np.isnat(b)}

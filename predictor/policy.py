@@ -39,7 +39,7 @@ from predictor.reasons import (
     probation_reason,
     remap_context,
     remap_stands_reason,
-    remap_wait_reason,
+    remap_wear_reason,
 )
 from predictor.rules import REMAP_PENDING, evaluate_rules, remap_alone
 from predictor.thresholds import HEADS, Thresholds
@@ -113,10 +113,10 @@ class CarriedOver:
     NaT (without a `cutoff` column, only a hold of 0 is met)."""
     ecc_since: np.ndarray | None = None
     """When the GPU's run of rounds with its ECC risk at `Thresholds.remap_hold_risk` or above began
-    (NaT: this round, or it is not at it). With it and `drained`, NVIDIA's drain for a pending remap,
-    where no other drain or RMA rule fires, is held at watch while the ECC risk is known and has not
-    held that level for `remap_hold_for_s` (`remap_waits`), unless the GPU's drain stands: a drain,
-    once made, stands until the remap is taken. None: no hold."""
+    (NaT: this round, or it is not at it). A pending remap, where no drain or RMA rule fires, is a watch
+    and a reset at idle; it drains where the ECC risk has held that level for `remap_hold_for_s`
+    (`remap_waits`, `remap_drain_rows`) or the GPU's drain stands (`drained`): a drain, once made, stands
+    until the remap is taken. None: every run begins this round."""
     drained: np.ndarray | None = None
     """Whether the GPU's drain stands (bool): its standing decision is a drain or RMA, or its ECC risk
     held `remap_hold_risk` within `remap_hold_clear_s` (`replay.recently_wore`). None: none does."""
@@ -148,8 +148,8 @@ def decide(
     n = len(features)
     hits = evaluate_rules(features) if rule_hits is None else rule_hits
     pos, hit_sev = _hit_severity(features, hits)
-    remap_held = remap_held_rows(features, hits, risk, thresholds, past.ecc_since, past.drained)
-    rule_sev = _rule_severity(n, hits, pos, hit_sev, remap_held)
+    remap_drain = remap_drain_rows(features, hits, risk, thresholds, past.ecc_since, past.drained)
+    rule_sev = _rule_severity(n, pos, hit_sev, remap_drain)
 
     r = risk["risk"].to_numpy(dtype=np.float64, na_value=np.nan)
     model_sev = _model_severity(r, thresholds)
@@ -175,8 +175,8 @@ def decide(
     for i in np.flatnonzero(set_it):
         reasons[pos[i]].append(str(hit_reasons[i]))
     stands = None if past.ecc_since is None or past.drained is None else np.asarray(past.drained, dtype=bool)
-    _add_remap_context(reasons, hits, pos, set_it, risk, thresholds, stands)
-    _add_remap_wait(reasons, hits, pos, np.flatnonzero(remap_held & (rule_sev == final)), risk, thresholds)
+    _add_remap_context(reasons, hits, pos, set_it, risk, thresholds)
+    _add_remap_drain(reasons, hits, pos, np.flatnonzero(remap_drain & (rule_sev == final)), risk, thresholds, stands)
     # Then the node's, where it set the decision (with why a demote was held) ...
     vs_node, mem_spread = feature_column(features, "temp_excess_vs_node_z"), feature_column(features, "mem_spread_z")
     for i in np.flatnonzero(on_hot_node & (node_sev == final)):
@@ -396,68 +396,69 @@ def _hit_severity(features: pd.DataFrame, hits: pd.DataFrame) -> tuple[np.ndarra
 
 def _add_remap_context(
     reasons: list[list[str]], hits: pd.DataFrame, pos: np.ndarray, set_it: np.ndarray, risk: pd.DataFrame,
-    thresholds: Thresholds, stands: np.ndarray | None = None,
+    thresholds: Thresholds,
 ) -> None:  # fmt: skip
-    """After a pending remap's reason, where that rule set the decision and the ECC head's risk is
-    known: how urgent the reset is (`remap_context`). A weak row on a healthy GPU is remapped too,
-    and NVIDIA lets work go on meanwhile; a wearing memory shows in the ECC risk. Where the hold is
-    on and the drain stands (`stands`, per row: `CarriedOver.drained`) with this round's ECC risk under
-    its level, why it stands instead (`remap_stands_reason`): not that the reset can wait."""
+    """After a pending remap's reason, where its watch set the decision and the ECC head's risk is known:
+    what that risk makes of the remap (`remap_context`): a weak row on a healthy GPU is remapped too, and
+    NVIDIA lets work go on until the reset; a wearing memory shows in the ECC risk, and drains."""
     if "risk_ecc" not in risk.columns:
         return
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
     for i in np.flatnonzero(set_it & (hits["rule"].to_numpy() == REMAP_PENDING)):
-        e = float(ecc[pos[i]])
-        if np.isnan(e):
-            continue
-        if stands is not None and stands[pos[i]] and e < thresholds.remap_hold_risk:
-            reasons[pos[i]].append(remap_stands_reason(e, thresholds))
-        else:
-            reasons[pos[i]].append(remap_context(e, thresholds))
+        if not np.isnan(ecc[pos[i]]):
+            reasons[pos[i]].append(remap_context(float(ecc[pos[i]]), thresholds))
 
 
-def _rule_severity(
-    n: int, hits: pd.DataFrame, pos: np.ndarray, hit_sev: np.ndarray, remap_held: np.ndarray
-) -> np.ndarray:
-    """Per row: the worst action of the rules that fired; where the pending remap's drain is held
-    (`remap_held`), that of the others, and at least watch."""
-    kept = ~(remap_held[pos] & (hits["rule"].to_numpy() == REMAP_PENDING))
+def _rule_severity(n: int, pos: np.ndarray, hit_sev: np.ndarray, remap_drain: np.ndarray) -> np.ndarray:
+    """Per row: the worst action of the rules that fired; a drain where a pending remap's memory wears
+    (`remap_drain`)."""
     rule_sev = np.zeros(n, dtype=np.int64)
-    np.maximum.at(rule_sev, pos[kept], hit_sev[kept])
-    rule_sev[remap_held] = np.maximum(rule_sev[remap_held], SEVERITY["watch"])
+    np.maximum.at(rule_sev, pos, hit_sev)
+    rule_sev[remap_drain] = np.maximum(rule_sev[remap_drain], SEVERITY["drain"])
     return rule_sev
 
 
-def remap_held_rows(
+def remap_drain_rows(
     features: pd.DataFrame, hits: pd.DataFrame, risk: pd.DataFrame, thresholds: Thresholds,
     ecc_since: np.ndarray | None, drained: np.ndarray | None,
 ) -> np.ndarray:  # fmt: skip
-    """Per row: NVIDIA's pending-remap drain held at watch (`CarriedOver.ecc_since` and `drained`,
-    `replay.remap_held`): no drain or RMA holds it now, whatever the rule says."""
+    """Per row: a pending remap, with no drain or RMA rule (`rules.remap_alone`), drained because the ECC
+    head reads its memory as wearing: its risk has held `remap_hold_risk` for `remap_hold_for_s`
+    (`CarriedOver.ecc_since`; None: its run begins this round), or the drain stands (`drained`: the GPU
+    is out already, or its ECC risk held the level within `remap_hold_clear_s`). Elsewhere (an unknown
+    ECC risk included) the pending remap is a watch and a reset at idle (NVIDIA's guide). A level of 0:
+    every such remap drains at once (an operator's choice)."""
     n = len(features)
-    if ecc_since is None or thresholds.remap_hold_risk <= 0 or "risk_ecc" not in risk.columns:
+    if thresholds.remap_hold_risk <= 0:  # the operator's choice: every pending remap drains at once
+        return remap_alone(hits, features.index)
+    if "risk_ecc" not in risk.columns:
         return np.zeros(n, dtype=bool)
-    if "cutoff" not in features.columns:
+    if ecc_since is not None and "cutoff" not in features.columns:
         raise ValueError("ecc_since is a time per row: the features need a cutoff column to measure it from")
+    since = np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]") if ecc_since is None else ecc_since
+    at = features["cutoff"] if "cutoff" in features.columns else np.zeros(n, dtype="datetime64[ns]")
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
-    waits = remap_waits(features["cutoff"], ecc_since, ecc, thresholds)
+    waits = remap_waits(at, since, ecc, thresholds)
     was_out = np.zeros(n, dtype=bool) if drained is None else np.asarray(drained, dtype=bool)
-    return np.asarray(remap_alone(hits, features.index) & waits & ~was_out)
+    return np.asarray(remap_alone(hits, features.index) & (~waits | was_out))
 
 
-def _add_remap_wait(
+def _add_remap_drain(
     reasons: list[list[str]], hits: pd.DataFrame, pos: np.ndarray, rows: np.ndarray, risk: pd.DataFrame,
-    thresholds: Thresholds,
+    thresholds: Thresholds, stands: np.ndarray | None,
 ) -> None:  # fmt: skip
-    """To `rows` (a pending remap's drain held at watch, which set the decision): the rule's reason,
-    then why it waits."""
+    """To `rows` (a pending remap drained for its wearing memory, which set the decision): the rule's
+    reason, then why it drains: the ECC risk at its level (`remap_wear_reason`), or, under it, the drain
+    that stands (`remap_stands_reason`: drained already, or the risk held the level shortly before)."""
     if len(rows) == 0:
         return
     hit_reasons, is_remap = hits["reason"].to_numpy(), hits["rule"].to_numpy() == REMAP_PENDING
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
     for i in rows:
         reasons[i] += [str(t) for t in hit_reasons[is_remap & (pos == i)]]
-        reasons[i].append(remap_wait_reason(float(ecc[i]), thresholds))
+        e = float(ecc[i])
+        below = stands is not None and bool(stands[i]) and not e >= thresholds.remap_hold_risk
+        reasons[i].append(remap_stands_reason(e, thresholds) if below else remap_wear_reason(e, thresholds))
 
 
 def _add_model_reasons(reasons: list[list[str]], risk: pd.DataFrame, r: np.ndarray, contributed: np.ndarray) -> None:

@@ -2,7 +2,7 @@
 why a model demote is still a watch (`pending_reason`), why a thermal demote did not wait
 (`agree_reason`), why a demote stands on heat alone, on probation or held (`heat_reason`,
 `probation_reason`, `hold_reason`), and what the ECC risk makes of a pending remap
-(`remap_context`, `remap_wait_reason`). `policy.decide` puts them together; what decides is in
+(`remap_context`, `remap_wear_reason`, `remap_stands_reason`). `policy.decide` puts them together; what decides is in
 `thresholds` and `policy`, so a sentence reads the same levels the decision used.
 """
 
@@ -130,40 +130,41 @@ def hold_reason(since: pd.Timestamp, risk: float, thresholds: Thresholds) -> str
 
 
 def remap_context(risk_ecc: float, thresholds: Thresholds) -> str:
-    """What the ECC head's risk says of a GPU whose remap is pending: wear at `thresholds.watch` or above."""
+    """What the ECC head's risk says of a GPU whose pending remap waits for a reset at idle."""
+    level, hold_h = thresholds.remap_hold_risk, thresholds.remap_hold_for_s / 3600
+    drains = "" if level <= 0 else (
+        f"; it is drained if its ECC risk reaches {level:g}" if hold_h == 0
+        else f"; it is drained if its ECC risk holds {level:g} for {hold_h:g} h"
+    )  # fmt: skip
     if risk_ecc >= thresholds.watch:
-        return (
-            f"its ECC risk {risk_ecc:.2f} (at {thresholds.watch:g} or above) says its memory is wearing: "
-            "drain it soon and follow the reset with a field diagnostic"
-        )
+        return f"its ECC risk {risk_ecc:.2f} (at {thresholds.watch:g} or above) says its memory may be wearing{drains}"
     return (
         f"its ECC risk {risk_ecc:.2f} (under {thresholds.watch:g}) shows no wearing memory: a weak row on a "
-        "healthy GPU is remapped too, and NVIDIA lets work go on until the reset, so it can wait for a "
-        "convenient moment"
+        f"healthy GPU is remapped too, and NVIDIA lets work go on until the reset{drains}"
+    )
+
+
+def remap_wear_reason(risk_ecc: float, thresholds: Thresholds) -> str:
+    """Why a pending remap drains: the ECC head reads its memory as wearing (`remap_hold_risk`)."""
+    level, hold_h = thresholds.remap_hold_risk, thresholds.remap_hold_for_s / 3600
+    if level <= 0:
+        return "drained at once, whatever its ECC risk: GPUHEALTH_REMAP_HOLD_RISK is 0 (the operator's choice)"
+    held = f"reached {level:g}" if hold_h == 0 else f"held {level:g} for {hold_h:g} h"
+    return (
+        f"its ECC risk {risk_ecc:.2f} {held}: its memory is wearing, so the reset does not wait for idle: "
+        "drain it, reset it now and follow the reset with a field diagnostic"
     )
 
 
 def remap_stands_reason(risk_ecc: float, thresholds: Thresholds) -> str:
-    """Why a pending remap's drain stands where the hold (`remap_hold_risk`) would let it wait on this
-    round's ECC risk alone: the GPU was drained already, or its ECC risk held the level within
-    `remap_hold_clear_s` (`policy.decide`'s `drained`)."""
+    """Why a pending remap's drain stands though this round's ECC risk is under `remap_hold_risk`: the GPU
+    was drained already, or its ECC risk held the level within `remap_hold_clear_s` (`policy.decide`'s
+    `drained`)."""
     back = thresholds.remap_hold_clear_s / 3600
     within = f" within the last {back:g} h" if back > 0 else ""
+    said = "unknown" if risk_ecc != risk_ecc else f"{risk_ecc:.2f}"  # NaN: not scored this round
     return (
-        f"the drain stands though its ECC risk {risk_ecc:.2f} is under {thresholds.remap_hold_risk:g}: it was "
+        f"the drain stands though its ECC risk {said} is under {thresholds.remap_hold_risk:g}: it was "
         f"drained already, or its ECC risk reached {thresholds.remap_hold_risk:g}{within}, so its memory may be "
         "wearing: keep it out until the reset takes the remap, and follow the reset with a field diagnostic"
-    )
-
-
-def remap_wait_reason(risk_ecc: float, thresholds: Thresholds) -> str:
-    """Why a pending remap's drain waits: its ECC risk is under `remap_hold_risk` (or has not held it
-    for `remap_hold_for_s`)."""
-    level, hold_h = thresholds.remap_hold_risk, thresholds.remap_hold_for_s / 3600
-    held = f"is under {level:g}" if hold_h == 0 else f"has not held {level:g} for {hold_h:g} h"
-    drains = f"reaches {level:g}" if hold_h == 0 else f"holds {level:g} for {hold_h:g} h"
-    return (
-        f"the drain waits: its ECC risk {risk_ecc:.2f} {held}, so no wearing memory shows (a weak row on a "
-        "healthy GPU is remapped too, and NVIDIA lets work go on until the reset): reset it at a convenient "
-        f"moment; it is drained once its ECC risk {drains}"
     )

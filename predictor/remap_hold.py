@@ -18,15 +18,16 @@ and holds the drain only where every one of these holds:
 - the hold catches every failure the drain caught, each at its mode's lead;
 - the hold raises fewer false alert episodes.
 
-Otherwise NVIDIA's drain stands. Either way the verdict says why, with the numbers. The service
-applies a promoted model's verdict (`thresholds_with`) unless the operator set
-GPUHEALTH_REMAP_HOLD_RISK, whose word is final (`Thresholds.remap_hold_fixed`).
+Otherwise NVIDIA's drain stands. Either way the verdict says why, with the numbers. It is recorded,
+not applied: a pending remap alone is now a reset at idle that drains only on wearing memory
+(NVIDIA's guide; `Thresholds.remap_hold_risk` 0.3 by default), a drain at once is no longer NVIDIA's
+rule, so no verdict changes the level (`thresholds_with`; docs/decisions/0082).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from predictor.thresholds import Thresholds
@@ -111,7 +112,8 @@ def operator_verdict(th: Thresholds) -> RemapHoldVerdict:
 
 
 def thresholds_with(th: Thresholds, verdict: Mapping[str, Any] | None) -> Thresholds:
-    """`th` with a stored verdict's hold (a model card's `remap_hold`), unless the operator set it."""
-    if th.remap_hold_fixed or not verdict or verdict.get("decided_by") != "fleet outcomes":
-        return th
-    return replace(th, remap_hold_risk=verdict_level(verdict))
+    """`th` as it is: a stored verdict (a model card's `remap_hold`) chose between holding a pending
+    remap's drain and NVIDIA's drain at once, and a pending remap alone no longer drains at once (NVIDIA's
+    guide: a reset at idle; docs/decisions/0082), so no verdict changes the level the service scores with."""
+    del verdict
+    return th

@@ -1,50 +1,39 @@
 """The remedy beside each decision: what brings the GPU back (none, reset, reboot, replace) and when.
 
 A decision says what is done to the GPU's work (`policy.decide`); the remedy says what is done to
-the GPU. Its sources, each cited in `predictor.rules`: the rules that fired (`RULE_REMEDIES`), the
-driver's own recovery action (`RECOVERY_REMEDIES`) and XIDs whose documented resolution is a reset
-(`XID_REMEDIES`). Where several apply, the strongest wins (replace > reboot > reset > none), and of
-equal remedies the most urgent (now > idle). A decision the model alone set asks for none. The
-remedy never changes the decision.
+the GPU. Its sources are the rules that fired (`rules.RULE_REMEDIES`, each citing its source): NVIDIA's
+and DCGM's criteria, the driver's own recovery action and the XIDs whose documented resolution is a
+reset or a reboot; the rules' actions make the decision follow the remedy (a reset or reboot now
+drains, a reset at idle watches). Where several apply, the strongest wins (replace > reboot > reset >
+none), and of equal remedies the most urgent (now > idle). A decision the model alone set asks for
+none. `repeat_offender` says when a GPU's next remedy is a replacement instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from core.decisions import REMEDIES, REMEDY_WHEN
-from predictor.rules import RECOVERY_REMEDIES, RULE_REMEDIES, XID_REMEDIES, XID_REMEDY_DAYS, RemedyRef
+from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, RemedyRef
 
-REMEDY_INPUTS = ("recovery_action",)
-"""History columns the remedy reads besides the features' (`xid` is one of theirs)."""
 REMEDY_COLUMNS = ("remedy", "remedy_when")
 """Columns `remedies` adds beside the decision (and `gpuhealth score`'s JSON carries)."""
 NONE = RemedyRef("none", "idle", "")
 
 
-def driver_inputs(seen: pd.DataFrame, index: pd.Index, uuids: pd.Series, cutoff: pd.Timestamp) -> pd.DataFrame:
-    """Per features row (`index`, GPU `uuids`): the driver's latest `recovery_action` (NaN: none read)
-    and, per code of `XID_REMEDIES`, how often it was seen within `XID_REMEDY_DAYS` before `cutoff`."""
-    out = pd.DataFrame(index=index)
-    key = uuids.astype(str).to_numpy()
-    if "recovery_action" in seen.columns and len(seen):
-        last = seen.sort_values("timestamp", kind="stable").groupby("gpu_uuid", observed=True)["recovery_action"]
-        latest = last.last()  # the newest known value per GPU
-        out["recovery_action"] = latest.reindex(key).to_numpy(dtype=np.float64, na_value=np.nan)
-    else:
-        out["recovery_action"] = np.nan
-    recent = seen.loc[seen["timestamp"] > cutoff - pd.Timedelta(days=XID_REMEDY_DAYS)] if len(seen) else seen
-    for code in XID_REMEDIES:
-        if "xid" in recent.columns and len(recent):
-            n = recent.loc[recent["xid"] == code].groupby("gpu_uuid", observed=True).size()
-            out[f"xid_{code}_recent"] = n.reindex(key, fill_value=0).to_numpy()
-        else:
-            out[f"xid_{code}_recent"] = 0
-    return out
+def repeat_offender(
+    remedied_at: Sequence[datetime], now: datetime, times: int = REPEAT_REMEDIES, days: float = REPEAT_WINDOW_DAYS
+) -> bool:
+    """Whether a remedy opening for a GPU at `now` is its `times`-th within `days` (`rules.REPEAT_REMEDIES`,
+    `REPEAT_WINDOW_DAYS`): then the GPU goes to RMA (replace) instead. `remedied_at`: when each of its
+    earlier remedies opened (any order; those after `now` or older than the window do not count).
+    Times are compared as given: all aware or all naive."""
+    since = now - timedelta(days=days)
+    return sum(1 for t in remedied_at if since < t <= now) + 1 >= times
 
 
 def strongest(refs: Iterable[RemedyRef]) -> RemedyRef:
@@ -59,29 +48,23 @@ def strongest(refs: Iterable[RemedyRef]) -> RemedyRef:
     return best
 
 
-def _sources(hits: pd.DataFrame, driver: pd.DataFrame, index: pd.Index) -> list[list[RemedyRef]]:
-    """Per features row: every remedy a source asks for (rules in RULES order, then the driver's)."""
+def _sources(hits: pd.DataFrame, index: pd.Index) -> list[list[RemedyRef]]:
+    """Per features row: every remedy a rule that fired asks for (in RULES order)."""
     refs: list[list[RemedyRef]] = [[] for _ in range(len(index))]
     rows = index.get_indexer(pd.Index(hits["row"]))
     for pos, rule in zip(rows, hits["rule"].astype(str), strict=True):
         if rule in RULE_REMEDIES and pos >= 0:
             refs[pos].append(RULE_REMEDIES[rule])
-    action = driver["recovery_action"].to_numpy(dtype=np.float64, na_value=np.nan)
-    for i in np.flatnonzero(np.isin(action, list(RECOVERY_REMEDIES))):
-        refs[i].append(RECOVERY_REMEDIES[int(action[i])])
-    for code, ref in XID_REMEDIES.items():
-        for i in np.flatnonzero(driver[f"xid_{code}_recent"].to_numpy() > 0):
-            refs[i].append(ref)
     return refs
 
 
-def remedies(hits: pd.DataFrame, driver: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+def remedies(hits: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
     """Per features row (`index`): `remedy`, `remedy_when` and `remedy_reasons` (list[str]: the line a
     person reads beside the decision's reasons; empty where nothing is asked and nothing is to say).
 
-    `hits` is `rules.evaluate_rules`' output, `driver` is `driver_inputs`' (same index)."""
+    `hits` is `rules.evaluate_rules`' output over the features of `index`."""
     remedy, when, lines = [], [], []
-    for refs in _sources(hits, driver, index):
+    for refs in _sources(hits, index):
         best = strongest(refs)
         remedy.append(best.remedy)
         when.append(best.when)

@@ -115,15 +115,16 @@ def held_demotes(gpu: np.ndarray, at: Any, demoted: np.ndarray, out: np.ndarray,
 
 
 def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
-    """Per hourly row (`score.hour_rows`): NVIDIA's pending-remap drain held at watch. The row's only
-    drain or RMA rule is the pending remap (`remap_alone`), its ECC risk may wait (`remap_waits`: known,
-    and not held at `remap_hold_risk` for `remap_hold_for_s`, nor within `remap_hold_clear_s` before:
-    `ecc_wore`) and the GPU was not out at its row before: a
-    drain, once made, stands for the rest of its run of out-of-service rows (no flapping as the risk
-    moves). The service reads the last from its standing decision (`policy.decide`'s `drained`)."""
+    """Per hourly row (`score.hour_rows`): a pending remap held at watch, its reset waiting for idle
+    (NVIDIA's guide). The row's pending remap fired with no drain or RMA rule (`remap_alone`) and its ECC
+    risk waits (`remap_waits`: it has not held `remap_hold_risk` for `remap_hold_for_s`, nor within
+    `remap_hold_clear_s` before: `ecc_wore`), and the GPU was not drained since its run of such rows
+    (or of out-of-service ones) began: a drain, once made, stands for the rest of the run (no flapping
+    as the risk moves). The service reads the last from its standing decision (`policy.decide`'s `drained`)."""
     n = len(rows)
-    act = rows["rule_act"].to_numpy(dtype=bool)
-    if not act.any() or thresholds.remap_hold_risk <= 0:
+    alone = _pending_alone(rows)
+    act = rows["rule_act"].to_numpy(dtype=bool) | alone
+    if not alone.any() or thresholds.remap_hold_risk <= 0:  # 0: every pending remap drains at once
         return np.zeros(n, dtype=bool)
     gpu = rows["gpu_uuid"].to_numpy()
     risk = rows["risk_ecc"].to_numpy(dtype=np.float64)
@@ -131,7 +132,7 @@ def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
         at_level = risk >= thresholds.remap_hold_risk
     waits = remap_waits(rows["cutoff"], high_since(gpu, rows["cutoff"], at_level), risk, thresholds)
     waits &= ~ecc_wore(gpu, rows["cutoff"], risk, thresholds)
-    drains = act & ~(rows["remap_alone"].to_numpy(dtype=bool) & waits)
+    drains = act & ~(alone & waits)
     order, g, _ = _in_gpu_time_order(gpu, rows["cutoff"])
     a, idx = act[order], np.arange(n)
     # Per row (in that order): where its run of out-of-service rows starts, and the last row that drained.
@@ -140,6 +141,19 @@ def remap_held(rows: pd.DataFrame, thresholds: Thresholds) -> np.ndarray:
     held = np.zeros(n, dtype=bool)
     held[order] = a & (last_drain < run_start)
     return held
+
+
+def out_of_service(rows: pd.DataFrame, held: np.ndarray) -> np.ndarray:
+    """Per hourly row: a drain or RMA rule fired (`rule_act`), or a pending remap alone that is not held
+    at watch (`held`: `remap_held`'s answer): the GPU is out of service."""
+    return np.asarray((rows["rule_act"].to_numpy(dtype=bool) | _pending_alone(rows)) & ~np.asarray(held, dtype=bool))
+
+
+def _pending_alone(rows: pd.DataFrame) -> np.ndarray:
+    """Per hourly row: its pending remap fired with no drain or RMA rule (`remap_alone`; absent: none)."""
+    if "remap_alone" not in rows.columns:
+        return np.zeros(len(rows), dtype=bool)
+    return rows["remap_alone"].to_numpy(dtype=bool)
 
 
 def _wore_rows(gpu: np.ndarray, at: Any, risk_ecc: Any, thresholds: Thresholds) -> np.ndarray:
@@ -188,7 +202,8 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     (`held`), a GPU a drain or RMA let go is demoted while on probation, and a demote is held while
     the risk stays at the release level (`held_demotes`), as is one on heat alone (`on_heat`: the core's
     heat has held `Thresholds.thermal_heat_z` for `thermal_heat_for_s`); `alert` adds the drain/RMA
-    rules (`rule_act`) but a pending remap's drain held at watch (`remap_held`): `out_of_service`."""
+    rules (`rule_act`) and a pending remap whose memory wears (`remap_alone` but `remap_held`):
+    `out_of_service`."""
     high = (rows["risk"] >= thresholds.demote).to_numpy()
     gpu = rows["gpu_uuid"].to_numpy()
     since = high_since(gpu, rows["cutoff"], high)
@@ -196,7 +211,7 @@ def apply_waits(rows: pd.DataFrame, thresholds: Thresholds) -> pd.DataFrame:
     out = rows.copy()
     pending, _ = demote_waits(rows, since, thresholds, mode)
     out["remap_held"] = remap_held(rows, thresholds)
-    act = rows["rule_act"].to_numpy(dtype=bool) & ~out["remap_held"].to_numpy()
+    act = out_of_service(rows, out["remap_held"].to_numpy())
     risk = rows["risk"].to_numpy(dtype=np.float64)
     out["probation"] = np.zeros(len(rows), dtype=bool)
     if thresholds.probation_for_s > 0:

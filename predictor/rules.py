@@ -32,9 +32,28 @@ _REMAP_DOC = (
 _DCGM_HEALTH = "DCGM health watch MEM (DcgmHealthWatch.cpp, DcgmGpuHardwareLimits.h)"
 _XID_DOC = "NVIDIA XID errors catalog (docs.nvidia.com/deploy/xid-errors)"
 _DCGM_DIAG_PCIE = "DCGM diagnostics: DCGM_LIMIT_MAX_PCIREPLAY_RATE = 8 replays/min (DcgmGpuHardwareLimits.h)"
+_MEM_GUIDE = "NVIDIA memory error management guide"
+_NVML_RECOVERY = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h nvmlDeviceGpuRecoveryAction_t)"
 
 REMAP_PENDING = "remap_pending"
-"""The rule for a row remap (or page retirement) pending a reset: the policy says how urgent the reset is."""
+"""The rule for a row remap (or page retirement) pending a reset: watch, and a reset at idle (NVIDIA's
+memory error management guide); the policy drains it only where the ECC head reads wearing memory
+(`Thresholds.remap_hold_risk`)."""
+
+RECOVERY_ACTIONS = {
+    1: "GPU reset",
+    2: "node reboot",
+    3: "drain P2P",
+    4: "drain P2P and reset",
+    5: "recover the IMEX domain",
+    6: "PCIe bus reset",
+    7: "system reboot",
+}
+"""The driver's recovery actions (NVML, nvmlDeviceGpuRecoveryAction_t; DCGM field 1523; 0: none asked)."""
+RECOVERY_RESET = (1, 4, 6)  # NVIDIA guide: terminate the GPU's processes, reset it (nvidia-smi -r)
+RECOVERY_REBOOT = (2, 7)  # NVIDIA guide: the OS may be inconsistent, reboot it
+RECOVERY_DRAIN_P2P = 3  # NVIDIA guide: end peer-to-peer work, then read the action again
+RECOVERY_IMEX = 5  # the IMEX domain is recovered, not the GPU
 
 # --- thresholds, each with its source ------------------------------------------------------------
 ROW_REMAP_LIMIT = 512  # NVIDIA row remapping: 512 uncorrectable remaps per GPU -> remap failure
@@ -167,7 +186,27 @@ def _reason_pending(r: Mapping[str, Any]) -> str:
         what.append("row remap pending")
     if _known(r.get("retired_pages_pending")) and float(r["retired_pages_pending"]) >= 1:
         what.append("page retirement pending")
-    return f"{' and '.join(what)}: drain and reset the GPU to apply it (NVIDIA memory error management)"
+    return (
+        f"{' and '.join(what)}: unaffected work goes on; reset the GPU at its next idle moment to apply it "
+        "(NVIDIA memory error management)"
+    )
+
+
+def _contained(f: pd.DataFrame) -> pd.Series:
+    """Where every uncorrectable error of the week was contained (XID 94, no XID 95) on a GPU with dynamic
+    page offlining (it reports row remapping: A100 and later): the page is offlined already."""
+    return _ge(f["xid_94_7d"], 1) & ~_ge(f["xid_95_7d"], 1) & f["remapped_rows_uncorrectable"].notna()
+
+
+def _action(r: Mapping[str, Any]) -> str:
+    n = int(float(r["recovery_action"]))
+    return f"driver's recovery action {n} ({RECOVERY_ACTIONS.get(n, 'unknown')})"
+
+
+def _reason_gsp(r: Mapping[str, Any]) -> str:
+    seen = [f"XID {c} {_times(r[f'xid_{c}_7d'])}" for c in (119, 120) if _known(r.get(f"xid_{c}_7d"))
+            and float(r[f"xid_{c}_7d"]) >= 1]  # fmt: skip
+    return f"GSP error ({', '.join(seen)} in the last 7 days): drain and reset the GPU (NVIDIA XID catalog)"
 
 
 def _reason_replays(r: Mapping[str, Any]) -> str:
@@ -289,22 +328,63 @@ RULES: tuple[Rule, ...] = (
             f"uncontained ECC error (XID 95) {_times(r['xid_95_7d'])} in the last 7 days: drain and reset the GPU"
         ),
     ),
-    # NVIDIA XID catalog: XID 48 (DBE) is fatal: DBE workflow, drain, reset.
+    # NVIDIA XID catalog: XID 48 (DBE) is fatal: DBE workflow, drain, reset. Not where every one of the
+    # week was contained (XID 94) on a GPU with dynamic page offlining: the page is offlined already and
+    # unaffected work goes on without a reset (memory error management guide; the remap, if any, is
+    # the pending remap's reset at idle).
     Rule(
         "dbe_recent",
         "drain",
-        f"{_XID_DOC}: XID 48 (double-bit ECC error) -> DBE workflow, drain, reset",
-        ("dbe_7d", "xid_48_7d"),
-        lambda f: _ge(f["dbe_7d"], 1) | _ge(f["xid_48_7d"], 1),
+        f"{_XID_DOC}: XID 48 (double-bit ECC error) -> DBE workflow, drain, reset; XID 94 (contained, "
+        f"dynamic page offlining) -> no reset ({_MEM_GUIDE})",
+        ("dbe_7d", "xid_48_7d", "xid_94_7d", "xid_95_7d", "remapped_rows_uncorrectable"),
+        lambda f: (_ge(f["dbe_7d"], 1) | _ge(f["xid_48_7d"], 1)) & ~_contained(f),
         _reason_dbe_recent,
     ),
-    # NVIDIA memory error management: a remap / page retirement takes effect only after a
-    # GPU reset (pending until then); DCGM health (MonitorMemRetiredPending) flags it.
+    # NVIDIA XID catalog: XID 119 (GSP RPC timeout) and 120 (GSP error) -> reset the GPU.
+    Rule(
+        "gsp_error",
+        "drain",
+        f"{_XID_DOC}: XID 119 (GSP RPC timeout) / 120 (GSP error) -> reset GPU",
+        ("xid_119_7d", "xid_120_7d"),
+        lambda f: _ge(f["xid_119_7d"], 1) | _ge(f["xid_120_7d"], 1),
+        _reason_gsp,
+    ),
+    # The driver's own recovery action (NVIDIA guide, "Error Recovery and Response Flags"): a reboot.
+    Rule(
+        "driver_reboot",
+        "drain",
+        f"{_NVML_RECOVERY}: node reboot / system reboot ({_MEM_GUIDE})",
+        ("recovery_action",),
+        lambda f: f["recovery_action"].isin(RECOVERY_REBOOT),
+        lambda r: f"{_action(r)}: drain and reboot the node (NVIDIA memory error management)",
+    ),
+    # ... a GPU (or its PCIe bus) reset.
+    Rule(
+        "driver_reset",
+        "drain",
+        f"{_NVML_RECOVERY}: GPU reset / drain P2P and reset / PCIe bus reset ({_MEM_GUIDE})",
+        ("recovery_action",),
+        lambda f: f["recovery_action"].isin(RECOVERY_RESET),
+        lambda r: f"{_action(r)}: drain and reset the GPU (NVIDIA memory error management)",
+    ),
+    # ... drain peer-to-peer work, then read the action again.
+    Rule(
+        "driver_drain_p2p",
+        "drain",
+        f"{_NVML_RECOVERY}: drain P2P, then read the action again ({_MEM_GUIDE})",
+        ("recovery_action",),
+        lambda f: f["recovery_action"].eq(RECOVERY_DRAIN_P2P),
+        lambda r: f"{_action(r)}: drain its peer-to-peer work, then read the action again (NVIDIA)",
+    ),
+    # NVIDIA memory error management: a remap / page retirement takes effect only after a GPU reset
+    # (pending until then); unaffected work goes on meanwhile and new work may launch, so the reset
+    # waits for the next idle moment; DCGM health (MonitorMemRetiredPending) flags it.
     Rule(
         REMAP_PENDING,
-        "drain",
-        "NVIDIA GPU Memory Error Management: a pending row remap / page retirement needs a GPU reset; "
-        f"{_DCGM_HEALTH}: retired pages pending",
+        "watch",
+        "NVIDIA GPU Memory Error Management: a pending row remap / page retirement applies at the next GPU "
+        f"reset, unaffected applications continue; {_DCGM_HEALTH}: retired pages pending",
         ("row_remap_pending", "retired_pages_pending"),
         lambda f: _ge(f["row_remap_pending"], 1) | _ge(f["retired_pages_pending"], 1),
         _reason_pending,
@@ -336,6 +416,15 @@ RULES: tuple[Rule, ...] = (
         lambda f: _ge(f["xid_92_7d"], 1),
         _reason_sbe_high,
     ),
+    # The driver's recovery action 5: the IMEX domain is recovered, no GPU remedy.
+    Rule(
+        "driver_imex",
+        "watch",
+        f"{_NVML_RECOVERY}: recover the IMEX domain",
+        ("recovery_action",),
+        lambda f: f["recovery_action"].eq(RECOVERY_IMEX),
+        lambda r: f"{_action(r)}: recover the IMEX domain (no GPU remedy)",
+    ),
 )
 BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 
@@ -346,9 +435,6 @@ above is one; a rule of our own (not a published criterion) goes in RULES only."
 OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in RULES if r.action in OUT_OF_SERVICE)
 """Rules whose action takes the GPU out of service (drain, RMA); when they let it go, a probation
 may follow (`conditions.on_probation`)."""
-OTHER_OUT_OF_SERVICE_RULES: tuple[Rule, ...] = tuple(r for r in OUT_OF_SERVICE_RULES if r.name != REMAP_PENDING)
-"""The out-of-service rules but NVIDIA's pending remap: where none of them fires, a pending remap's
-drain alone takes the GPU out (`replay.remap_held`, `policy.remap_held_rows`: when that drain waits)."""
 
 # --- remedies: what brings a GPU back, beside what its decision does to work ------------------------
 Remedy = Literal["none", "reset", "reboot", "replace"]
@@ -356,8 +442,6 @@ Remedy = Literal["none", "reset", "reboot", "replace"]
 When = Literal["idle", "now"]
 """One of `core.decisions.REMEDY_WHEN` (least urgent first): `idle` is the next moment the GPU has no
 work (or a maintenance window where one is configured), `now` is as soon as its work is drained."""
-_MEM_GUIDE = "NVIDIA memory error management guide"
-_NVML_RECOVERY = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h nvmlDeviceGpuRecoveryAction_t)"
 
 
 @dataclass(frozen=True)
@@ -382,44 +466,35 @@ RULE_REMEDIES: dict[str, RemedyRef] = {
     "uncontained_ecc": RemedyRef("reset", "now", f"XID 95, uncontained ECC error ({_XID_DOC})"),
     # NVIDIA XID catalog: XID 48 (DBE) -> DBE workflow, drain, reset.
     "dbe_recent": RemedyRef("reset", "now", f"XID 48, double-bit ECC error ({_XID_DOC})"),
+    # NVIDIA XID catalog: GSP errors 119 (RPC timeout) and 120 -> reset the GPU.
+    "gsp_error": RemedyRef("reset", "now", f"XID 119/120, GSP error ({_XID_DOC})"),
     # NVIDIA memory error management: unaffected work goes on; the remap (or page retirement) is
     # applied at the next GPU reset, "as part of the regular service window".
     REMAP_PENDING: RemedyRef("reset", "idle", f"pending row remap applies at the next reset — {_MEM_GUIDE}"),
+    # The driver's own recovery action (NVML, nvmlDeviceGpuRecoveryAction_t; DCGM field 1523).
+    "driver_reset": RemedyRef("reset", "now", f"driver's recovery action: GPU reset ({_NVML_RECOVERY})"),
+    "driver_reboot": RemedyRef("reboot", "now", f"driver's recovery action: node reboot ({_NVML_RECOVERY})"),
+    "driver_drain_p2p": RemedyRef(
+        "none", "idle", f"driver's recovery action: drain P2P, then read the action again ({_NVML_RECOVERY})"
+    ),
+    "driver_imex": RemedyRef(
+        "none", "idle", f"driver's recovery action: recover the IMEX domain, no GPU remedy ({_NVML_RECOVERY})"
+    ),
 }
 """Remedy per rule name; a rule not named (the watch rules) asks for none."""
 
 LOST_REMEDY = RemedyRef("reboot", "now", f"GPU lost, off the bus: a reset cannot reach it ({_XID_DOC}: XID 79)")
 """A GPU the collector reports lost (`findings.with_lost_gpus`): as XID 79."""
 
-XID_REMEDIES: dict[int, RemedyRef] = {
-    # NVIDIA XID catalog: GSP errors 119 (RPC timeout) and 120 (GSP error) -> reset the GPU.
-    119: RemedyRef("reset", "now", f"XID 119, GSP RPC timeout ({_XID_DOC})"),
-    120: RemedyRef("reset", "now", f"XID 120, GSP error ({_XID_DOC})"),
-}
-"""Remedy per XID code seen within `XID_REMEDY_DAYS` that no rule reads (95 and 79 are rules above)."""
-XID_REMEDY_DAYS = 7  # the window of the XID rules above (xid_*_7d)
-
-RECOVERY_REMEDIES: dict[int, RemedyRef] = {
-    # The driver's own recovery action (NVML, nvmlDeviceGpuRecoveryAction_t; DCGM field 1523).
-    1: RemedyRef("reset", "now", f"driver's recovery action 1, GPU reset ({_NVML_RECOVERY})"),
-    2: RemedyRef("reboot", "now", f"driver's recovery action 2, node reboot ({_NVML_RECOVERY})"),
-    3: RemedyRef(
-        "none",
-        "idle",
-        f"driver's recovery action 3, drain P2P: none yet, read the action again once "
-        f"peer-to-peer work is drained ({_NVML_RECOVERY})",
-    ),
-    4: RemedyRef("reset", "now", f"driver's recovery action 4, drain and reset ({_NVML_RECOVERY})"),
-    5: RemedyRef(
-        "none",
-        "idle",
-        f"driver's recovery action 5, recover the IMEX domain: no GPU remedy, "
-        f"the IMEX domain is recovered ({_NVML_RECOVERY})",
-    ),
-    6: RemedyRef("reset", "now", f"driver's recovery action 6, PCIe bus reset ({_NVML_RECOVERY})"),
-    7: RemedyRef("reboot", "now", f"driver's recovery action 7, system reboot ({_NVML_RECOVERY})"),
-}
-"""Remedy per value of the catalogue's `recovery_action` (0: none asked)."""
+REPEAT_REMEDIES = 2
+"""A GPU whose remedy opens for the REPEAT_REMEDIES-th time within REPEAT_WINDOW_DAYS goes to RMA
+(`remedy.repeat_offender`): a second fault after a reset or reboot is a replacement, not another
+reset. The public 348-day trace of a 400-server LLM cluster (stepfun-ai/InfiniteHBD-Trace;
+REFERENCE.md): 16 of the 30 servers with DBE faults had the fault again, so a GPU that faulted once
+is about as likely as not to fault again, and a second remedy already spends what a third would buy."""
+REPEAT_WINDOW_DAYS = 30
+"""The window of REPEAT_REMEDIES: the 30 days of the RMA rules' own repeats (`REPEATED_DBE_30D`,
+`OFF_BUS_REPEATED_30D`: NVIDIA gives "repeated", we give it a window)."""
 
 HIT_COLUMNS = ("row", "rule", "action", "reason")
 
@@ -446,14 +521,14 @@ def evaluate_rules(features: pd.DataFrame, rules: tuple[Rule, ...] = RULES) -> p
 
 
 def remap_alone(hits: pd.DataFrame, index: pd.Index) -> np.ndarray:
-    """Per features row (`index`): NVIDIA's pending remap is the only drain or RMA rule among its
-    `hits` (`evaluate_rules`), so its drain alone would take the GPU out (`policy.decide`'s hold)."""
-    out = hits["action"].isin(OUT_OF_SERVICE).to_numpy()
-    is_remap = hits["rule"].to_numpy() == REMAP_PENDING
+    """Per features row (`index`): NVIDIA's pending remap fired among its `hits` (`evaluate_rules`) and
+    no drain or RMA rule did: a watch and a reset at idle, unless the policy finds its memory wearing
+    (`policy.remap_drain_rows`, `replay.remap_held`)."""
     rows = index.get_indexer(pd.Index(hits["row"]))
+    out = hits["action"].isin(OUT_OF_SERVICE).to_numpy()
     remap, other = np.zeros(len(index), dtype=bool), np.zeros(len(index), dtype=bool)
-    remap[rows[out & is_remap]] = True
-    other[rows[out & ~is_remap]] = True
+    remap[rows[hits["rule"].to_numpy() == REMAP_PENDING]] = True
+    other[rows[out]] = True
     return remap & ~other
 
 

@@ -19,15 +19,9 @@ from predictor.features import STALE_S, USED_COLUMNS, build_features, missing_in
 from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
 from predictor.past import PastRounds
-from predictor.policy import CarriedOver, decide, held_by_node, remap_held_rows
-from predictor.remedy import REMEDY_COLUMNS, REMEDY_INPUTS, driver_inputs, remedies
-from predictor.rules import (
-    OTHER_OUT_OF_SERVICE_RULES,
-    OUT_OF_SERVICE_RULES,
-    evaluate_rules,
-    remap_alone,
-    rule_alerts,
-)
+from predictor.policy import CarriedOver, decide, held_by_node, remap_drain_rows
+from predictor.remedy import REMEDY_COLUMNS, remedies
+from predictor.rules import BY_NAME, OUT_OF_SERVICE_RULES, REMAP_PENDING, evaluate_rules, remap_alone, rule_alerts
 from predictor.thresholds import Thresholds
 
 DEFAULT_MODEL = "default.skops"
@@ -36,7 +30,7 @@ MIN_HISTORY_S = 6 * 3600
 OUTPUT_COLUMNS = ["gpu_uuid", "hostname", "model_name", "risk", "risk_ecc", "risk_thermal", "risk_pcie",
                   "decision", "reasons", *REMEDY_COLUMNS]  # fmt: skip
 """The JSON contract of `gpuhealth score` (other tools read it): fields are added, never renamed."""
-SCORE_COLUMNS = (*IDENTITY_COLUMNS, *USED_COLUMNS, *(c for c in REMEDY_INPUTS if c not in USED_COLUMNS))
+SCORE_COLUMNS = (*IDENTITY_COLUMNS, *USED_COLUMNS)
 """The history columns scoring reads; `read_history` reads only these."""
 
 
@@ -114,8 +108,8 @@ def score(
     for col in ("risk", *[f"risk_{m}" for m in MODES]):
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
-    # The remedy beside the decision (never changing it), its line after the decision's reasons.
-    fix = remedies(hits, driver_inputs(seen, x.index, x["gpu_uuid"], cutoff), x.index)
+    # The remedy beside the decision (the rules that set it ask for it), its line after the decision's reasons.
+    fix = remedies(hits, x.index)
     out["reasons"] = [[*r, *m] for r, m in zip(decided["reasons"], fix["remedy_reasons"], strict=True)]
     for col in REMEDY_COLUMNS:
         out[col] = fix[col]
@@ -139,8 +133,8 @@ def hour_rows(model: RiskModel, x: pd.DataFrame, th: Thresholds) -> pd.DataFrame
         keep[f"risk_{m}"] = r[f"risk_{m}"].to_numpy()
     keep["rule_alert"] = rule_alerts(x).to_numpy()
     keep["rule_act"] = rule_alerts(x, OUT_OF_SERVICE_RULES).to_numpy()
-    # Out of service by NVIDIA's pending remap alone: the drain a GPU without wear holds (`replay`).
-    keep["remap_alone"] = keep["rule_act"].to_numpy() & ~rule_alerts(x, OTHER_OUT_OF_SERVICE_RULES).to_numpy()
+    # A pending remap with no drain or RMA rule: a watch, or a drain where its memory wears (`replay`).
+    keep["remap_alone"] = BY_NAME[REMAP_PENDING].fires(x).to_numpy() & ~keep["rule_act"].to_numpy()
     # A demote the policy holds at watch (node-wide heat) is no alert, as in the service.
     keep["held"] = held_by_node(x, r, th)
     # What the waits read beside the risk (`conditions.demote_waits`): the load the heat was judged at
@@ -163,10 +157,10 @@ def _carried_over(
     if past is None:
         return CarriedOver(heat_since=_per_row(x, {}))
     r = risk["risk"].to_numpy()
-    # A pending remap's drain held at watch takes no GPU out: its probation or demote may stand.
+    # A pending remap held at watch takes no GPU out (its probation or demote may stand); a drained one does.
     ecc_since, drained = _remap_history(x, hits, risk, th, cutoff, past)
     out_now = x.index.isin(hits.loc[hits["action"].isin(OUT_OF_SERVICE), "row"])
-    out_now &= ~remap_held_rows(x, hits, risk, th, ecc_since, drained)
+    out_now |= remap_drain_rows(x, hits, risk, th, ecc_since, drained)
 
     def ask(question: _Question | None, level: float, could: np.ndarray) -> np.ndarray | None:
         """Per row, what `question` says of the scored GPUs at `level` or above for which `could`."""
@@ -189,12 +183,12 @@ def _carried_over(
 def _remap_history(
     x: pd.DataFrame, hits: pd.DataFrame, risk: pd.DataFrame, th: Thresholds, cutoff: pd.Timestamp, past: PastRounds
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Per row, what `CarriedOver.ecc_since` and `drained` hold, asked only of the GPUs whose pending
-    remap alone would drain them now with their ECC risk known; (None, None) with the hold off."""
+    """Per row, what `CarriedOver.ecc_since` and `drained` hold, asked only of the GPUs with a pending
+    remap and no drain or RMA rule (whose wearing memory would drain them); (None, None) with no level."""
     if th.remap_hold_risk <= 0:
         return None, None
     ecc = risk["risk_ecc"].to_numpy(dtype=np.float64, na_value=np.nan)
-    could = remap_alone(hits, x.index) & ~np.isnan(ecc)
+    could = remap_alone(hits, x.index)
     uuid = x["gpu_uuid"].astype(str)
     with np.errstate(invalid="ignore"):
         at_level = could & (ecc >= th.remap_hold_risk)

@@ -151,29 +151,29 @@ class Thresholds:
     """How long a probation lasts at most after the drain or RMA let the GPU go (seconds; 0:
     no probation). 30 days: the ECC failures that came after a pending remap's drain on the
     held-out fleets came 8-20 days after it (docs/model.md)."""
-    remap_hold_risk: float = 0.0
-    """NVIDIA's drain for a pending row remap (`rules.REMAP_PENDING`), where no other drain or RMA rule
-    fires, waits at watch while the ECC head's risk is known and under this (`remap_waits`); once the
-    GPU is drained, the drain stands until a reset takes the remap (`replay.remap_held`), so a risk
-    that moves about the level does not drain and release it by turns. NVIDIA's guide lets work go on
-    until that reset, and a weak row on a healthy GPU is remapped too, while worn memory shows in the
-    ECC risk. An unknown ECC risk drains at once. 0 (the default): never held, NVIDIA's drain at once,
-    unless the active stored model's promotion found, on the fleet's own outcomes, that the hold
-    serves this fleet (`remap_hold.remap_hold_verdict`; `remap_hold_fixed` says the operator's value
-    stands). An operator's choice for a fleet whose pending remaps are mostly healthy GPUs'; docs/model.md
-    measures it (at 0.3, a third fewer false episodes on the independent generator; on the
-    development fleets 1-2 ECC catches in 60 come a few hours under the 24 h lead)."""
+    remap_hold_risk: float = 0.3
+    """A pending row remap (`rules.REMAP_PENDING`) where no drain or RMA rule fires is a watch and a reset
+    at the GPU's next idle moment: NVIDIA's memory error management guide lets unaffected work go on
+    until that reset, and a weak row on a healthy GPU is remapped too. It is held so (`remap_waits`)
+    unless the ECC head reads its memory as wearing: its risk at this level (held `remap_hold_for_s`),
+    now or within `remap_hold_clear_s`; then it is drained and reset now, and the drain stands until a
+    reset takes the remap (`replay.remap_held`, `policy.remap_drain_rows`). An unknown ECC risk shows
+    no wear and waits. 0: every pending remap drains at once (NVIDIA's old DCGM-style drain, an operator's
+    choice; GPUHEALTH_REMAP_HOLD_RISK=0). 0.3 (the watch level): on the development
+    fleets, where a remap is wear, it keeps every ECC catch NVIDIA's drain made (where a watch alone
+    loses a third of them); where weak rows on healthy GPUs are remapped it leaves most of that drain's
+    false alarms out (docs/decisions/0082)."""
     remap_hold_fixed: bool = False
-    """The operator set `remap_hold_risk` (GPUHEALTH_REMAP_HOLD_RISK, 0 included): it stands. Unset,
-    the service takes the hold the active stored model's fleet outcomes chose at its promotion
-    (`remap_hold.thresholds_with`, the card's `remap_hold`)."""
+    """The operator set `remap_hold_risk` (GPUHEALTH_REMAP_HOLD_RISK, 0 included). A stored model's fleet
+    verdict (the card's `remap_hold`) no longer changes the level either way (`remap_hold.thresholds_with`;
+    docs/decisions/0082); the verdict records it as the operator's."""
     remap_hold_for_s: float = 0.0
-    """How long (seconds) the ECC risk must have held `remap_hold_risk` before a pending remap's drain
-    stops waiting; 0: the first round at it. docs/model.md measures 12 h (the ECC demote's wait): it
+    """How long (seconds) the ECC risk must have held `remap_hold_risk` before a pending remap stops
+    waiting for idle and drains; 0: the first round at it. docs/model.md measures 12 h (the ECC demote's wait): it
     lets a healthy burst's passing risk go by, but drains failing memory too late on the development
     fleets."""
     remap_hold_clear_s: float = 86400.0
-    """A pending remap's drain waits only if the ECC risk has not held `remap_hold_risk` (for
+    """A pending remap waits for idle only if the ECC risk has not held `remap_hold_risk` (for
     `remap_hold_for_s`) at any round within this long (seconds) before (`replay.ecc_wore`): memory the
     ECC head called wearing a few hours ago is drained at its next remap even where the reset took the
     last one and the risk fell with the burst that passed. 0: only this round's risk counts. 24 h:

@@ -283,7 +283,8 @@ def _print_verdict(v: Verdict) -> None:
 
         hold = v.remap_hold
         what = hold_said(verdict_level(hold))
-        err.print(f"a pending remap's drain with this model: {what} ({escape(hold['reasons'][0])})", highlight=False)
+        said = f"the fleet's outcomes on a pending remap's drain (recorded, not applied): {what}"
+        err.print(f"{said} ({escape(hold['reasons'][0])})", highlight=False)
     if v.forced:
         err.print(
             f"[bold red]FORCED: model {escape(v.version)} is active although promote refused it:[/]", highlight=False

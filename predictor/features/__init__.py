@@ -92,6 +92,8 @@ SPECS: tuple[FeatureSpec, ...] = (
     FeatureSpec("retired_pages_dbe", "retired pages (DBE)", "", "ecc", "last", latest_values, 1),
     FeatureSpec("retired_pages_dbe_new_7d", "DBE pages retired in 7 days", "", "ecc", "7d", retired_pages, 1),
     FeatureSpec("retired_pages_pending", "page retirement pending", "", "ecc", "last", latest_values),
+    # The driver's own recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): for the rules, not learned from.
+    FeatureSpec("recovery_action", "driver's recovery action", "", "any", "last", latest_values, head=False),
     # thermal: what the heads see
     FeatureSpec(
         "heat_excess_z",
@@ -265,6 +267,9 @@ SPECS: tuple[FeatureSpec, ...] = (
     FeatureSpec("xid_79_30d", "XID 79 (fell off the bus) in 30 days", "", "any", "30d", xid_counts, 1),
     FeatureSpec("xid_48_30d", "XID 48 (DBE) in 30 days", "", "ecc", "30d", xid_counts, 1),
     FeatureSpec("xid_other_7d", "other XIDs in 7 days", "", "any", "7d", xid_counts),
+    # GSP errors for the rules (their resolution is a reset); the heads see them in xid_other_7d.
+    FeatureSpec("xid_119_7d", "XID 119 (GSP RPC timeout) in 7 days", "", "any", "7d", xid_counts, head=False),
+    FeatureSpec("xid_120_7d", "XID 120 (GSP error) in 7 days", "", "any", "7d", xid_counts, head=False),
     # power and use
     FeatureSpec("power_mean_1d", "power (1 d mean)", "W", "any", "1d", power_use, head=False),
     FeatureSpec("power_vs_peers_1d", "power vs same-model GPUs at their load", "W", "any", "1d", peers, head=False),

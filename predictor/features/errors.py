@@ -19,9 +19,12 @@ XID_FEATURES = (48, 63, 64, 79, 92, 94, 95)
 every other nonzero code counts in xid_other_7d."""
 XID_30D = (48, 79)
 """XIDs also counted over 30 days."""
+XID_CONTEXT = (119, 120)
+"""XIDs also counted one by one for the rules (GSP errors: their documented resolution is a reset), as
+context: they still count in xid_other_7d, so what the heads learn from is unchanged."""
 LATEST_AS_IS = (
     "remapped_rows_correctable", "remapped_rows_uncorrectable", "row_remap_pending", "row_remap_failure",
-    "retired_pages_dbe", "retired_pages_pending",
+    "retired_pages_dbe", "retired_pages_pending", "recovery_action",
 )  # fmt: skip
 """Columns whose last reported value is a feature of the same name."""
 RESET_COUNTERS = ("energy_mj", "pcie_replay_count", "ecc_sbe_volatile", "ecc_dbe_volatile",
@@ -250,4 +253,6 @@ def xid_counts(ctx: FeatureContext) -> Columns:
         if code in XID_30D:
             out[f"xid_{code}_30d"] = q.window_count(rows, MONTH)
     out["xid_other_7d"] = q.window_count(nz[~np.isin(codes, XID_FEATURES)], WEEK)
+    for code in XID_CONTEXT:
+        out[f"xid_{code}_7d"] = q.window_count(nz[codes == code], WEEK)
     return out

@@ -69,7 +69,7 @@ def test_a_file_model_is_described_from_its_metadata(store: Store, file_model: R
     scorer = Scorer(store, file_model, Thresholds(), 3600)
     body = client_for(store, scorer).get("/v1/model").json()
     assert (body["source"], body["version"], body["pending_version"], body["holdout"]) == ("file", None, None, None)
-    assert (body["remap_hold"], body["remap_hold_risk"]) == (None, 0.0)
+    assert (body["remap_hold"], body["remap_hold_risk"]) == (None, 0.3)  # the default level (0082)
     assert body["trained_on"]["sets"][0]["name"] == "history"
     assert body["validation"]["ecc"]["average_precision"] is None  # NaN in the metadata: null in JSON
     assert body["data_hash"] == "tiny-file"
@@ -81,7 +81,7 @@ def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_
     version = store.models.put(tiny_model("stored", seed=1).to_bytes(), CARD, created_at=AT)["version"]
     store.models.activate(version, AT)
     body = client.get("/v1/model").json()
-    assert (body["source"], body["pending_version"], body["remap_hold_risk"]) == ("file", version, 0.0)
+    assert (body["source"], body["pending_version"], body["remap_hold_risk"]) == ("file", version, 0.3)
 
     scorer.run_once()
     body = client.get("/v1/model").json()
@@ -94,7 +94,7 @@ def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_
     assert promo["measures"][0] == {"name": "recall_ecc", "candidate": 1.0, "baseline": 0.75, "judged": True,
                                     "worse": False, "detail": "4 ecc failures, 24 h lead"}  # fmt: skip
     assert promo["notes"] and body["sklearn_version"] == "1.9.1"
-    # The card's verdict on a pending remap's drain, and the hold the loop applies with it now.
+    # The card's verdict on a pending remap's drain, and the level the loop scores with (its own: 0082).
     assert (body["remap_hold"]["hold"], body["remap_hold"]["decided_by"], body["remap_hold_risk"]) == (
         True, "fleet outcomes", 0.3)  # fmt: skip
 

@@ -140,8 +140,8 @@ def test_promote_refuses_when_the_slice_is_gone(store: Store) -> None:
 def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Store) -> None:
     """64 healthy GPUs, a third with SBE bursts that each leave a weak row remapped, pending until the
     node reboots: NVIDIA drains each at once, and none fails. Promoting a candidate on that slice records
-    the fleet's verdict, the hold (its ECC risk, 0 everywhere, shows no wear), and once it is active a
-    scoring loop with the operator's default thresholds holds such a drain at watch."""
+    the fleet's verdict, the hold (its ECC risk, 0 everywhere, shows no wear); a scoring loop with the
+    operator's default thresholds holds such a remap at watch, the verdict or not (0082)."""
     domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
     frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
     assert fails.empty
@@ -156,10 +156,7 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
     assert not refused.promoted and refused.refusals == [
         "the holdout slice judges no measure: too few failures and alerts in it"
     ]
-    assert refused.served == (
-        "compared as each would serve: the candidate with a pending remap's drain held while the ECC risk is "
-        "under 0.3, the shipped default model with NVIDIA's drain at once"
-    )
+    assert refused.served is None  # both would serve at the operator's level: no verdict changes it (0082)
     card = store.models.info(v)["card"]
     assert card["promotion"]["remap_hold"]["hold"] and "remap_hold" not in card
     verdict = promote(store, v, force=True)
@@ -242,8 +239,9 @@ def test_a_model_trained_on_the_fleets_newest_days_is_not_judged_on_them(store: 
 
 def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store: Store) -> None:
     """A model promoted with NVIDIA's drain on a fleet whose remaps then turn out healthy (every pending
-    remap a healthy GPU's weak row): `judge_hold` finds the hold on the newest days, records it in the
-    card with its history, and the running loop holds those drains at its next round without a reload."""
+    remap a healthy GPU's weak row): `judge_hold` finds the hold on the newest days and records it in the
+    card with its history; the running loop holds those remaps at watch throughout, the card's verdict or
+    not (0082)."""
     domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
     frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
     assert fails.empty
@@ -258,8 +256,8 @@ def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store:
     with pytest.raises(PromoteError, match="GPUHEALTH_REMAP_HOLD_RISK is set"):
         judge_hold(store, thresholds=Thresholds(remap_hold_risk=0.0, remap_hold_fixed=True))
 
-    # The loop, at day 6, loads the model and drains what is pending then (a drain stands until the
-    # reset takes the remap, so those stay drained whatever the hold).
+    # The loop, at day 6, loads the model and holds what is pending then at watch: the card's verdict
+    # (NVIDIA's drain) no longer applies.
     scorer = Scorer(store, tiny_model("file"), Thresholds(), 3600)
     then = frame["timestamp"][frame["timestamp"] <= frame["timestamp"].min() + pd.Timedelta(days=6)].max()
 
@@ -268,7 +266,7 @@ def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store:
         return set(rows.loc[rows["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
 
     decided = {str(r["gpu_uuid"]): r["decision"] for r in scorer.run_once(at=then.to_pydatetime())}
-    assert {decided[u] for u in pending_at(then)} == {"drain"} and scorer.model_state.reloads == 1
+    assert {decided[u] for u in pending_at(then)} == {"watch"} and scorer.model_state.reloads == 1
     # Pending at the end, and not drained at the first round (a drain stands while the last round's
     # decision is one: with rounds days apart, a reset in between is not seen).
     pending = pending_at(end) - {u for u, d in decided.items() if d == "drain"}

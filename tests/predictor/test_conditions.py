@@ -17,15 +17,15 @@ def _t(hours: list[float]) -> pd.DatetimeIndex:
     return pd.DatetimeIndex([pd.Timestamp("2026-03-01", tz="UTC") + pd.Timedelta(hours=h) for h in hours])
 
 
-def test_remap_waits_while_the_ecc_risk_is_known_and_has_not_held_the_level() -> None:
+def test_remap_waits_while_the_ecc_risk_has_not_held_the_level() -> None:
     th = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=2 * 3600)
     at = _t([10] * 5)
     since = _t([10, 9, 8, 7, 10]).tz_convert(None).to_numpy().copy()
     since[0] = np.datetime64("NaT")  # at the level from this round on
     risk = np.asarray([0.5, 0.5, 0.5, 0.2, np.nan])
-    # 0 h and 1 h at the level wait; 2 h does not; under the level waits; unknown never waits
-    assert remap_waits(at, since, risk, th).tolist() == [True, True, False, True, False]
-    assert not remap_waits(at, since, risk, Thresholds()).any()  # off
+    # 0 h and 1 h at the level wait; 2 h does not; under the level waits; unknown shows no wear, and waits
+    assert remap_waits(at, since, risk, th).tolist() == [True, True, False, True, True]
+    assert not remap_waits(at, since, risk, Thresholds(remap_hold_risk=0.0)).any()  # 0: a drain at once
 
 
 def test_on_probation_needs_no_drain_now_a_high_risk_and_a_recent_release() -> None:

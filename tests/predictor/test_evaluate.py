@@ -442,7 +442,7 @@ def test_each_alert_episode_is_told_by_what_raised_it_at_its_first_hour() -> Non
         waited_rows("GPU-q"),
     ], ignore_index=True)  # fmt: skip
     fail = failure("other", "GPU-d", T + 4 * DAY)
-    decided = apply_waits(rows, Thresholds())
+    decided = apply_waits(rows, Thresholds(remap_hold_risk=0.0))  # the pending remap drains at once
     causes = alert_causes(decided)
     first = decided.assign(c=causes)[causes != ""].groupby("gpu_uuid")["c"].first().to_dict()
     assert first == {"GPU-r": "pending remap alone", "GPU-d": "other drain or RMA rule", "GPU-t": "model: thermal"}
@@ -480,7 +480,7 @@ def test_the_evaluation_weighs_the_pending_remaps_drain_the_other_way() -> None:
     ], ignore_index=True)  # fmt: skip
     fail = failure("ecc", "GPU-w", fails_at)
     judging = Judging(fail, fail, WEEK, DAY, t[-1], 30.0)
-    for th, other in ((Thresholds(), 0.3), (Thresholds(remap_hold_risk=0.3), 0.0)):
+    for th, other in ((Thresholds(remap_hold_risk=0.0), 0.3), (Thresholds(), 0.0)):
         decided = apply_waits(rows, th)
         measured = judging.measure(decided, "alert")
         run = measured[0]

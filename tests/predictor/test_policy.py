@@ -100,37 +100,41 @@ def test_model_reason_without_model_sentences_or_heads() -> None:
 
 
 def test_a_pending_remap_says_how_urgent_its_reset_is_from_the_ecc_risk() -> None:
-    """The drain stands either way (NVIDIA's criterion); after its reason, where the ECC head's risk
-    is known, a line says whether the memory looks worn (at the watch level) or the reset can wait."""
+    """A pending remap waits for a reset at idle where no wear shows; after its reason, where the ECC
+    head's risk is known, a line says whether the memory looks worn (at the watch level) or not, and
+    when it would drain; at the level (0.3 by default) it drains and says why."""
     pending = HEALTHY | {"row_remap_pending": 1}
     f = frame(pending, pending, pending, pending | {"row_remap_failure": 1}, pending, HEALTHY)
     risk = risk_frame(f.index, [0.01, 0.3, np.nan, 0.9, 0.29, 0.9], risk_ecc=[0.01, 0.3, np.nan, 0.9, 0.29, 0.9])
     out = decide(f, risk, Thresholds())
-    assert out["decision"].tolist() == ["drain", "drain", "drain", "rma", "drain", "demote"]
-    rule = "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)"
+    assert out["decision"].tolist() == ["watch", "drain", "watch", "rma", "watch", "demote"]
+    rule = (
+        "row remap pending: unaffected work goes on; reset the GPU at its next idle moment to apply it "
+        "(NVIDIA memory error management)"
+    )
     assert out["reasons"].iat[0] == [
         rule,
         "its ECC risk 0.01 (under 0.3) shows no wearing memory: a weak row on a healthy GPU is remapped too, "
-        "and NVIDIA lets work go on until the reset, so it can wait for a convenient moment",
+        "and NVIDIA lets work go on until the reset; it is drained if its ECC risk reaches 0.3",
     ]
     assert out["reasons"].iat[1] == [
         rule,
-        "its ECC risk 0.30 (at 0.3 or above) says its memory is wearing: drain it soon and follow the reset "
-        "with a field diagnostic",
+        "its ECC risk 0.30 reached 0.3: its memory is wearing, so the reset does not wait for idle: drain it, "
+        "reset it now and follow the reset with a field diagnostic",
     ]
     assert out["reasons"].iat[2] == [rule, "no risk score"]  # unknown: nothing said of it
     assert not any("ECC risk" in r for r in out["reasons"].iat[3])  # the RMA set it, not the pending remap
     assert out["reasons"].iat[4][1].startswith("its ECC risk 0.29 (under 0.3) shows no wearing memory")
     assert not any("ECC risk" in r for r in out["reasons"].iat[5])  # no remap pending
-    # The watch level is the thresholds': at 0.25, 0.29 reads as wear.
+    # The watch level is the thresholds': at 0.25, 0.29 reads as wear (the drain stays at 0.3).
     worn = decide(f, risk, replace(Thresholds(), watch=0.25))
-    assert worn["reasons"].iat[4][1].startswith("its ECC risk 0.29 (at 0.25 or above) says its memory is wearing")
+    assert worn["reasons"].iat[4][1].startswith("its ECC risk 0.29 (at 0.25 or above) says its memory may be wearing")
 
 
-def test_a_pending_remaps_drain_is_held_at_watch_only_where_the_remap_alone_drains_a_gpu_without_wear() -> None:
-    """With the hold (`ecc_since` given): held where the remap alone drains, the ECC risk is known and
-    under the level and the GPU was not drained already; another drain or RMA rule, an unknown ECC risk,
-    a risk at the level, or a drain that stands (`drained`) drain as NVIDIA says."""
+def test_a_pending_remap_alone_is_a_watch_unless_its_memory_wears() -> None:
+    """NVIDIA's guide: a pending remap alone is a watch and a reset at idle, an unknown ECC risk
+    included; it drains where the ECC risk reaches the level (wearing memory) or the drain stands
+    (`drained`); another drain or RMA rule decides by itself."""
     pending = HEALTHY | {"row_remap_pending": 1}
     f = frame(pending, pending, pending, pending | {"row_remap_failure": 1}, pending, pending).assign(
         cutoff=pd.Timestamp("2026-03-01 12:00", tz="UTC")
@@ -142,13 +146,14 @@ def test_a_pending_remaps_drain_is_held_at_watch_only_where_the_remap_alone_drai
     drained = np.asarray([False, False, False, False, True, False])
     held = CarriedOver(ecc_since=nat, drained=drained)
     out = decide(f, risk, th, carried=held)
-    assert out["decision"].tolist() == ["watch", "drain", "drain", "rma", "drain", "watch"]
-    assert out["reasons"].iat[0][0].startswith("row remap pending: drain and reset")
-    assert out["reasons"].iat[0][1].startswith("the drain waits: its ECC risk 0.05 is under 0.3")
-    assert not any("the drain waits" in r for i in (1, 2, 3, 4) for r in out["reasons"].iat[i])
-    # Without the hold's questions, or off: NVIDIA's drain at once.
-    assert set(decide(f, risk, th)["decision"]) == {"drain", "rma"}
-    assert set(decide(f, risk, Thresholds(), carried=held)["decision"]) == {"drain", "rma"}
+    assert out["decision"].tolist() == ["watch", "drain", "watch", "rma", "drain", "watch"]
+    assert out["reasons"].iat[0][0].startswith("row remap pending: unaffected work goes on; reset the GPU at its next")
+    assert out["reasons"].iat[0][1].startswith("its ECC risk 0.05 (under 0.3) shows no wearing memory")
+    assert out["reasons"].iat[1][1].startswith("its ECC risk 0.30 reached 0.3: its memory is wearing")
+    assert out["reasons"].iat[4][1].startswith("the drain stands though its ECC risk 0.05 is under 0.3")
+    # Without the rounds before: this round's risk alone; at 0 (the operator's choice): a drain at once.
+    assert decide(f, risk, th)["decision"].tolist() == ["watch", "drain", "watch", "rma", "watch", "watch"]
+    assert set(decide(f, risk, Thresholds(remap_hold_risk=0.0), carried=held)["decision"]) == {"drain", "rma"}
     with pytest.raises(ValueError, match="cutoff column"):
         decide(f.drop(columns="cutoff"), risk, th, carried=CarriedOver(ecc_since=nat))
 
@@ -161,9 +166,10 @@ def test_unscored_gpus_decide_from_rules_alone() -> None:
         risk_note=["too little history (2 h)", None, None],
     )
     out = decide(f, risk, Thresholds())
-    assert out["decision"].tolist() == ["drain", "ok", "ok"]
+    assert out["decision"].tolist() == ["watch", "ok", "ok"]
     assert out["reasons"].iat[0] == [
-        "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)",
+        "row remap pending: unaffected work goes on; reset the GPU at its next idle moment to apply it "
+        "(NVIDIA memory error management)",
         "no risk score: too little history (2 h)",
     ]
     # Unscored but clean: still ok, and the reasons say it was not scored.

@@ -16,7 +16,7 @@ from tests.predictor.test_rules import HEALTHY, frame
 
 def test_decide_demotes_on_probation_and_says_since_when_and_until_when() -> None:
     th = Thresholds()
-    f = frame(HEALTHY, HEALTHY | {"row_remap_pending": 1.0}, HEALTHY, HEALTHY, HEALTHY)
+    f = frame(HEALTHY, HEALTHY | {"xid_79_7d": 1.0}, HEALTHY, HEALTHY, HEALTHY)
     released = np.full(len(f), np.datetime64("2026-02-27T12:00", "ns"))
     released[4] = np.datetime64("NaT")
     # risks: on probation (0.15); drained by the rule; under the probation risk; the model's own demote; no release
@@ -39,7 +39,7 @@ def test_decide_demotes_on_probation_and_says_since_when_and_until_when() -> Non
 
 def test_decide_holds_a_standing_demote_and_says_since_when() -> None:
     th = Thresholds()
-    f = frame(HEALTHY, HEALTHY | {"row_remap_pending": 1.0}, HEALTHY, HEALTHY, HEALTHY)
+    f = frame(HEALTHY, HEALTHY | {"xid_79_7d": 1.0}, HEALTHY, HEALTHY, HEALTHY)
     demoted = np.full(len(f), np.datetime64("2026-02-27T12:00", "ns"))
     demoted[4] = np.datetime64("NaT")
     # risks: held (0.4); drained by the rule; under the release level; the model's own demote; none standing
@@ -61,7 +61,7 @@ def test_decide_holds_a_standing_demote_and_says_since_when() -> None:
 def test_decide_demotes_on_the_core_heat_alone_once_it_has_held_and_says_why() -> None:
     th = Thresholds(thermal_heat_z=4.0, thermal_heat_for_s=6 * 3600)
     hot = HEALTHY | {"heat_excess_z": 5.0, "heat_load_share": 1.0}
-    f = frame(hot, hot, hot | {"heat_load_share": 0.2}, hot | {"heat_excess_z": 3.5}, hot | {"row_remap_pending": 1.0},
+    f = frame(hot, hot, hot | {"heat_load_share": 0.2}, hot | {"heat_excess_z": 3.5}, hot | {"xid_79_7d": 1.0},
               hot, hot)  # fmt: skip
     # held 8 h; 5 h (too short); at light load; under the level; drained by the rule; held (with a probation); NaT
     heat_since = naive(*["2026-02-28 16:00", "2026-02-28 19:00", "2026-02-28 16:00", "2026-02-28 16:00",

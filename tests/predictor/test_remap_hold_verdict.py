@@ -71,12 +71,15 @@ def test_a_run_that_held_reads_the_what_if_the_other_way_round() -> None:
     assert not late.hold and "would have caught 1 ecc failure(s) late" in late.reasons[0]
 
 
-def test_the_service_takes_a_stored_verdict_unless_the_operator_set_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_stored_verdict_changes_the_level_the_service_scores_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A verdict chose between the hold and NVIDIA's drain at once; a pending remap alone is now a reset
+    at idle (NVIDIA's guide) that drains only on wearing memory, so no verdict turns that into a drain
+    at once (docs/decisions/0078)."""
     held, drained = remap_hold_verdict(whatif()).to_dict(), remap_hold_verdict(None).to_dict()
     base = Thresholds.from_settings(Settings())
-    assert not base.remap_hold_fixed
-    assert thresholds_with(base, held).remap_hold_risk == 0.3
-    assert thresholds_with(base, drained).remap_hold_risk == 0.0
+    assert not base.remap_hold_fixed and base.remap_hold_risk == 0.3
+    assert thresholds_with(base, held) == base
+    assert thresholds_with(base, drained) == base
     assert thresholds_with(base, None) == base
     # A verdict recorded while the operator's setting stood is theirs, not the fleet's: not applied.
     assert thresholds_with(base, operator_verdict(Thresholds(remap_hold_risk=0.5)).to_dict()) == base

@@ -1,22 +1,15 @@
-"""The remedy beside each decision: each source's remedy, the strongest winning, the model's none."""
+"""The remedy beside each decision: each rule's remedy, the strongest winning, the model's none, and
+when a GPU's next remedy is a replacement (the repeat offender)."""
 
 from __future__ import annotations
 
-import numpy as np
+from datetime import UTC, datetime, timedelta
+
 import pandas as pd
 import pytest
 
-from predictor.remedy import driver_inputs, remedies, strongest
-from predictor.rules import RECOVERY_REMEDIES, RULE_REMEDIES, RULES, RemedyRef, evaluate_rules
-
-CUTOFF = pd.Timestamp("2026-01-10T00:00:00Z")
-
-
-def _driver(n: int, recovery: list[float] | None = None, **xids: list[int]) -> pd.DataFrame:
-    out = pd.DataFrame({"recovery_action": recovery or [np.nan] * n}, index=pd.RangeIndex(n))
-    for code in (119, 120):
-        out[f"xid_{code}_recent"] = xids.get(f"xid_{code}", [0] * n)
-    return out
+from predictor.remedy import remedies, repeat_offender, strongest
+from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, RULES, RemedyRef, evaluate_rules
 
 
 def _hits(*rows: tuple[int, str]) -> pd.DataFrame:
@@ -25,8 +18,8 @@ def _hits(*rows: tuple[int, str]) -> pd.DataFrame:
                          "action": [by[n] for _, n in rows], "reason": ["x"] * len(rows)})  # fmt: skip
 
 
-def _one(hits: pd.DataFrame, driver: pd.DataFrame) -> tuple[str, str, list[str]]:
-    got = remedies(hits, driver, pd.RangeIndex(len(driver)))
+def _one(hits: pd.DataFrame, n: int = 1) -> tuple[str, str, list[str]]:
+    got = remedies(hits, pd.RangeIndex(n))
     return str(got["remedy"].iat[0]), str(got["remedy_when"].iat[0]), list(got["remedy_reasons"].iat[0])
 
 
@@ -36,25 +29,26 @@ def _one(hits: pd.DataFrame, driver: pd.DataFrame) -> tuple[str, str, list[str]]
      (6, "reset", "now"), (7, "reboot", "now"), (0, "none", "idle")],
 )  # fmt: skip
 def test_the_drivers_recovery_action_names_the_remedy(action: int, remedy: str, when: str) -> None:
-    got = _one(_hits(), _driver(1, [float(action)]))
+    got = _one(evaluate_rules(pd.DataFrame({"recovery_action": [float(action)]})))
     assert got[:2] == (remedy, when)
     if action in (3, 5):  # no remedy yet, but the reason says why
-        assert got[2] == [f"remedy: none ({RECOVERY_REMEDIES[action].why})"]
+        assert len(got[2]) == 1 and got[2][0].startswith("remedy: none (driver's recovery action")
         assert ("read the action again" if action == 3 else "IMEX") in got[2][0]
     elif action == 0:
         assert got[2] == []
     else:
-        assert got[2][0].startswith(f"remedy: {remedy} now (driver's recovery action {action}")
+        assert got[2][0].startswith(f"remedy: {remedy} now (driver's recovery action")
 
 
 @pytest.mark.parametrize(
     ("rule", "remedy", "when"),
     [("remap_pending", "reset", "idle"), ("uncontained_ecc", "reset", "now"), ("off_bus", "reboot", "now"),
      ("dbe_recent", "reset", "now"), ("repeated_dbe", "replace", "now"), ("row_remap_failure", "replace", "now"),
+     ("gsp_error", "reset", "now"), ("driver_reset", "reset", "now"), ("driver_reboot", "reboot", "now"),
      ("pcie_replays", "none", "idle"), ("sbe_rate_high", "none", "idle")],
 )  # fmt: skip
 def test_each_rule_names_its_remedy(rule: str, remedy: str, when: str) -> None:
-    assert _one(_hits((0, rule)), _driver(1))[:2] == (remedy, when)
+    assert _one(_hits((0, rule)))[:2] == (remedy, when)
 
 
 def test_every_rma_rule_asks_for_a_replacement() -> None:
@@ -64,7 +58,7 @@ def test_every_rma_rule_asks_for_a_replacement() -> None:
 
 
 def test_a_pending_remap_says_it_applies_at_the_next_reset() -> None:
-    _, _, lines = _one(_hits((0, "remap_pending")), _driver(1))
+    _, _, lines = _one(_hits((0, "remap_pending")))
     assert lines == [
         "remedy: reset idle (pending row remap applies at the next reset — NVIDIA memory error management guide)"
     ]
@@ -72,48 +66,47 @@ def test_a_pending_remap_says_it_applies_at_the_next_reset() -> None:
 
 @pytest.mark.parametrize("code", [119, 120])
 def test_gsp_xids_ask_for_a_reset_now(code: int) -> None:
-    got = _one(_hits(), _driver(1, **{f"xid_{code}": [2]}))
-    assert got[:2] == ("reset", "now") and f"XID {code}" in got[2][0]
+    got = _one(evaluate_rules(pd.DataFrame({f"xid_{code}_7d": [2.0]})))
+    assert got[:2] == ("reset", "now") and "XID 119/120" in got[2][0]
 
 
 def test_the_strongest_remedy_wins_then_the_most_urgent() -> None:
     # pending remap (reset idle) + GSP error (reset now) -> reset now
-    assert _one(_hits((0, "remap_pending")), _driver(1, xid_119=[1]))[:2] == ("reset", "now")
+    assert _one(_hits((0, "remap_pending"), (0, "gsp_error")))[:2] == ("reset", "now")
     # pending remap + driver's node reboot -> reboot now; + an RMA rule -> replace
-    assert _one(_hits((0, "remap_pending")), _driver(1, [2.0]))[:2] == ("reboot", "now")
-    assert _one(_hits((0, "remap_pending"), (0, "repeated_dbe")), _driver(1, [2.0]))[:2] == ("replace", "now")
+    assert _one(_hits((0, "remap_pending"), (0, "driver_reboot")))[:2] == ("reboot", "now")
+    assert _one(_hits((0, "remap_pending"), (0, "repeated_dbe"), (0, "driver_reboot")))[:2] == ("replace", "now")
     # drain P2P (none yet) beside a reset: the reset, and the none line is left out
-    got = _one(_hits((0, "uncontained_ecc")), _driver(1, [3.0]))
+    got = _one(_hits((0, "uncontained_ecc"), (0, "driver_drain_p2p")))
     assert got[:2] == ("reset", "now") and len(got[2]) == 1
     assert strongest([]).remedy == "none"
     assert strongest([RemedyRef("reset", "idle", "a"), RemedyRef("reset", "now", "b")]).why == "b"
 
 
 def test_rows_are_told_apart() -> None:
-    got = remedies(_hits((1, "off_bus")), _driver(3, [np.nan, np.nan, 1.0]), pd.RangeIndex(3))
+    got = remedies(_hits((1, "off_bus"), (2, "driver_reset")), pd.RangeIndex(3))
     assert list(got["remedy"]) == ["none", "reboot", "reset"]
     assert list(got["remedy_when"]) == ["idle", "now", "now"]
 
 
-def test_driver_inputs_read_the_latest_action_and_recent_gsp_xids() -> None:
-    t = pd.to_datetime(["2026-01-01 00:00", "2026-01-09 00:00", "2026-01-09 12:00", "2026-01-09 00:00"], utc=True)
-    seen = pd.DataFrame({"gpu_uuid": ["a", "a", "a", "b"], "timestamp": t,
-                         "recovery_action": [2.0, 1.0, 0.0, 4.0], "xid": [119, 0, 120, 0]})  # fmt: skip
-    got = driver_inputs(seen, pd.RangeIndex(3), pd.Series(["a", "b", "c"]), CUTOFF)
-    assert got["recovery_action"].tolist()[:2] == [0.0, 4.0] and np.isnan(got["recovery_action"].iat[2])
-    assert got["xid_119_recent"].tolist() == [0, 0, 0]  # 9 days before the cutoff: out of the window
-    assert got["xid_120_recent"].tolist() == [1, 0, 0]
-    # No recovery_action column (an older history): nothing asked.
-    assert (
-        driver_inputs(seen.drop(columns="recovery_action"), pd.RangeIndex(1), pd.Series(["a"]), CUTOFF)[
-            "recovery_action"
-        ]
-        .isna()
-        .all()
-    )
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def test_a_second_remedy_within_the_window_is_a_repeat_offender() -> None:
+    """InfiniteHBD-Trace: 16 of 30 servers with DBE faults had them again, 22 of 30 repeats within 30 days."""
+    assert (REPEAT_REMEDIES, REPEAT_WINDOW_DAYS) == (2, 30)
+    assert not repeat_offender([], NOW)  # a first remedy is a remedy
+    assert repeat_offender([NOW - timedelta(days=29)], NOW)
+    assert not repeat_offender([NOW - timedelta(days=31)], NOW)  # out of the window
+    assert not repeat_offender([NOW + timedelta(hours=1)], NOW)  # not yet happened: does not count
+    assert repeat_offender([NOW - timedelta(days=40), NOW - timedelta(days=1)], NOW)
+    # Other counts and windows, as a caller may ask.
+    assert not repeat_offender([NOW - timedelta(days=1)], NOW, times=3)
+    assert repeat_offender([NOW - timedelta(days=1), NOW - timedelta(days=2)], NOW, times=3)
+    assert not repeat_offender([NOW - timedelta(days=8)], NOW, days=7)
 
 
 def test_model_only_decisions_ask_for_no_remedy() -> None:
     """A watch or demote the risk alone set (no rule, no driver action) asks for none, and says nothing."""
     features = pd.DataFrame({"xid_92_7d": [0.0], "row_remap_pending": [0.0]})
-    assert _one(evaluate_rules(features), _driver(1)) == ("none", "idle", [])
+    assert _one(evaluate_rules(features)) == ("none", "idle", [])

@@ -146,15 +146,15 @@ def _remap_rows(runs: dict[str, list[tuple[bool, bool, float]]]) -> pd.DataFrame
                          "risk_pcie": 0.0, "held": False, "heat_load_share": 1.0})  # fmt: skip
 
 
-def test_remap_held_holds_a_pending_remaps_drain_until_the_ecc_risk_reaches_the_level_then_it_stands() -> None:
-    P, OTHER = (True, True), (True, False)  # the pending remap alone; another drain or RMA rule (with or without it)
+def test_remap_held_holds_a_pending_remap_at_watch_until_the_ecc_risk_reaches_the_level_then_its_drain_stands() -> None:
+    P, OTHER = (False, True), (True, False)  # the pending remap alone; another drain or RMA rule (with or without it)
     runs = {
         # held while under 0.3; drained at 0.4; the drain stands at 0.1; the run ends (reset); a new run
         # 4 h after the 0.4 drains at once (the default look back, 24 h), held with none.
         "a": [(*P, 0.1), (*P, 0.2), (*P, 0.4), (*P, 0.1), (*P, 0.1), (False, False, 0.1), (*P, 0.1)],
         # another drain rule drains at once, and the pending remap's drain then stands.
         "b": [(*OTHER, 0.1), (*P, 0.1), (*P, 0.1)],
-        # an unknown ECC risk drains at once.
+        # an unknown ECC risk shows no wear: held.
         "c": [(*P, np.nan), (*P, 0.1)],
         # never drained: the risk stays under the level.
         "d": [(*P, 0.29), (*P, 0.0)],
@@ -162,17 +162,17 @@ def test_remap_held_holds_a_pending_remaps_drain_until_the_ecc_risk_reaches_the_
     rows = _remap_rows(runs)
     key = list(zip(rows["gpu_uuid"], (rows["cutoff"] - _t([0])[0]) // pd.Timedelta(hours=1), strict=True))
     got = dict(zip(key, remap_held(rows, Thresholds(remap_hold_risk=0.3)), strict=True))
-    want = {"a": [1, 1, 0, 0, 0, 0, 0], "b": [0, 0, 0], "c": [0, 0], "d": [1, 1]}
+    want = {"a": [1, 1, 0, 0, 0, 0, 0], "b": [0, 0, 0], "c": [1, 1], "d": [1, 1]}
     assert {g: [int(got[(g, h)]) for h in range(len(w))] for g, w in want.items()} == want
     for clear_h, last in ((0, 1), (4, 1), (5, 0)):  # the 0.4 is 4 h before: in a look back of 5 h, not of 4
         th = Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=clear_h * 3600)
         assert int(dict(zip(key, remap_held(rows, th), strict=True))[("a", 6)]) == last
     decided = apply_waits(rows, Thresholds(remap_hold_risk=0.3))
-    assert (decided["out_of_service"] == (rows["rule_act"] & ~decided["remap_held"])).all()
+    assert (decided["out_of_service"] == ((rows["rule_act"] | rows["remap_alone"]) & ~decided["remap_held"])).all()
     assert (decided["alert"] >= decided["out_of_service"]).all()
-    # Off (the default): nothing held. Held 2 h at the level: "a" drains at its 0.4 only if it lasts,
-    # and the 0.4 that did not last is no wear its next run looks back to.
-    assert not remap_held(rows, Thresholds()).any()
+    # At 0 (the operator's drain at once): nothing held. Held 2 h at the level: "a" drains at its 0.4 only
+    # if it lasts, and the 0.4 that did not last is no wear its next run looks back to.
+    assert not remap_held(rows, Thresholds(remap_hold_risk=0.0)).any()
     slow = dict(zip(key, remap_held(rows, Thresholds(remap_hold_risk=0.3, remap_hold_for_s=7200)), strict=True))
     assert [int(slow[("a", h)]) for h in range(7)] == [1, 1, 1, 1, 1, 0, 1]
 
@@ -189,5 +189,5 @@ def test_recently_wore_reads_the_stored_rounds_as_the_hourly_rows_look_back() ->
     # Held 1 h: "a" (5 h and 6 h) did, "b" (one round at 0.5) did not.
     one_h = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3600, remap_hold_clear_s=25 * 3600)
     assert recently_wore(stored, risk, now, one_h) == {"a"}
-    assert recently_wore(stored, risk, now, Thresholds()) == set()  # the hold off
+    assert recently_wore(stored, risk, now, Thresholds(remap_hold_risk=0.0)) == set()  # no level
     assert recently_wore(stored, risk, now, Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=0)) == set()

@@ -119,6 +119,18 @@ CASES: list[tuple[str, dict[str, float], dict[str, float], dict[str, float], str
     ("uncontained_ecc", HEALTHY, {"xid_95_7d": 0}, {"xid_95_7d": 1}, "uncontained ECC error (XID 95) 1 time"),
     ("dbe_recent", HEALTHY, {"dbe_7d": 0, "xid_48_7d": 0}, {"dbe_7d": 1}, "(1 DBE)"),
     ("dbe_recent", HEALTHY, {"dbe_7d": 0, "xid_48_7d": 0}, {"xid_48_7d": 3}, "XID 48 logged 3 times"),
+    # Contained (XID 94) on a GPU with dynamic page offlining: no drain, unless one was uncontained (XID 95).
+    ("dbe_recent", HEALTHY, {"dbe_7d": 1, "xid_94_7d": 1}, {"dbe_7d": 1, "xid_94_7d": 1, "xid_95_7d": 1}, "(1 DBE)"),
+    ("dbe_recent", PRE_AMPERE, {"dbe_7d": 0}, {"dbe_7d": 1, "xid_94_7d": 1}, "(1 DBE)"),  # no page offlining
+    ("gsp_error", HEALTHY, {"xid_119_7d": 0, "xid_120_7d": 0}, {"xid_119_7d": 1}, "GSP error (XID 119 1 time"),
+    ("gsp_error", HEALTHY, {"xid_120_7d": 0}, {"xid_120_7d": 2}, "XID 120 2 times in the last 7 days"),
+    ("driver_reboot", HEALTHY, {"recovery_action": 1}, {"recovery_action": 2}, "action 2 (node reboot): drain"),
+    ("driver_reboot", HEALTHY, {"recovery_action": 0}, {"recovery_action": 7}, "action 7 (system reboot)"),
+    ("driver_reset", HEALTHY, {"recovery_action": 0}, {"recovery_action": 1}, "action 1 (GPU reset): drain and"),
+    ("driver_reset", HEALTHY, {"recovery_action": 3}, {"recovery_action": 4}, "(drain P2P and reset)"),
+    ("driver_reset", HEALTHY, {"recovery_action": 5}, {"recovery_action": 6}, "(PCIe bus reset)"),
+    ("driver_drain_p2p", HEALTHY, {"recovery_action": 0}, {"recovery_action": 3}, "then read the action again"),
+    ("driver_imex", HEALTHY, {"recovery_action": 0}, {"recovery_action": 5}, "recover the IMEX domain"),
     ("remap_pending", HEALTHY, {"row_remap_pending": 0}, {"row_remap_pending": 1}, "row remap pending: "),
     (
         "remap_pending",
@@ -179,10 +191,15 @@ EXPECTED_ACTIONS = {
     "off_bus": "drain",
     "uncontained_ecc": "drain",
     "dbe_recent": "drain",
-    "remap_pending": "drain",
+    "gsp_error": "drain",
+    "driver_reboot": "drain",
+    "driver_reset": "drain",
+    "driver_drain_p2p": "drain",
+    "remap_pending": "watch",
     "pcie_replays": "watch",
     "link_downtrained": "watch",
     "sbe_rate_high": "watch",
+    "driver_imex": "watch",
 }
 
 

@@ -276,17 +276,16 @@ def test_cutoff_slice_equals_filter_on_an_unordered_frame(shipped_model: RiskMod
     pd.testing.assert_frame_equal(by_gpu(score(shipped_model, shuffled, at)), by_gpu(score(shipped_model, fleet, at)))
 
 
-def test_the_drivers_recovery_action_sets_the_remedy_not_the_decision(
-    shipped_model: RiskModel, fleet: pd.DataFrame
-) -> None:
-    """A node reboot the driver asks for on one GPU: its remedy is reboot now, with a reason line; every
-    decision and risk is what it was without it."""
-    plain = by_gpu(score(shipped_model, fleet.drop(columns="recovery_action", errors="ignore")))
+def test_the_drivers_recovery_action_drains_for_its_remedy(shipped_model: RiskModel, fleet: pd.DataFrame) -> None:
+    """A node reboot the driver asks for on one GPU: it is drained and its remedy is reboot now, with a
+    reason line; every other decision and every risk is what it was without it."""
+    plain = by_gpu(score(shipped_model, fleet.assign(recovery_action=0.0)))
     asked = fleet.copy()
     uuid = str(plain["gpu_uuid"].iat[0])
     asked["recovery_action"] = np.where(asked["gpu_uuid"] == uuid, 2.0, 0.0)
     got = by_gpu(score(shipped_model, asked))
-    pd.testing.assert_frame_equal(got[["gpu_uuid", "decision", *RISKS]], plain[["gpu_uuid", "decision", *RISKS]])
-    assert got["remedy"].iat[0] == "reboot" and got["remedy_when"].iat[0] == "now"
-    assert got["reasons"].iat[0][-1].startswith("remedy: reboot now (driver's recovery action 2, node reboot")
-    assert [r[:-1] for r in got["reasons"].iloc[:1]] == [list(plain["reasons"].iat[0])]
+    pd.testing.assert_frame_equal(got[["gpu_uuid", *RISKS]], plain[["gpu_uuid", *RISKS]])
+    pd.testing.assert_frame_equal(got[["gpu_uuid", "decision"]].iloc[1:], plain[["gpu_uuid", "decision"]].iloc[1:])
+    assert (got["decision"].iat[0], got["remedy"].iat[0], got["remedy_when"].iat[0]) == ("drain", "reboot", "now")
+    assert got["reasons"].iat[0][0].startswith("driver's recovery action 2 (node reboot): drain and reboot")
+    assert got["reasons"].iat[0][-1].startswith("remedy: reboot now (driver's recovery action: node reboot")

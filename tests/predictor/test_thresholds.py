@@ -106,9 +106,12 @@ def test_invalid_demote_for_raises() -> None:
         Thresholds.from_settings(Settings(demote_for_pcie="never"))
 
 
-def test_the_remap_hold_is_off_by_default_and_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_remap_hold_is_at_the_watch_level_by_default_and_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     d = Thresholds.from_settings(Settings())
-    assert (d.remap_hold_risk, d.remap_hold_for_s, d.remap_hold_clear_s) == (0.0, 0.0, 86400.0)
+    assert (d.remap_hold_risk, d.remap_hold_for_s, d.remap_hold_clear_s) == (0.3, 0.0, 86400.0)
+    assert Thresholds().remap_hold_risk == 0.3
     monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_RISK", "0.3")
     monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_FOR", "12h")
     monkeypatch.setenv("GPUHEALTH_REMAP_HOLD_CLEAR", "3d")

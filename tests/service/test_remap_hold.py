@@ -1,8 +1,8 @@
-"""A pending remap's drain held at watch while the GPU's ECC risk shows no wear
-(GPUHEALTH_REMAP_HOLD_RISK, _REMAP_HOLD_FOR, _REMAP_HOLD_CLEAR): in the service (each round reads the
-stored rounds and the standing decision) and in `gpuhealth score` (from the history's own hours) alike;
-once drained, the drain stands until the reset takes the remap, and a remap within a day of the ECC
-risk at the level drains at once.
+"""A pending remap held at watch, its reset at idle (NVIDIA's guide), while the GPU's ECC risk shows no
+wear, and drained once it does (GPUHEALTH_REMAP_HOLD_RISK, _REMAP_HOLD_FOR, _REMAP_HOLD_CLEAR): in the
+service (each round reads the stored rounds and the standing decision) and in `gpuhealth score` (from
+the history's own hours) alike; once drained, the drain stands until the reset takes the remap, and a
+remap within a day of the ECC risk at the level drains at once.
 
 One GPU; its row remap is pending from day 3 02:00 to 16:00 (a reset then takes it) and again from
 20:00. The model's ECC head follows the GPU's age (`schedule_model`): 0.05 from day 3, 0.5 from
@@ -62,7 +62,7 @@ def store(tmp_path: Path) -> Store:
     return s
 
 
-def test_the_drain_waits_while_no_wear_shows_and_stands_once_made(store: Store) -> None:
+def test_a_pending_remap_waits_at_watch_while_no_wear_shows_and_its_drain_stands_once_made(store: Store) -> None:
     # 03:00 pending at ECC 0.05: held at watch. 07:00 ECC 0.5: drained. 13:00 ECC 0.05, still pending:
     # the drain stands (read from the standing decision of a new scorer). 17:00 the reset took it: ok.
     # 21:00 pending again at 0.05: a new remap, 14 h after a round whose ECC risk was at 0.3 (07:00):
@@ -70,14 +70,15 @@ def test_the_drain_waits_while_no_wear_shows_and_stands_once_made(store: Store) 
     got = rounds(store, TH, [1, 3, 7, 13, 17, 21])
     assert [r["decision"] for r in got] == ["ok", "watch", "drain", "drain", "ok", "drain"]
     assert got[1]["reasons"][:2] == [
-        "row remap pending: drain and reset the GPU to apply it (NVIDIA memory error management)",
-        "the drain waits: its ECC risk 0.05 is under 0.3, so no wearing memory shows (a weak row on a healthy "
-        "GPU is remapped too, and NVIDIA lets work go on until the reset): reset it at a convenient moment; it "
-        "is drained once its ECC risk reaches 0.3",
+        "row remap pending: unaffected work goes on; reset the GPU at its next idle moment to apply it "
+        "(NVIDIA memory error management)",
+        "its ECC risk 0.05 (under 0.3) shows no wearing memory: a weak row on a healthy GPU is remapped too, "
+        "and NVIDIA lets work go on until the reset; it is drained if its ECC risk reaches 0.3",
     ]
-    assert got[2]["reasons"][0].startswith("row remap pending: drain and reset")
-    assert got[3]["reasons"][0].startswith("row remap pending: drain and reset")
-    assert got[5]["reasons"][0].startswith("row remap pending: drain and reset")
+    assert (got[1]["remedy"], got[1]["remedy_when"]) == ("reset", "idle")
+    for r in (got[2], got[3], got[5]):
+        assert r["reasons"][0].startswith("row remap pending: unaffected work goes on")
+    assert got[2]["reasons"][1].startswith("its ECC risk 0.50 reached 0.3: its memory is wearing")
     # Where the drain stands on an ECC risk under the level, the reason says why, not that it can wait.
     for r in (got[3], got[5]):
         assert r["reasons"][1] == (
@@ -94,19 +95,19 @@ def test_a_remap_long_enough_after_the_wear_is_held_again(tmp_path: Path, th: Th
     assert [r["decision"] for r in rounds(s, th, [3, 7, 13, 17, 21])] == ["watch", "drain", "drain", "ok", "watch"]
 
 
-def test_without_the_hold_nvidia_drains_at_once_and_a_wait_for_the_risk_holds_longer(tmp_path: Path) -> None:
+def test_at_0_every_pending_remap_drains_at_once_and_a_wait_for_the_risk_holds_longer(tmp_path: Path) -> None:
     s = Store.open(f"sqlite:///{tmp_path / 'off'}.db")
     s.samples.ingest(samples())
-    off = rounds(s, Thresholds(), [3, 13])
+    off = rounds(s, Thresholds(remap_hold_risk=0.0), [3, 13])
     assert [r["decision"] for r in off] == ["drain", "drain"]
-    assert off[1]["reasons"][1].startswith("its ECC risk 0.05 (under 0.3) shows no wearing memory")
+    assert off[1]["reasons"][1].startswith("drained at once, whatever its ECC risk: GPUHEALTH_REMAP_HOLD_RISK is 0")
     s = Store.open(f"sqlite:///{tmp_path / 'for'}.db")
     s.samples.ingest(samples())
     # The ECC risk must hold 0.3 for 3 h: it rose to 0.5 at 06:00 (the first stored round at it); at
     # 07:00 it has held 1 h (watch), at 09:00 3 h (drain).
     got = rounds(s, Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3 * 3600), [6, 7, 9, 13])
     assert [r["decision"] for r in got] == ["watch", "watch", "drain", "drain"]
-    assert "has not held 0.3 for 3 h" in got[1]["reasons"][1]
+    assert "it is drained if its ECC risk holds 0.3 for 3 h" in got[1]["reasons"][1]
 
 
 def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
@@ -124,8 +125,10 @@ def test_gpuhealth_score_reads_the_drain_that_stands_from_the_history() -> None:
     assert at(21, Thresholds(remap_hold_risk=0.3, remap_hold_clear_s=11 * 3600)) == "drain"
     held_for = Thresholds(remap_hold_risk=0.3, remap_hold_for_s=3 * 3600)
     assert [at(h, held_for) for h in (7, 9, 13)] == ["watch", "drain", "drain"]
-    # Without the history's rounds (no questions to ask), NVIDIA's drain at once.
-    assert score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=3)), thresholds=TH).iloc[0]["decision"] == "drain"
+    # Without the history's rounds (no questions to ask), this round's ECC risk alone.
+    for hour, want in ((3, "watch"), (7, "drain"), (13, "watch")):
+        alone = score(MODEL, frame, at=pd.Timestamp(DAY3 + timedelta(hours=hour)), thresholds=TH)
+        assert alone.iloc[0]["decision"] == want
 
 
 def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
@@ -146,12 +149,12 @@ def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
     assert out.iloc[0]["decision"] == "demote"
 
 
-def test_a_promoted_models_fleet_verdict_sets_the_hold_unless_the_operator_did(
+def test_a_promoted_models_fleet_verdict_no_longer_sets_the_level(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The active stored model's card says the fleet's outcomes favour the hold at 0.3: a scorer with the
-    default thresholds holds the 03:00 drain at watch once it loads that model; one whose operator set
-    GPUHEALTH_REMAP_HOLD_RISK (0, or 0.5) keeps theirs. A card whose verdict keeps NVIDIA's drain drains."""
+    """Whatever the active stored model's card says of the hold, a scorer holds the 03:00 pending remap at
+    watch at the default level (0.3), and at the operator's where they set GPUHEALTH_REMAP_HOLD_RISK (0: a
+    drain at once; 0.5). A card whose verdict kept NVIDIA's drain at once no longer drains (0082)."""
     # The archive is a real, trusted tiny model; loading it gives the schedule model (the test's ECC risk).
     monkeypatch.setattr(RiskModel, "from_bytes", staticmethod(lambda data, name=None: MODEL))
     held = remap_hold_verdict({"hold_risk_run": 0.0, "hold_risk_other": 0.3, "pending_remap_gpus": 30,
@@ -172,6 +175,6 @@ def test_a_promoted_models_fleet_verdict_sets_the_hold_unless_the_operator_did(
         return str(rec["decision"]), float(gauge)
 
     assert first_round("held", held, Thresholds()) == ("watch", 0.3)
-    assert first_round("fixed-off", held, Thresholds(remap_hold_fixed=True)) == ("drain", 0.0)
+    assert first_round("fixed-off", held, Thresholds(remap_hold_risk=0.0, remap_hold_fixed=True)) == ("drain", 0.0)
     assert first_round("fixed-on", stands, Thresholds(remap_hold_risk=0.5, remap_hold_fixed=True)) == ("watch", 0.5)
-    assert first_round("stands", stands, Thresholds()) == ("drain", 0.0)
+    assert first_round("stands", stands, Thresholds()) == ("watch", 0.3)
