@@ -30,7 +30,7 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from collector.backends.base import GpuInfo
+from collector.backends.base import GpuInfo, GpuReading
 from collector.scraped import ScrapedCollector
 from core.infiniband import COUNTERS, HW_COUNTERS, NAME, PREFIX
 from core.labels import HOSTNAME
@@ -263,3 +263,30 @@ def _tie_family(tied: Sequence[Tie], host: Mapping[str, str]) -> Metric:
         labels = {"device": t.device, "port": t.port, "gpu": str(t.gpu.index), "UUID": t.gpu.uuid}
         fam.add_sample(PREFIX + "port_gpu_info", {**labels, "affinity": t.affinity, **host}, 1.0)
     return fam
+
+
+class RailCounts:
+    """Adds each GPU's `ib_rail_link_downed` to a sample's readings: the link downs of the ports tied to
+    it (`ties`), summed. A GPU with no tied port, or a port without the counter, gets no value; a node
+    without RDMA ports gets none at all (the sampler's hook, `Sampler(augment=...)`)."""
+
+    name = "infiniband_rails"
+    field = "ib_rail_link_downed"
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def __call__(self, readings: Sequence[GpuReading]) -> None:
+        live = [r for r in readings if not r.lost]
+        ports = read_ports(self.root) if live else []
+        if not ports:
+            return
+        downs = {(p.device, p.port): p.counters.get("link_downed_total") for p in ports}
+        sums: dict[str, float] = {}
+        for t in ties(self.root, ports, [r.info for r in live]):
+            value = downs[(t.device, t.port)]
+            if value is not None:
+                sums[t.gpu.uuid] = sums.get(t.gpu.uuid, 0.0) + value
+        for r in live:
+            if r.info.uuid in sums:
+                r.values[self.field] = sums[r.info.uuid]

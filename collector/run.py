@@ -15,7 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.backends.nvml_links import links_of
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
-from collector.infiniband import InfinibandCollector
+from collector.infiniband import InfinibandCollector, RailCounts
 from collector.nvlink import NvlinkCollector
 from collector.sampler import Sampler
 from core.catalog import Field, LabelField
@@ -99,7 +99,8 @@ def build_sampling(
     `label_fields` (DCGM_FI_DRIVER_VERSION, ...) go on every series of a GPU; None: the catalogue's defaults.
     With `sysfs_root` (/sys on a real node), InfiniBand/RoCE ports are exported (collector.infiniband).
     """
-    sampler = Sampler(backend, interval_s, attributors=attributors)
+    rails = (RailCounts(sysfs_root),) if sysfs_root is not None else ()  # each GPU's ib_rail_link_downed
+    sampler = Sampler(backend, interval_s, attributors=attributors, augment=rails)
     report = on_probe_results
 
     if on_probe_results is not None:

@@ -12,12 +12,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from collector.attribution import Attributor, DeviceKey, LabelSet, Workloads, merge
 from collector.backends.base import Backend, GpuReading
 from core.worker import Worker
 
 log = logging.getLogger(__name__)
+
+
+class Augmenter(Protocol):
+    """Adds catalogue values to a sample's readings in place (collector.infiniband.RailCounts)."""
+
+    name: str
+
+    def __call__(self, readings: Sequence[GpuReading]) -> None: ...
+
 
 STALL_FACTOR = 3.0
 """Sampling counts as stalled when the snapshot is older than this many intervals."""
@@ -66,12 +76,15 @@ class Sampler(Worker):
         interval_s: float,
         clock: Callable[[], float] = time.time,
         attributors: Sequence[Attributor] = (),
+        augment: Sequence[Augmenter] = (),
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"sampling interval must be positive, got {interval_s}")
         self.backend = backend
         self.attributors = tuple(attributors)
         """Sources of the workloads on each GPU (Kubernetes pods, Slurm jobs), asked after each read."""
+        self.augment = tuple(augment)
+        """Sources of catalogue values the backend does not read (the IB rail's flaps), run on each read's readings."""
         self._failing: set[str] = set()
         self.interval_s = interval_s
         self.clock = clock
@@ -103,6 +116,7 @@ class Sampler(Worker):
             log.warning("reading %s backend failed: %s", self.backend.name, err)
             readings = []
             status["sample"] = CollectorStatus(False, time.perf_counter() - t0, str(err))
+        self._augment(readings, status)
         t1 = time.perf_counter()
         try:
             for ev in self.backend.drain_xid_events():
@@ -137,6 +151,21 @@ class Sampler(Worker):
             except Exception:  # a listener's bug must not stop sampling
                 log.exception("snapshot listener failed")
         return snap
+
+    def _augment(self, readings: list[GpuReading], status: dict[str, CollectorStatus]) -> None:
+        """Let each augmenter add its values; one that fails adds none this time and its status says why."""
+        for a in self.augment:
+            t0 = time.perf_counter()
+            try:
+                a(readings)
+            except Exception as err:  # a value from elsewhere must never cost the sample
+                status[a.name] = CollectorStatus(False, time.perf_counter() - t0, str(err))
+                if a.name not in self._failing:  # once until it answers again, as an attributor
+                    self._failing.add(a.name)
+                    log.warning("%s: no values until it answers: %s", a.name, err)
+                continue
+            status[a.name] = CollectorStatus(True, time.perf_counter() - t0)
+            self._failing.discard(a.name)
 
     def _attribute(
         self, readings: list[GpuReading], status: dict[str, CollectorStatus]

@@ -156,3 +156,38 @@ def test_every_series_is_named_in_the_shared_table(tmp_path: Path) -> None:
     assert exported == {core_ib.metric(s) for s in core_ib.SUFFIXES}
     with pytest.raises(KeyError, match="link_down_total"):
         core_ib.metric("link_down_total")
+
+
+def test_each_gpu_reading_gains_its_rails_link_downs(tmp_path: Path) -> None:
+    """ib_rail_link_downed: the ports tied to the GPU (switch, else NUMA node), summed, in the sample itself."""
+    from core.catalog import BY_NAME
+
+    root = sysfs_ib.build(tmp_path)
+    (sysfs_ib.port(root, "mlx5_1") / "counters" / "link_downed").write_text("7\n")
+    backend = ScriptedBackend(3)  # GPU 2 has no sysfs device: no rail
+    s = build_sampling(backend, [BY_NAME["ib_rail_link_downed"]], 10.0, sysfs_root=root)
+    snap = s.sampler.sample_once()
+    assert [r.values.get("ib_rail_link_downed") for r in snap.readings] == [4.0, 7.0, None]
+    assert s.registry.get_sample_value("gpuhealth_collector_success", {"collector": "infiniband_rails"}) == 1.0
+    exported = {
+        x.labels["gpu"]: x.value
+        for fam in s.registry.collect()
+        for x in fam.samples
+        if x.name == "gpuhealth_ib_rail_link_downed_total"
+    }
+    assert exported == {"0": 4.0, "1": 7.0}  # a catalogue field: on /metrics with the GPU's labels
+    backend.lost.add(0)
+    assert [r.values.get("ib_rail_link_downed") for r in s.sampler.sample_once().readings] == [None, 7.0, None]
+
+
+def test_a_failed_rail_read_costs_the_values_not_the_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(root: Path) -> list[infiniband.Port]:
+        raise OSError("sysfs went away")
+
+    s = build_sampling(ScriptedBackend(), [], 10.0, sysfs_root=sysfs_ib.build(tmp_path))
+    monkeypatch.setattr(infiniband, "read_ports", broken)
+    snap = s.sampler.sample_once()
+    assert snap.status["sample"].success and [r.values["gpu_temp_c"] for r in snap.readings] == [40.0, 41.0]
+    assert not snap.status["infiniband_rails"].success and "sysfs went away" in str(
+        snap.status["infiniband_rails"].error
+    )
