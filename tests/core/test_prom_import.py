@@ -384,3 +384,16 @@ def test_cli_connection_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: Prometheus at {URL}: cannot connect ([Errno 111] Connection refused)"
     assert not (tmp_path / "h.csv").exists()
+
+
+def test_the_fabric_and_rail_fields_are_imported_under_the_collectors_names() -> None:
+    """Fleet mode: the three columns of the fabric and rail findings (issue 58) from `gpuhealth collect`'s series."""
+    prom = fleet(3)
+    for i in range(2):
+        prom.add("gpuhealth_gpu_fabric_state", gpu_labels(i), {t_ms(h): 1.0 if h == 2 else 3.0 for h in range(3)})
+        prom.add("gpuhealth_nvlink_links_down", gpu_labels(i), {t_ms(h): 0.0 for h in range(3)})
+        prom.add("gpuhealth_ib_rail_link_downed_total", gpu_labels(i), {t_ms(h): 4.0 * h for h in range(3)})
+    frame = import_history(URL, START, START + timedelta(hours=2), 3600, client=prom.client())
+    gpu0 = frame[frame["gpu_uuid"] == "GPU-0"]
+    assert gpu0["gpu_fabric_state"].tolist() == [3.0, 3.0, 1.0]
+    assert gpu0["ib_rail_link_downed"].tolist() == [0.0, 4.0, 8.0] and gpu0["nvlink_links_down"].sum() == 0.0
