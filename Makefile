@@ -9,12 +9,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 DEMO_LISTEN ?= 127.0.0.1:8080
 
-.PHONY: help venv system-deps lint typecheck test test-unit test-integration demo generate bench model cross-domain independent clean
+.PHONY: help venv system-deps lint typecheck test test-unit test-integration demo generate images bench model cross-domain independent clean
 
 help:
 	@echo "make demo      run gpuhealth on a simulated fleet and print where to look"
 	@echo "make test      set everything up, lint, type-check and run all tests"
 	@echo "make generate  regenerate docs/metrics.md, docs/configuration.md, docs/downtime.md's table, alert rules, dashboards, their docs and deploy/kubernetes/"
+	@echo "make images    build the collector and service images with podman (ENGINE=docker for docker)"
 	@echo "make bench     run the benchmarks (ratios against in-process baselines)"
 	@echo "make model     rebuild the shipped model from domain-randomised simulated fleets"
 	@echo "make cross-domain  the leave-one-family-out evaluation of docs/model.md"
@@ -62,6 +63,14 @@ test-unit: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/gpuhealth demo --listen $(DEMO_LISTEN)
+
+# The Containerfile's two targets, named as deploy/kubernetes/ names them (manifests/config.py).
+# BASE=... builds on another base image (docs/deploy.md#container-images).
+ENGINE ?= podman
+IMAGE_NAME = $$($(BIN)/python -c 'from manifests.config import $(1); print($(1))')
+images: $(STAMP)
+	$(ENGINE) build --target collector $(if $(BASE),--build-arg BASE=$(BASE)) -t $(call IMAGE_NAME,COLLECTOR_IMAGE) .
+	$(ENGINE) build --target service $(if $(BASE),--build-arg BASE=$(BASE)) -t $(call IMAGE_NAME,IMAGE) .
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_exporter.py

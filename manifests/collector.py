@@ -117,7 +117,7 @@ def container() -> dict[str, Any]:
     """The collector container: env, port, probes, mounts."""
     return {
         "name": CONTAINER,
-        "image": c.IMAGE,
+        "image": c.COLLECTOR_IMAGE,
         "args": args(),
         "env": [
             # The host label is the node's name, as the actuator and NFD know the node.

@@ -15,7 +15,12 @@ from core.units import parse_listen
 
 NAMESPACE = "gpuhealth"
 APP = "gpuhealth"
-IMAGE = f"ghcr.io/gpuhealth/gpuhealth:{__version__}"
+IMAGE_REGISTRY = "ghcr.io/gpuhealth"
+"""Where the images are published; an overlay's `images:` replaces it with your own (docs/deploy.md)."""
+IMAGE = f"{IMAGE_REGISTRY}/gpuhealth:{__version__}"
+"""The service: Containerfile's target `service`, the whole product."""
+COLLECTOR_IMAGE = f"{IMAGE_REGISTRY}/gpuhealth-collector:{__version__}"
+"""The node agent: Containerfile's target `collector`, the light install set."""
 
 COLLECTOR = "gpuhealth-collector"
 """The DaemonSet, its ServiceAccount, its headless Service and ServiceMonitor."""

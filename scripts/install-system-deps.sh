@@ -2,7 +2,8 @@
 # Installs the Debian packages the integration tests run for real: Prometheus (and
 # promtool), Alertmanager (and amtool), PostgreSQL, Slurm (slurmctld, slurmd, slurm-client),
 # munge, systemd-analyze (package systemd: it verifies deploy/systemd/) and chromium (it renders
-# /docs offline, tests/api/test_docs_offline.py). Only as root and
+# /docs offline, tests/api/test_docs_offline.py), mmdebstrap and buildah (they build the container images
+# from Debian's packages and run them, tests/integration/test_images.py). Only as root and
 # only what is missing; otherwise says what is missing (the tests then skip locally, fail in CI).
 set -euo pipefail
 
@@ -19,6 +20,8 @@ command -v scontrol >/dev/null 2>&1 || missing+=(slurm-client)
 command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || missing+=(munge)
 command -v systemd-analyze >/dev/null 2>&1 || [ -x /usr/bin/systemd-analyze ] || missing+=(systemd)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

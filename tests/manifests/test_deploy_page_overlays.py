@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from core import __version__
 from tests.integration.conftest import require_tool
 from tests.manifests.files import OUT, ROOT, all_objects
 
@@ -68,3 +69,16 @@ def test_without_nfd_the_collector_writes_no_labels(kubectl: str, tmp_path: Path
     removed = [a for a in was_ctr["args"] if a not in ctr["args"]]
     assert removed == ["--nfd-features-dir", was_ctr["args"][4], "--service-url", was_ctr["args"][6]]
     assert [k for k in built if k[0] != "DaemonSet" and built[k] != mine[k]] == []
+
+
+def test_my_registry_renames_both_images_and_keeps_their_tag(kubectl: str, tmp_path: Path) -> None:
+    built = _build(kubectl, _page_overlay("my-registry", tmp_path))
+    images = {
+        key: [c["image"] for c in obj["spec"]["template"]["spec"]["containers"]]
+        for key, obj in built.items()
+        if key[0] in ("DaemonSet", "Deployment")
+    }
+    assert images == {
+        ("DaemonSet", "gpuhealth-collector"): [f"registry.example.com/gpu/gpuhealth-collector:{__version__}"],
+        ("Deployment", "gpuhealth"): [f"registry.example.com/gpu/gpuhealth:{__version__}"],
+    }

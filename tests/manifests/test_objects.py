@@ -151,8 +151,13 @@ def test_namespaces_and_image(objects: list[dict[str, Any]]) -> None:
             assert "namespace" not in o["metadata"], o["metadata"]["name"]
         else:
             assert o["metadata"]["namespace"] == "gpuhealth", o["metadata"]["name"]
-    images = {c["image"] for o in objects if o["kind"] in ("DaemonSet", "Deployment") for c in _pod(o)["containers"]}
-    assert images == {f"ghcr.io/gpuhealth/gpuhealth:{__version__}"}
+    workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    images = {(o["kind"], c["image"]) for o in workloads for c in _pod(o)["containers"]}
+    # The Containerfile's two targets (tests/integration/test_images.py builds them under these names).
+    assert images == {
+        ("DaemonSet", f"ghcr.io/gpuhealth/gpuhealth-collector:{__version__}"),
+        ("Deployment", f"ghcr.io/gpuhealth/gpuhealth:{__version__}"),
+    }
 
 
 def _options(command: str) -> set[str]:
