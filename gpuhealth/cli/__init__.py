@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from core.memory import reuse_freed_memory
 from gpuhealth.cli.actuate import actuate_app
 from gpuhealth.cli.alerts import alerts_app, dashboards_app, deploy_app
 from gpuhealth.cli.collect import collect_app
@@ -40,6 +41,7 @@ app.add_typer(model_app, name="model")
 
 def main() -> None:
     """Console-script entry point."""
+    reuse_freed_memory()  # scoring and training make and free arrays of tens of MB: reuse them (core.memory)
     try:
         app()
     except KeyboardInterrupt:
