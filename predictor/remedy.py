@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from core.decisions import REMEDIES, REMEDY_WHEN
-from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, RemedyRef
+from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, WORN_REMAP_REMEDY, RemedyRef
 
 REMEDY_COLUMNS = ("remedy", "remedy_when")
 """Columns `remedies` adds beside the decision (and `gpuhealth score`'s JSON carries)."""
@@ -74,6 +74,21 @@ def remedies(hits: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
         lines.append(said)
     out = pd.DataFrame({"remedy": remedy, "remedy_when": when}, index=index)
     out["remedy_reasons"] = pd.Series(lines, index=index, dtype=object)
+    return out
+
+
+def with_decisions(fix: pd.DataFrame, decision: pd.Series) -> pd.DataFrame:
+    """`remedies`' frame once the decisions are made: a pending remap's reset at idle where the GPU is
+    drained (its memory wears, `policy.remap_drain_rows`) is due now (`rules.WORN_REMAP_REMEDY`), its
+    reason line replaced."""
+    worn = (decision.astype(str) == "drain").to_numpy() & (fix["remedy"] == "reset").to_numpy()
+    worn &= (fix["remedy_when"] == "idle").to_numpy()
+    if not worn.any():
+        return fix
+    out = fix.copy()
+    out.loc[worn, "remedy_when"] = WORN_REMAP_REMEDY.when
+    line = f"remedy: {WORN_REMAP_REMEDY.remedy} {WORN_REMAP_REMEDY.when} ({WORN_REMAP_REMEDY.why})"
+    out.loc[worn, "remedy_reasons"] = pd.Series([[line]] * int(worn.sum()), index=out.index[worn], dtype=object)
     return out
 
 

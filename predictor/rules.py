@@ -483,6 +483,11 @@ RULE_REMEDIES: dict[str, RemedyRef] = {
 }
 """Remedy per rule name; a rule not named (the watch rules) asks for none."""
 
+WORN_REMAP_REMEDY = RemedyRef(
+    "reset", "now", f"pending row remap on memory that may be wearing: the reset does not wait — {_MEM_GUIDE}"
+)
+"""A pending remap the policy drains for its wearing memory (`policy.remap_drain_rows`): reset now."""
+
 LOST_REMEDY = RemedyRef("reboot", "now", f"GPU lost, off the bus: a reset cannot reach it ({_XID_DOC}: XID 79)")
 """A GPU the collector reports lost (`findings.with_lost_gpus`): as XID 79."""
 

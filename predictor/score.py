@@ -20,7 +20,7 @@ from predictor.model import MODES, RiskModel
 from predictor.node import node_findings
 from predictor.past import PastRounds
 from predictor.policy import CarriedOver, decide, held_by_node, remap_drain_rows
-from predictor.remedy import REMEDY_COLUMNS, remedies
+from predictor.remedy import REMEDY_COLUMNS, remedies, with_decisions
 from predictor.rules import BY_NAME, OUT_OF_SERVICE_RULES, REMAP_PENDING, evaluate_rules, remap_alone, rule_alerts
 from predictor.thresholds import Thresholds
 
@@ -109,7 +109,7 @@ def score(
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     # The remedy beside the decision (the rules that set it ask for it), its line after the decision's reasons.
-    fix = remedies(hits, x.index)
+    fix = with_decisions(remedies(hits, x.index), decided["decision"])
     out["reasons"] = [[*r, *m] for r, m in zip(decided["reasons"], fix["remedy_reasons"], strict=True)]
     for col in REMEDY_COLUMNS:
         out[col] = fix[col]

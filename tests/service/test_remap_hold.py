@@ -79,6 +79,13 @@ def test_a_pending_remap_waits_at_watch_while_no_wear_shows_and_its_drain_stands
     for r in (got[2], got[3], got[5]):
         assert r["reasons"][0].startswith("row remap pending: unaffected work goes on")
     assert got[2]["reasons"][1].startswith("its ECC risk 0.50 reached 0.3: its memory is wearing")
+    # Drained for its wearing memory, the reset no longer waits for idle; the drain that stands neither.
+    for r in (got[2], got[3], got[5]):
+        assert (r["remedy"], r["remedy_when"]) == ("reset", "now")
+        assert any(
+            t.startswith("remedy: reset now (pending row remap on memory that may be wearing") for t in r["reasons"]
+        )
+        assert not any(t.startswith("remedy: reset idle") for t in r["reasons"])
     # Where the drain stands on an ECC risk under the level, the reason says why, not that it can wait.
     for r in (got[3], got[5]):
         assert r["reasons"][1] == (
