@@ -6,12 +6,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from collector.sampler import Snapshot
-from core.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS
+from core.catalog import HISTORY_COLUMNS, IDENTITY_COLUMNS, NODE_FINDING_COLUMNS
 
-METRIC_COLUMNS = (frozenset(HISTORY_COLUMNS) | {"energy_mj"}) - frozenset(IDENTITY_COLUMNS)
-"""What the service stores of a reading: the history columns, and the energy counter, which
+METRIC_COLUMNS = (frozenset(HISTORY_COLUMNS) | {"energy_mj", *NODE_FINDING_COLUMNS}) - frozenset(IDENTITY_COLUMNS)
+"""What the service stores of a reading: the history columns, the energy counter, which
 restarts when the driver reloads: the predictor's link features read that as a reset (the
-models are trained with it; without it they would score without it, and say so)."""
+models are trained with it; without it they would score without it, and say so), and the
+fabric, NVLink and rail columns the node findings read (predictor.fabric)."""
 
 
 def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -289,6 +289,10 @@ HISTORY_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 """Metric columns other tools write under these exact names (docs/architecture.md)."""
 
+NODE_FINDING_COLUMNS: tuple[str, ...] = ("nvlink_links_down", "gpu_fabric_state", "ib_rail_link_downed")
+"""Columns the node findings of the fabric, NVLink links and IB rails read (predictor.fabric): the
+service stores them beside the history columns (docs/history-format.md)."""
+
 _SHORT = re.compile(r"^[a-z][a-z0-9_]*$")
 _DCGM = re.compile(r"^DCGM_FI_[A-Z0-9_]+$")
 MIN_FIELDS = 35
@@ -305,7 +309,7 @@ def validate(fields: Sequence[Field]) -> None:
         _check_description(f, where)
         _check_unique(f, where, seen)
     names = {f.name for f in fields}
-    missing = [c for c in HISTORY_COLUMNS if c not in names]
+    missing = [c for c in (*HISTORY_COLUMNS, *NODE_FINDING_COLUMNS) if c not in names]
     if missing:
         raise CatalogError(f"catalogue lacks history columns: {', '.join(missing)}")
 

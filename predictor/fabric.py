@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core import catalog
 from core.decisions import SEVERITY
 
-LINKS_DOWN, FABRIC_STATE, RAIL_DOWNS = "nvlink_links_down", "gpu_fabric_state", "ib_rail_link_downed"
-COLUMNS = (LINKS_DOWN, FABRIC_STATE, RAIL_DOWNS)
-"""History columns the findings read (core.catalog); any may be missing."""
+COLUMNS = catalog.NODE_FINDING_COLUMNS
+"""History columns the findings read; any may be missing."""
+LINKS_DOWN, FABRIC_STATE, RAIL_DOWNS = COLUMNS
 FABRIC_COMPLETED = 3.0
 """`gpu_fabric_state` of a GPU registered well; 1, 2 and 4 are not ready (core.catalog's enum)."""
 FABRIC_NOT_READY = {1.0: "registration not started", 2.0: "registration in progress", 4.0: "registration failed"}

@@ -35,3 +35,27 @@ def test_one_xid_event_is_stored_once_while_the_gauge_keeps_showing_it(tmp_path:
         assert set(np.unique(xid)) <= {0.0, 119.0}
     finally:
         store.close()
+
+
+def test_the_fabric_and_rail_fields_are_stored_and_the_round_demotes_their_nodes(tmp_path: Path) -> None:
+    """The in-process collector stores the columns the node findings read (issue 58), so a round says why."""
+    faults = [FaultSpec.parse(f) for f in ("1:fabric:2", "3:rail-flap:2")]
+    backend = SimBackend(nodes=2, gpus_per_node=2, seed=3, step_s=STEP_S, faults=faults,
+                         start=time.time() - 48 * STEP_S)  # fmt: skip
+    store = Store.open(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        loops = build_loops(store, load_model(), LoopConfig(fields=list(catalog.select("default")), interval_s=1.0),
+                            backend=backend)  # fmt: skip
+        warm_up(loops, 48)
+        f = store.samples.history()
+        states = f.groupby("hostname", observed=True)["gpu_fabric_state"].min()
+        assert states["sim-node-00"] == 1.0 and np.isnan(states["sim-node-01"])  # no fabric there: absent
+        assert f["ib_rail_link_downed"].max() >= 4.0
+        assert loops.scorer is not None
+        records = loops.scorer.run_once()
+        reasons = {(r["hostname"], x.split(":")[0]) for r in records for x in r["reasons"]}
+        assert ("sim-node-00", "fabric not ready on 2 of 2 GPUs of sim-node-00 (registration not started)") in reasons
+        assert ("sim-node-01", "InfiniBand rail flapping") in reasons
+        assert {r["decision"] for r in records} == {"demote"}
+    finally:
+        store.close()
