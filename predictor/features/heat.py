@@ -310,7 +310,12 @@ def _node_relative_z(ctx: FeatureContext, temp: np.ndarray) -> np.ndarray:
     power = f.col("power_w", native=True)
     if power is None:
         return np.full(len(q.c), np.nan)
-    d = _beyond_node(f, _first_week_slope(f, temp, power))
+    return _own_spread_z(f, q, _beyond_node(f, _first_week_slope(f, temp, power)))
+
+
+def _own_spread_z(f: OrderedFrame, q: Queries, d: np.ndarray) -> np.ndarray:
+    """Per query, the 6 h mean of a per-row `d` against its 30 days before the last day, in its
+    own spread there (floored at 0); NaN in the GPU's first week and a day."""
     known = ~np.isnan(d)
     dd = np.where(known, d, 0.0)
     gaps = np.flatnonzero(~known)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from predictor.features.context import NODE_MIN_GPUS, FeatureContext, mean
+from predictor.features.context import NODE_MIN_GPUS, FeatureContext
 from predictor.features.frame import T_MASK, OrderedFrame
-from predictor.features.heat import FIRST_WEEK_S, MIN_LOAD_SD_W, _excess, _minus, _present
-from predictor.features.windows import DAY, HOUR, MONTH, Queries, Sums
+from predictor.features.heat import FIRST_WEEK_S, MIN_LOAD_SD_W, _own_spread_z, _present
+from predictor.features.windows import HOUR, Queries, Sums
 
 
 def moments(
@@ -39,18 +39,7 @@ def node_relative_z(ctx: FeatureContext, temp: np.ndarray) -> np.ndarray:
     t_s = f.key & T_MASK
     gpu = np.repeat(np.arange(len(f.gpu_start)), f.gpu_end - f.gpu_start)
     r = temp - _first_week_slope(f, gpu, t_s, temp, power)[gpu] * power
-    d = r - _node_median_by_hour(f, t_s, r)
-    known = ~np.isnan(d)
-    dd = np.where(known, d, 0.0)
-    gaps = np.flatnonzero(~known)
-    sums, sqs = Sums(dd), Sums(dd * dd)
-    moments = {w: (_present(q, gaps, w), q.window_sum(sums, w), q.window_sum(sqs, w)) for w in (MONTH, DAY, 6 * HOUR)}
-    base = _minus(moments[MONTH], moments[DAY])
-    n6, s6, _ = moments[6 * HOUR]
-    ex, sd = _excess(mean(s6, n6), *base)
-    young = (q.c - f.first_t[q.gpu_pos]) < FIRST_WEEK_S + DAY
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(young, np.nan, np.maximum(ex / sd, 0.0))
+    return _own_spread_z(f, q, r - _node_median_by_hour(f, t_s, r))
 
 
 def _first_week_slope(
