@@ -41,6 +41,14 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
         flagged = json.loads(svc.get(f"{acting}&limit=1000"))["items"]
         assert {g["decision"] for g in flagged} == {"watch", "demote", "drain", "rma"}
         assert all(g["reasons"] for g in flagged)
+
+        # The node findings of issue 58: a fabric whose Fabric Manager stopped, a flapping IB rail.
+        def node_reasons() -> set[str]:
+            items = json.loads(svc.get(f"{acting}&limit=1000"))["items"]
+            return {x.split(" on ")[0].split(":")[0] for g in items for x in g["reasons"]}
+
+        poll("demo node findings", node_reasons, lambda got: {"fabric not ready", "InfiniBand rail flapping"} <= got,
+             deadline_s=DEMO_DEADLINE_S)  # fmt: skip
         rma = json.loads(svc.get("/v1/decisions?decision=rma"))["items"]
         assert rma and all(d["reasons"] for d in rma)
         # The actuator, on the simulated scheduler, says what it did to the node.
