@@ -244,7 +244,9 @@ def score(
 
     import pandas as pd
 
+    from core.catalog import NODE_FINDING_COLUMNS
     from core.history import HistoryError
+    from predictor.fabric import with_node_findings
     from predictor.history_rounds import HistoryRounds
     from predictor.model import ModelError
     from predictor.score import SCORE_COLUMNS, load_model, to_records
@@ -257,7 +259,7 @@ def score(
         when = pd.Timestamp(at) if at else None
     except ValueError:
         raise fail(f"--at {at!r} is not a time: use ISO 8601, e.g. 2026-04-01T12:00:00Z") from None
-    frame, records = _read_inputs(history, failures, columns=SCORE_COLUMNS)
+    frame, records = _read_inputs(history, failures, columns=(*SCORE_COLUMNS, *NODE_FINDING_COLUMNS))
     try:
         s = Settings()
         m = load_model(model)
@@ -265,11 +267,14 @@ def score(
         result = run_score(m, frame, when, th, failures=records, past=HistoryRounds(m, frame, th, failures=records))
     except (ModelError, HistoryError, ValueError) as e:
         raise fail(str(e)) from None
+    cut = None if when is None else (when if when.tzinfo else when.tz_localize("UTC"))  # naive --at is UTC
+    seen = frame if cut is None else frame[frame["timestamp"] <= cut]
+    rows = with_node_findings(to_records(result), seen)  # the fabric, NVLink and rails, as the service
     if output == "json":
-        typer.echo(json.dumps(to_records(result), indent=2))
+        typer.echo(json.dumps(rows, indent=2))
         return
     table = Table("GPU", "host", "model", "risk", "ECC", "thermal", "PCIe", "decision", "reasons")
-    for r in to_records(result):
+    for r in rows:
         table.add_row(
             r["gpu_uuid"][:16], r["hostname"], r["model_name"].replace("NVIDIA ", ""),
             *("-" if r[k] is None else f"{r[k]:.2f}" for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie")),
