@@ -111,7 +111,7 @@ def _flapping(per: pd.DataFrame) -> pd.DataFrame:
     return per[per["flaps"] > FLAPS_PER_HOUR * np.maximum(per["hours"], 1.0)]
 
 
-def node_findings(frame: pd.DataFrame) -> NodeFindings:
+def fabric_findings(frame: pd.DataFrame) -> NodeFindings:
     """The fabric, NVLink and rail findings of each node in the scoring frame."""
     found = NodeFindings()
     if len(frame) == 0 or not any(c in frame.columns for c in COLUMNS):
@@ -149,7 +149,7 @@ def _rail_findings(flapping: pd.DataFrame, found: NodeFindings) -> None:
 def with_node_findings(records: list[dict[str, Any]], frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Demote every GPU of a node with a fabric, NVLink or rail finding (never lowering a decision),
     its reasons added last; a GPU on the flapping rail says it is its own."""
-    found = node_findings(frame)
+    found = fabric_findings(frame)
     if not found.node:
         return records
     for rec in records:

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from alerts import config as alert_config
-from predictor.fabric import FLAPS_PER_HOUR, is_node_fabric_reason, node_findings, with_node_findings
+from predictor.fabric import FLAPS_PER_HOUR, fabric_findings, is_node_fabric_reason, with_node_findings
 
 T0 = pd.Timestamp("2026-12-07 10:00", tz="UTC")
 
@@ -37,7 +37,7 @@ HOSTS = {"node-a": 8, "node-b": 8}
 
 
 def test_a_fleet_without_the_columns_or_with_all_healthy_has_no_findings() -> None:
-    assert node_findings(frame(HOSTS)).node == {}
+    assert fabric_findings(frame(HOSTS)).node == {}
     healthy = frame(HOSTS, nvlink_links_down=lambda *_: 0.0, gpu_fabric_state=lambda *_: 3.0,
                     ib_rail_link_downed=lambda *_: 1.0)  # fmt: skip
     recs = records(HOSTS)
@@ -89,6 +89,6 @@ def test_a_flapping_rail_says_so_on_its_gpus_and_demotes_the_node() -> None:
 def test_three_flaps_an_hour_or_a_counter_restart_is_no_finding() -> None:
     assert FLAPS_PER_HOUR == alert_config.IB_FLAPS_PER_HOUR  # the alert's policy, one number
     three = frame(HOSTS, ib_rail_link_downed=lambda host, g, h: 3.0 * h)
-    assert node_findings(three).node == {}
+    assert fabric_findings(three).node == {}
     restarted = frame(HOSTS, ib_rail_link_downed=lambda host, g, h: [40.0, 41.0, 1.0][h])
-    assert node_findings(restarted).node == {}
+    assert fabric_findings(restarted).node == {}

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pandas as pd
 
-from predictor.fabric import node_findings
+from predictor.fabric import fabric_findings
 from store import Store
 from tests.store.conftest import T0, frame
 
@@ -39,7 +39,7 @@ def test_hours_keep_the_last_state_and_count_and_the_findings_read_them(store: S
     hours = store.samples.scoring_history(since=None, until=until)
     gpu0 = hours[hours["gpu_uuid"].astype(str) == "GPU-0"].sort_values("timestamp")
     assert gpu0["gpu_fabric_state"].tolist()[-1] == 1.0  # the state at the hour's end, not a mean
-    found = node_findings(hours)
+    found = fabric_findings(hours)
     assert found.node["node-a"][0].startswith("fabric not ready on 1 of 2 GPUs of node-a (registration not started)")
     assert found.own["GPU-1"][0].startswith("InfiniBand rail flapping: its rail went down 4 times")
     assert pd.Timestamp(hours["timestamp"].max()) == pd.Timestamp(until)
