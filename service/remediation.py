@@ -47,6 +47,9 @@ from store.remediations import RemediationRow, WantedRemedy
 log = logging.getLogger(__name__)
 
 CAUSE_XIDS = frozenset((48, 79, 95, 119, 120))
+LOST_GRACE = timedelta(minutes=10)
+"""A GPU still lost (off the bus) this long after its remedy failed verification: the collector has had
+time to find it again after a reset or the node's boot."""
 XID_LOOKBACK = timedelta(hours=6)
 """Samples read from before a remedy, so that the XID gauge's value then is known (a change after it is new)."""
 """XIDs whose documented resolution is a reset or a reboot (`predictor.rules`, NVIDIA's XID catalogue: 48
@@ -398,6 +401,11 @@ class Remediator:
     def _verify(self, r: RemediationRow, now: datetime, rows: list[dict[str, Any]]) -> None:
         """Return the GPU once the agent's probes passed and no cause shows in a sample since the remedy;
         RMA when a probe failed or a cause came back."""
+        late = r["remedied_at"] is not None and now - r["remedied_at"] >= LOST_GRACE
+        if late and self.store.remediations.gpu_state(r["gpu_uuid"]) == "lost":  # its probes can never run
+            why = f"verification failed: the GPU is still lost after the {r['remedy']}"
+            self._close(r, "rma", now, rows, why, action="escalate")
+            return
         probes = (r["verified"] or {}).get("result")
         if probes is None or r["remedied_at"] is None:
             return

@@ -202,6 +202,11 @@ class Remediations:
         with self.db.tx(write=True) as conn:
             return bool(conn.execute(q).rowcount)
 
+    def gpu_state(self, gpu_uuid: str) -> str | None:
+        """The GPU's state in the store (active, lost, retired); None for a GPU it does not know."""
+        with self.db.tx() as conn:
+            return conn.execute(sa.select(T_GPUS.c.state).where(T_GPUS.c.uuid == gpu_uuid)).scalar_one_or_none()
+
     def counts(self, now: datetime, *, target: str) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """`target`'s open remediations per (remedy, stage), and those past their deadline at `now`."""
         r = T_REMEDIATIONS.c

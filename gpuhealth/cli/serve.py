@@ -423,11 +423,13 @@ def _announce(what: str, store: Store, score_s: float, host: str, port: int, tok
         )
 
 
-def _demo_actuation(s: Settings, store: Store, backend: Backend) -> tuple[Target, ActuatorConfig] | None:
+def _demo_actuation(s: Settings, store: Store, backend: Backend, nodes: int) -> tuple[Target, ActuatorConfig] | None:
     """The demo's actuator: on, on the simulated scheduler, with the remediation loop; a reboot of a simulated
-    node resets its GPUs."""
+    node resets its GPUs. Its breaker lets every node go (a 4-node fleet would otherwise allow one an hour,
+    and an open breaker stops every remedy until someone resets it)."""
     from dataclasses import replace
 
+    from actuate.breaker import BreakerPolicy
     from actuate.memory import MemoryTarget
     from collector.backends.base import BackendError, Resettable
     from gpuhealth.cli.actuate import remediation_config
@@ -435,7 +437,8 @@ def _demo_actuation(s: Settings, store: Store, backend: Backend) -> tuple[Target
     plan = actuator_plan(s, "on", "sim", interval=DEMO_ACTUATE_EVERY)
     if plan is None:
         return None
-    actuation = actuation_from_settings(s, store, (plan[0], replace(plan[1], remediation=remediation_config(s))))
+    demo = replace(plan[1], remediation=remediation_config(s), breaker=BreakerPolicy(max_fraction=1.0, max_nodes=nodes))
+    actuation = actuation_from_settings(s, store, (plan[0], demo))
     target = actuation[0] if actuation is not None else None
     if isinstance(target, MemoryTarget) and isinstance(backend, Resettable):
         sim = backend
@@ -488,7 +491,7 @@ def demo(
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")
-    actuation = _demo_actuation(s, store, opened.backend)
+    actuation = _demo_actuation(s, store, opened.backend, nodes)
     config = LoopConfig(
         fields=opened.fields,
         interval_s=interval_s,

@@ -296,3 +296,23 @@ def test_causes_since_reads_a_changed_xid_as_new(store: Store) -> None:
 def test_causes_since_reads_the_newest_state(store: Store, bad: dict[str, float]) -> None:
     sample(store, T0 + MIN, "node-1", 0, **bad)
     assert causes_since(store, uuid_of("node-1", 0), T0)[1]
+
+
+def test_a_gpu_still_lost_after_its_reboot_goes_to_rma(store: Store) -> None:
+    act, target, clock = make(store)
+    score(store, T0, {("node-0", 1): OFFBUS})
+    act.reconcile_once()
+    clock.t += MIN
+    act.reconcile_once()  # the reboot
+    clock.t += MIN
+    act.reconcile_once()  # back from it: verify
+    (r,) = store.remediations.open()
+    assert r["stage"] == "verify" and target.rebooted == ["node-0"]
+    store.gpus.upsert([{"uuid": uuid_of("node-0", 1), "hostname": "node-0", "gpu_index": 1, "model_name": MODEL,
+                        "state": "lost", "seen_at": clock.t}])  # fmt: skip
+    act.reconcile_once()  # not yet: the collector may still find it
+    assert store.remediations.get(r["id"])["stage"] == "verify"
+    clock.t += timedelta(minutes=10)
+    act.reconcile_once()
+    done = store.remediations.get(r["id"])
+    assert done["result"] == "rma" and "still lost after the reboot" in (done["detail"] or "")
