@@ -27,7 +27,7 @@ from tests.integration.conftest import (
     poll,
     start_prometheus,
 )
-from tests.integration.images import Buildah, Container, require_root_and_tools
+from tests.integration.images import Buildah, Container, require_root_and_tools, storage_in_memory
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Images]:
     """The Debian base, then the collector and the service image, built once a session; removed after."""
     buildah_bin, mmdebstrap = require_root_and_tools()
     work = tmp_path_factory.mktemp("images")
-    buildah = Buildah(buildah_bin, work / "storage")
+    buildah = Buildah(buildah_bin, storage_in_memory(work / "storage"))
     seconds: dict[str, float] = {}
     try:
         started = time.monotonic()
