@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from manifests import collector as manifests_collector
 from manifests import config as manifests_config
+from manifests import service as manifests_service
 from tests.integration.conftest import (
     REPO_ROOT,
     SIM_GPUS,
@@ -29,7 +31,8 @@ from tests.integration.conftest import (
 )
 from tests.integration.images import Buildah, Container, require_root_and_tools, storage_in_memory
 
-pytestmark = pytest.mark.integration
+# The first test also builds the base and both images (the session fixture): 154-264 s measured here.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 HEAVY = ("pandas", "pyarrow", "scipy", "sklearn", "matplotlib")  # docs/decisions/0076
 TEMP = "DCGM_FI_DEV_GPU_TEMP{"
@@ -88,6 +91,17 @@ def test_the_manifests_name_the_images_that_are_built(images: Images) -> None:
     for image in named:
         assert image.rpartition(":")[2] == version, image  # the tag is the package's version
         assert images.buildah.config(image)  # built under exactly that name
+
+
+def test_each_image_runs_its_own_command_as_the_manifests_do(images: Images) -> None:
+    # The manifests give only `args`: the image's entrypoint must be the console script.
+    for image, command in (
+        (images.collector, manifests_collector.args()[0]),
+        (images.service, manifests_service.args()[0]),
+    ):
+        config = images.buildah.config(image)
+        assert config["Entrypoint"] == ["gpuhealth"], image
+        assert config["Cmd"][0] == command, image
 
 
 def test_both_images_run_as_a_non_root_user(images: Images) -> None:
