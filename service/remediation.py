@@ -41,6 +41,8 @@ from core import remediation_metrics
 from core.decisions import OUT_OF_SERVICE
 from core.history import xid_from_last_seen
 from core.remedies import DETAIL_CHARS
+from predictor.remedy import repeat_offender
+from predictor.rules import REPEAT_WINDOW_DAYS
 from store import Store, StoreError
 from store.remediations import RemediationRow, WantedRemedy
 
@@ -56,11 +58,6 @@ XID_LOOKBACK = timedelta(hours=6)
 double-bit ECC, 79 off the bus, 95 uncontained ECC, 119/120 GSP): seen after a remedy, it did not hold."""
 DURATION_BUCKETS = remediation_metrics.BUCKETS_S
 """Seconds from detection to return (`gpuhealth_remediation_seconds`)."""
-
-
-def repeat_offender(opened: Sequence[datetime], now: datetime) -> bool:
-    """Placeholder until predictor.remedy's rule lands: 3 remedies within 30 days."""
-    return sum(1 for t in opened if t > now - timedelta(days=30)) >= 3
 
 
 @dataclass(frozen=True)
@@ -300,9 +297,10 @@ class Remediator:
                 w["hostname"],
                 w["cause"],
             )
-            times = [p["opened_at"] for p in before if p["result"] != "cancelled"] + [now]
-            if self.repeat(times, now):
-                self._close(r, "rma", now, rows, f"repeat offender: {len(times)} remedies needed", action="escalate")
+            earlier = [p["opened_at"] for p in before if p["result"] != "cancelled"]
+            if self.repeat(earlier, now):
+                why = f"repeat offender: remedy {len(earlier) + 1} within {REPEAT_WINDOW_DAYS} days (predictor.rules)"
+                self._close(r, "rma", now, rows, why, action="escalate")
 
     def _needed_again(self, w: WantedRemedy, before: Sequence[RemediationRow]) -> bool:
         """Whether a GPU with these earlier remediations needs a new one: always after none or a cancelled one;
