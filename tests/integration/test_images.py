@@ -75,6 +75,9 @@ def collector(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Itera
     args = [
         "collect", "--backend", "sim", "--sim-gpus", str(SIM_GPUS), "--seed", str(SIM_SEED),
         "--interval", "1s", "--listen", f"127.0.0.1:{port}",
+        # As the DaemonSet runs it (manifests/collector.py), NFD labels from the service: nothing answers
+        # at this address, so the collector keeps going; the light install must still have all it imports.
+        "--nfd-features-dir", "/tmp", "--service-url", "http://127.0.0.1:9",
     ]  # fmt: skip
     container = images.buildah.start(images.collector, args, "/healthz", port, tmp_path_factory.mktemp("collector"))
     try:
@@ -120,6 +123,8 @@ def test_the_collector_image_holds_none_of_the_data_stack(images: Images) -> Non
 def test_the_collector_image_serves_a_simulated_node(collector: Container) -> None:
     text = poll("eight GPUs served", lambda: collector.service.get("/metrics"), lambda t: t.count(TEMP) == SIM_GPUS)
     assert "gpuhealth_collector_success" in text
+    # The NFD labeller ran, through httpx: the light install has what the DaemonSet's flags import.
+    poll("NFD labels asked for", collector.service.log_tail, lambda log: "cannot ask the service" in log)
     collector.service.assert_alive()
 
 
