@@ -296,16 +296,6 @@ class PromotionMeasure(BaseModel):
     detail: str
 
 
-class RemapHold(BaseModel):
-    """Whether a pending row remap's drain waits at watch while the ECC risk is low, and why."""
-
-    hold: bool
-    risk: float = Field(description="the drain waits while the ECC risk is under this (0: NVIDIA's drain at once)")
-    decided_by: str = Field(description="fleet outcomes (promote's holdout slice) | operator (the env setting)")
-    reasons: list[str] = Field(default_factory=list)
-    evidence: dict[str, Any] = Field(default_factory=dict)
-
-
 class Promotion(BaseModel):
     """`gpuhealth model promote`'s comparison on the holdout slice (the latest attempt)."""
 
@@ -318,8 +308,6 @@ class Promotion(BaseModel):
     refusals: list[str] = Field(default_factory=list, description="why it is (or was, when forced) not promotable")
     notes: list[str] = Field(default_factory=list, description="what the slice could not judge")
     slice: dict[str, Any] = Field(default_factory=dict)
-    served: str | None = Field(None, description="how each model was judged where a pending remap's drain is held")
-    remap_hold: RemapHold | None = Field(None, description="what the fleet's outcomes on the slice say")
 
 
 class ModelCard(BaseModel):
@@ -344,14 +332,6 @@ class ModelCard(BaseModel):
         default_factory=dict, description="per mode, on the last 20 % of each training set's time"
     )
     promotion: Promotion | None = None
-    remap_hold: RemapHold | None = Field(
-        None, description="the hold of a pending remap's drain that came with this model's promotion"
-    )
-    remap_hold_risk: float | None = Field(
-        None,
-        description="the hold the scoring loop applies now (the operator's GPUHEALTH_REMAP_HOLD_RISK, else "
-        "remap_hold's); null where this API runs no scoring loop",
-    )
     sklearn_version: str | None = None
     data_hash: str | None = None
 

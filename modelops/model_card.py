@@ -3,7 +3,9 @@
 `gpuhealth train --db` writes a card next to each stored model; `gpuhealth model promote`
 adds its comparison to it; `GET /v1/model` answers with it. A model that comes from a file
 (the shipped one, or `serve --model`) has no stored card: `card_from_meta` makes one from
-the metadata every model carries.
+the metadata every model carries. Keys an older card carries that no longer mean anything (the
+fleet verdict's `remap_hold` and `remap_hold_history`, removed: docs/decisions/0082) stay stored as they
+were and are never read.
 """
 
 from __future__ import annotations
@@ -80,7 +82,6 @@ def describe(
     loaded_at: datetime | None = None,
     pending_version: str | None = None,
     load_error: str | None = None,
-    remap_hold_risk: float | None = None,
 ) -> dict[str, Any]:
     """What `GET /v1/model` answers: the card's parts and where the model came from."""
     meta = card.get("meta") or {}
@@ -98,8 +99,6 @@ def describe(
         "holdout": card.get("holdout"),
         "validation": json_safe(card.get("validation") or meta.get("validation") or {}),
         "promotion": card.get("promotion"),
-        "remap_hold": card.get("remap_hold"),
-        "remap_hold_risk": remap_hold_risk,
         "sklearn_version": meta.get("sklearn_version"),
         "data_hash": meta.get("data_hash"),
     }

@@ -14,13 +14,6 @@ The candidate must be no worse on every measure the slice can judge. A mode with
 its recall by a third or more), and precision is compared only when both models raised
 alerts; the comparison says so, in the output and in the card. A slice that judges
 nothing refuses: a model is never promoted on no evidence, unless forced.
-
-On the same slice the candidate's evaluation weighs a pending remap's drain the other way, and
-the fleet's own outcomes decide whether the service holds that drain while the candidate is active
-(`predictor.remap_hold`): the verdict goes into the card (`remap_hold`) with its evidence, and the
-scoring loop applies it with the model, unless the operator set GPUHEALTH_REMAP_HOLD_RISK. The
-comparison judges each model as it would serve: the candidate with that verdict, the model it
-would replace with the verdict it serves with now (`Verdict.served` says so where either holds).
 """
 
 from __future__ import annotations
@@ -36,10 +29,9 @@ import pandas as pd
 
 from core.history import HistoryError
 from modelops.model_card import json_safe
-from modelops.training import TrainingError, fleet_history, fleet_trained_until
+from modelops.training import fleet_history
 from predictor.evaluate import MODE_LEAD, Scored, evaluate, score_rows, span_start
 from predictor.model import DAY, HOUR, MODES, RiskModel
-from predictor.remap_hold import hold_said, operator_verdict, remap_hold_verdict, thresholds_with
 from predictor.score import load_model
 from predictor.thresholds import Thresholds
 from service.scorer import SCORE_WINDOW
@@ -86,11 +78,6 @@ class Verdict:
     notes: list[str] = field(default_factory=list)
     """What the slice could not judge."""
     slice: dict[str, Any] = field(default_factory=dict)
-    served: str | None = None
-    """How each model was judged where a pending remap's drain is held for either (as each would serve)."""
-    remap_hold: dict[str, Any] | None = None
-    """What the fleet's outcomes on the slice say of a pending remap's drain (`remap_hold.RemapHoldVerdict`);
-    None where the slice was not scored."""
 
     def to_card(self) -> dict[str, Any]:
         """The verdict as the card's `promotion` entry."""
@@ -144,22 +131,17 @@ def holdout_slice(store: Store, holdout: dict[str, Any]) -> tuple[pd.DataFrame, 
     return frame, store.labels.failures_frame(), score_from
 
 
-def _baseline(store: Store, against: Path | None) -> tuple[str, Callable[[], RiskModel], dict[str, Any] | None]:
-    """The model a promotion would replace (its name, how to load it, and the verdict on a pending remap's
-    drain it serves with): the active stored one, else the file `serve` runs (no verdict)."""
+def _baseline(store: Store, against: Path | None) -> tuple[str, Callable[[], RiskModel]]:
+    """The model a promotion would replace (its name, and how to load it): the active stored one, else the
+    file `serve` runs."""
     active = store.models.active_info()
     if active is not None:
         version = active["version"]
         load = lambda: RiskModel.from_bytes(store.models.get(version)["data"], name=version)  # noqa: E731
-        return f"active model {version}", load, active["card"].get("remap_hold")
+        return f"active model {version}", load
     if against is not None:
-        return f"model file {against}", lambda: RiskModel.load(against), None
-    return "shipped default model", load_model, None
-
-
-def _hold_said(th: Thresholds) -> str:
-    said = hold_said(th.remap_hold_risk)
-    return said if th.remap_hold_risk <= 0 else f"a pending remap's drain {said}"
+        return f"model file {against}", lambda: RiskModel.load(against)
+    return "shipped default model", load_model
 
 
 def _report(
@@ -167,16 +149,6 @@ def _report(
 ) -> dict[str, Any]:
     """The slice's evaluation of one model's scored rows, decided under `th`."""
     return evaluate(model, frame, failures, lead=DAY, window=WINDOW, start=start, thresholds=th, scored=rows)
-
-
-def fleet_verdict(report: dict[str, Any], th: Thresholds) -> dict[str, Any]:
-    """What a model's evaluation of a slice (scored with NVIDIA's drain, `th`) says of holding a pending
-    remap's drain: the verdict the evaluation made of the fleet's outcomes, or the operator's where they
-    set the hold."""
-    if th.remap_hold_fixed:
-        return operator_verdict(th).to_dict()
-    whatif = report.get("remap_hold")  # absent where no GPU was drained for a pending remap alone
-    return dict(whatif["verdict"]) if whatif else remap_hold_verdict(None).to_dict()
 
 
 def _score_slice(
@@ -187,34 +159,20 @@ def _score_slice(
     return score_rows(model, frame, begin, frame["timestamp"].max(), "1h", th, failures=failures)
 
 
-def _served_reports(
-    verdict: Verdict,
+def _reports(
     models: dict[str, RiskModel],
-    base_hold: dict[str, Any] | None,
     frame: pd.DataFrame,
     failures: pd.DataFrame,
     score_from: pd.Timestamp,
     th: Thresholds,
     scoring: Callable[[str], None],
 ) -> dict[str, dict[str, Any]]:
-    """Each model's evaluation of the slice as it would serve: the candidate with the verdict its own
-    evaluation gives on a pending remap's drain (set in `verdict.remap_hold`), the baseline with the
-    verdict it serves with now (`base_hold`); the operator's `th` where they set the hold."""
-    scored, reports = {}, {}
+    """Each model's evaluation of the slice, decided under the operator's `th`."""
+    reports = {}
     for name, model in models.items():
         scoring(name)
-        scored[name] = _score_slice(model, frame, failures, score_from, th)
-        reports[name] = _report(model, frame, failures, score_from, th, scored[name])
-    verdict.remap_hold = fleet_verdict(reports["candidate"], th)
-    base_name = verdict.baseline
-    served = {"candidate": thresholds_with(th, verdict.remap_hold), base_name: thresholds_with(th, base_hold)}
-    for name, t in served.items():
-        if t != th:
-            reports[name] = _report(models[name], frame, failures, score_from, t, scored[name])
-    if served["candidate"] != th or served[base_name] != th:
-        verdict.served = (
-            f"compared as each would serve: the candidate with {_hold_said(served['candidate'])}, the {base_name} "
-            f"with {_hold_said(served[base_name])}"
+        reports[name] = _report(
+            model, frame, failures, score_from, th, _score_slice(model, frame, failures, score_from, th)
         )
     return reports
 
@@ -233,7 +191,7 @@ def judge(
     info = store.models.info(version)
     if info["active"]:
         raise PromoteError(f"model {version} is already the active model")
-    base_name, load_base, base_hold = _baseline(store, against)
+    base_name, load_base = _baseline(store, against)
     verdict = Verdict(version, base_name, promoted=False, forced=False, at=datetime.now(UTC))
     holdout = info["card"].get("holdout")
     if not holdout:
@@ -251,8 +209,8 @@ def judge(
     }
     span = f"{holdout['start']} .. {holdout['end']}"
     try:
-        reports = _served_reports(verdict, models, base_hold, frame, failures, score_from, thresholds or Thresholds(),
-                                  lambda name: say(f"scoring the holdout slice {span} with the {name}"))  # fmt: skip
+        reports = _reports(models, frame, failures, score_from, thresholds or Thresholds(),
+                           lambda name: say(f"scoring the holdout slice {span} with the {name}"))  # fmt: skip
     except HistoryError as err:  # e.g. a fleet younger than the slice and the alert window before it
         verdict.refusals.append(f"the holdout slice {span} cannot be scored on this fleet's history: {err}")
         return verdict
@@ -291,8 +249,6 @@ def promote(
     verdict.forced = force and bool(verdict.refusals)
     verdict.promoted = force or not verdict.refusals
     card = {**store.models.info(version)["card"], "promotion": verdict.to_card()}
-    if verdict.promoted and verdict.remap_hold is not None:  # the hold the service applies with this model
-        card["remap_hold"] = json_safe(verdict.remap_hold)
     if verdict.promoted:
         # Even forced, never a model the scoring loop cannot load (ModelError says why).
         RiskModel.from_bytes(store.models.get(version)["data"], name=version)
@@ -300,99 +256,3 @@ def promote(
     else:
         store.models.update_card(version, card)
     return verdict
-
-
-HOLD_DAYS = 28.0
-"""`gpuhealth model hold`'s default span: the fleet's newest four weeks."""
-
-
-@dataclass
-class HoldJudged:
-    """`judge_hold`'s answer: the active model's hold before and as the fleet's newest days judge it."""
-
-    version: str
-    before: dict[str, Any] | None
-    after: dict[str, Any]
-    slice: dict[str, Any]
-    recorded: bool
-
-
-def judge_hold(
-    store: Store,
-    *,
-    days: float = HOLD_DAYS,
-    thresholds: Thresholds | None = None,
-    record: bool = True,
-    progress: Progress | None = None,
-    now: datetime | None = None,
-) -> HoldJudged:
-    """Judge again, on the fleet's newest `days`, whether the active stored model's pending-remap drain is held.
-
-    A verdict made at a promotion stands until the next one; a fleet changes (older memory wears, a new
-    GPU generation arrives), and a hold that outlived its evidence would drain wearing memory late. The
-    slice is scored with the active model and NVIDIA's drain, and decided as promote decides
-    (`fleet_verdict`). Days the model was trained on (a `train --db` model's span of this fleet) are left
-    out. With `record`, the card's `remap_hold` is replaced and the judgement appended to its
-    `remap_hold_history`; the scoring loop applies it at its next round, without reloading the model.
-    """
-    say = progress or (lambda _msg: None)
-    th = thresholds or Thresholds()
-    if th.remap_hold_fixed:
-        raise PromoteError(
-            "GPUHEALTH_REMAP_HOLD_RISK is set: the operator's hold stands over any verdict of the fleet's outcomes; "
-            "unset it to let them decide"
-        )
-    info = store.models.active_info()
-    if info is None:
-        raise PromoteError(
-            "no stored model is active, so none carries a hold to judge: `gpuhealth model add` the model serve runs, "
-            "then `gpuhealth model promote` it"
-        )
-    version, card = info["version"], info["card"]
-    newest = store.samples.newest_time()
-    if newest is None:
-        raise PromoteError(f"{store.url} holds no history to judge the hold on")
-    end = pd.Timestamp(newest)
-    start = _unseen_since(version, card, end - pd.Timedelta(days=days), end)
-    frame, failures, score_from = holdout_slice(store, {"start": start.isoformat(), "end": end.isoformat()})
-    if len(frame):  # features need a window of history before the first round scored
-        score_from = max(score_from, span_start(frame, WINDOW))
-    if len(frame) == 0 or score_from >= frame["timestamp"].max():
-        raise PromoteError(
-            f"{store.url} holds too little history to judge the hold on: {WINDOW / DAY:g} days to build features "
-            "on, then the days to judge"
-        )
-    model = RiskModel.from_bytes(store.models.get(version)["data"], name=version)
-    say(f"scoring {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} with the active model {version}")
-    try:
-        report = _report(model, frame, failures, score_from, th, _score_slice(model, frame, failures, score_from, th))
-    except HistoryError as err:  # e.g. days without a sample of any GPU (the collectors were down)
-        span = f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M}"
-        raise PromoteError(f"cannot score {span}: {err}; try other --days") from None
-    after = fleet_verdict(report, th)
-    at = now or datetime.now(UTC)
-    slice_ = json_safe({"start": start, "end": end, "scored_from": report["span"][0], "gpus": report["gpus"],
-                        "failures": report["failures"]})  # fmt: skip
-    if record:
-        history = [
-            *(card.get("remap_hold_history") or []),
-            {"at": at.isoformat(), "slice": slice_, "remap_hold": after},
-        ]
-        store.models.update_card(version, {**card, "remap_hold": json_safe(after), "remap_hold_history": history})
-    return HoldJudged(version, card.get("remap_hold"), after, slice_, record)
-
-
-def _unseen_since(version: str, card: dict[str, Any], start: pd.Timestamp, end: pd.Timestamp) -> pd.Timestamp:
-    """Where a hold's slice begins: `start`, or later where the model trained on this fleet's days after it."""
-    try:
-        trained = fleet_trained_until(card.get("meta") or {})
-    except TrainingError as err:
-        raise PromoteError(f"model {version}'s card: {err}") from None
-    if trained is not None and trained > start:
-        start = trained
-    if end - start < WINDOW:
-        raise PromoteError(
-            f"model {version} was trained on this fleet's history up to {start:%Y-%m-%d %H:%M}: the days since are "
-            f"fewer than the {WINDOW / DAY:g}-day window a drain's outcome needs; judge its hold later"
-        )
-    return start

@@ -23,7 +23,6 @@ from predictor.downtime import Alerts, DowntimeParams, Span, downtime_report, pe
 from predictor.features import build_features
 from predictor.model import MODES, RiskModel, failure_counts, make_labels
 from predictor.policy import top_heads
-from predictor.remap_hold import remap_hold_verdict
 from predictor.remediation_downtime import RemediationParams, field_downtime, skill_of
 from predictor.replay import apply_waits
 from predictor.score import hour_rows
@@ -349,8 +348,7 @@ def evaluate(
     y = labels[list(MODES)].max(axis=1).to_numpy()
     report["sample_average_precision"] = float(average_precision_score(y, rows["risk"])) if y.any() else float("nan")
     if "remap_alone" in rows.columns and rows["remap_alone"].any():
-        whatif = remap_hold_whatif(rows, th, judging, (per_system["model"], per_failure["model"]))
-        report["remap_hold"] = {**whatif, "verdict": remap_hold_verdict(whatif, window / DAY).to_dict()}
+        report["remap_hold"] = remap_hold_whatif(rows, th, judging, (per_system["model"], per_failure["model"]))
     if downtime is not None:
         inputs = downtime_inputs(rows, judged, failures, window, lead, begin, scored.every, t1)
         report["downtime"] = downtime_report(*inputs, downtime)

@@ -13,7 +13,6 @@ import pandas as pd
 from predictor.downtime import downtime_markdown, plot_downtime
 from predictor.evaluate import FIELD_RATE, HOUR
 from predictor.model import MODES
-from predictor.remap_hold import hold_said, modes_said
 from predictor.remediation_downtime import field_section
 
 
@@ -108,6 +107,16 @@ def causes_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def hold_said(level: float) -> str:
+    """A hold level in words: "held while the ECC risk is under 0.3", or "NVIDIA's drain at once" (0)."""
+    return "NVIDIA's drain at once" if level <= 0 else f"held while the ECC risk is under {level:g}"
+
+
+def modes_said(by_mode: dict[str, int]) -> str:
+    """Counts per failure mode in words ("1 ecc, 2 pcie"); "none" where there are none."""
+    return ", ".join(f"{n} {mode}" for mode, n in sorted(by_mode.items())) or "none"
+
+
 def remap_hold_markdown(report: dict[str, Any]) -> str:
     """The pending remap's drain the other way (`evaluate.remap_hold_whatif`), where the span had one."""
     w = report.get("remap_hold")
@@ -120,11 +129,10 @@ def remap_hold_markdown(report: dict[str, Any]) -> str:
         "",
         f"{w['pending_remap_gpus']} GPUs had a pending row remap as their only drain or RMA rule; "
         f"{w['pending_remap_gpus_failed_ecc']} of them failed of ECC within {report['window_days']:g} days after "
-        "it. NVIDIA drains such a GPU at once; the hold keeps the drain at watch while the ECC risk shows no "
-        "wear. `gpuhealth model promote` weighs the same on its holdout slice and, where the fleet's outcomes "
-        "favour the hold, the service holds with the promoted model (a fleet that trains no model: `gpuhealth "
-        "model add` the one it runs, then promote it); GPUHEALTH_REMAP_HOLD_RISK sets it by hand "
-        '(docs/closed-loop.md, "The fleet decides a pending remap\'s drain"). Model + rules:',
+        "it. Such a GPU is a watch and a reset at idle (NVIDIA's guide), drained once its ECC risk reaches "
+        "GPUHEALTH_REMAP_HOLD_RISK (0.3 by default; 0: drained at once). Where most of them did not fail, "
+        "healthy GPUs' weak rows are remapped and a higher level leaves more false alarms out; where most "
+        "failed, a remap is wear (docs/decisions/0082). Model + rules:",
         "",
         f"| | as run: {hold_said(w['hold_risk_run'])} | the other way: {hold_said(w['hold_risk_other'])} |",
         "|---|---|---|",
@@ -142,9 +150,6 @@ def remap_hold_markdown(report: dict[str, Any]) -> str:
     lines.append(f"| false alert episodes | {w['false_episodes_run']} | {w['false_episodes_other']} |")
     for key, label in (("catches_lost", "caught as run, missed"), ("catches_gained", "missed as run, caught")):
         lines.append(f"| failures {label} the other way (at their lead) | | {modes_said(w[key])} |")
-    verdict = w.get("verdict")
-    if verdict:
-        lines += ["", f"**What this fleet's outcomes say:** {verdict['reasons'][0]}."]
     return "\n".join(lines) + "\n"
 
 

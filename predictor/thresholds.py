@@ -163,10 +163,6 @@ class Thresholds:
     fleets, where a remap is wear, it keeps every ECC catch NVIDIA's drain made (where a watch alone
     loses a third of them); where weak rows on healthy GPUs are remapped it leaves most of that drain's
     false alarms out (docs/decisions/0082)."""
-    remap_hold_fixed: bool = False
-    """The operator set `remap_hold_risk` (GPUHEALTH_REMAP_HOLD_RISK, 0 included). A stored model's fleet
-    verdict (the card's `remap_hold`) no longer changes the level either way (`remap_hold.thresholds_with`;
-    docs/decisions/0082); the verdict records it as the operator's."""
     remap_hold_for_s: float = 0.0
     """How long (seconds) the ECC risk must have held `remap_hold_risk` before a pending remap stops
     waiting for idle and drains; 0: the first round at it. docs/model.md measures 12 h (the ECC demote's wait): it
@@ -269,7 +265,7 @@ class Thresholds:
             thermal_heat_vs_node_z=s.thermal_heat_vs_node_z,
             thermal_heat_vs_node_excess_z=s.thermal_heat_vs_node_excess_z, pcie_surprise_z=s.pcie_surprise_z,
             probation_risk=s.probation_risk, remap_hold_risk=s.remap_hold_risk, release=s.release_threshold,
-            remap_hold_fixed="remap_hold_risk" in s.model_fields_set, **waits,
+            **waits,
         )  # fmt: skip
 
     @property

@@ -29,7 +29,6 @@ from predictor.fabric import with_node_findings
 from predictor.findings import with_lost_gpus, with_probe_findings
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, decision_changes
-from predictor.remap_hold import thresholds_with
 from predictor.score import score, to_records
 from predictor.thresholds import Thresholds
 from service.replicas import Replica, Share, round_of, until_next_round
@@ -74,23 +73,6 @@ class ModelState:
     failed_version: str | None = None
     """The active version that failed to load: not tried again until another one is active."""
     last_error: str | None = None
-    remap_hold: dict[str, Any] | None = None
-    """The stored model's verdict on a pending remap's drain (its card's `remap_hold`), None for a file."""
-    remap_hold_risk: float = 0.0
-    """The hold the loop scores with (`Thresholds.remap_hold_risk`: the operator's, else the verdict's)."""
-
-
-def _remap_hold_said(th: Thresholds) -> str:
-    """Where the loop's hold of a pending remap's drain comes from, for the log."""
-    if th.remap_hold_fixed:
-        who = "GPUHEALTH_REMAP_HOLD_RISK"
-    elif th.remap_hold_risk > 0:
-        who = "the fleet's outcomes, in the model's card"
-    else:
-        who = "NVIDIA's; the fleet's outcomes in the model's card did not find a hold serves this fleet"
-    if th.remap_hold_risk <= 0:
-        return f"a pending remap drains at once ({who})"
-    return f"a pending remap's drain waits while the ECC risk is under {th.remap_hold_risk:g} ({who})"
 
 
 class Scorer(Worker):
@@ -112,8 +94,6 @@ class Scorer(Worker):
     ) -> None:
         self.store = store
         self.model = model
-        self.base_thresholds = thresholds
-        """The operator's thresholds; `thresholds` adds the active stored model's remap hold (`thresholds_with`)."""
         self.thresholds = thresholds
         self.interval_s = interval_s
         self.now = now
@@ -124,7 +104,7 @@ class Scorer(Worker):
         """Several replicas: score only this one's share, in rounds aligned on the database's clock."""
         self._pruned_at: datetime | None = None
         self.state = ScoreState()
-        self.model_state = ModelState(meta=dict(model.meta), remap_hold_risk=thresholds.remap_hold_risk)
+        self.model_state = ModelState(meta=dict(model.meta))
         self._lock = threading.Lock()
         super().__init__()
 
@@ -136,7 +116,6 @@ class Scorer(Worker):
         """
         st = self.model_state
         try:
-            # The row without its archive: the version, and the card whose hold may have been judged again.
             active = self.store.models.active_info()
         except StoreUnavailable:
             raise
@@ -146,10 +125,7 @@ class Scorer(Worker):
         if active is None:
             return False
         version = active["version"]
-        if version == st.version:
-            self._apply_hold(version, active["card"].get("remap_hold"))
-            return False
-        if version == st.failed_version:
+        if version in (st.version, st.failed_version):
             return False
         try:
             stored = self.store.models.get(version)
@@ -166,26 +142,13 @@ class Scorer(Worker):
             self.model_state = replace(st, load_failures=st.load_failures + 1, failed_version=version,
                                        last_error=f"model {version}: {err}")  # fmt: skip
             return False
-        hold = stored["card"].get("remap_hold")
         self.model = model
-        self.thresholds = thresholds_with(self.base_thresholds, hold)
         self.model_state = replace(
             st, source="store", version=version, loaded_at=datetime.now(UTC), meta=dict(model.meta),
-            reloads=st.reloads + 1, failed_version=None, last_error=None, remap_hold=hold,
-            remap_hold_risk=self.thresholds.remap_hold_risk,
+            reloads=st.reloads + 1, failed_version=None, last_error=None,
         )  # fmt: skip
-        log.info("scoring with the active model %s from the store now; %s", version, _remap_hold_said(self.thresholds))
+        log.info("scoring with the active model %s from the store now", version)
         return True
-
-    def _apply_hold(self, version: str, hold: dict[str, Any] | None) -> None:
-        """Apply the loaded model's hold of a pending remap's drain anew where its card's changed since
-        (`gpuhealth model hold` judged it again on the fleet's newest days): no reload of the model."""
-        st = self.model_state
-        if hold == st.remap_hold:
-            return
-        self.thresholds = thresholds_with(self.base_thresholds, hold)
-        self.model_state = replace(st, remap_hold=hold, remap_hold_risk=self.thresholds.remap_hold_risk)
-        log.info("the active model %s's hold was judged again; %s", version, _remap_hold_said(self.thresholds))
 
     def run_once(self, at: datetime | None = None) -> list[dict[str, Any]]:
         """One scoring round; returns the records stored (empty when there is no history yet)."""
@@ -330,11 +293,6 @@ class ModelMetrics(Collector):
             "gpuhealth_model_load_failures",
             "Active stored models that failed to load (the previous model kept scoring)",
             value=st.load_failures,
-        )
-        yield GaugeMetricFamily(
-            "gpuhealth_remap_hold_risk",
-            "A pending row remap's drain waits at watch while the ECC risk is under this (0: NVIDIA's drain at once)",
-            value=st.remap_hold_risk,
         )
 
 

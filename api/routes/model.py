@@ -22,9 +22,7 @@ def get_model(store: StoreDep, config: ConfigDep) -> dict[str, Any]:
     """The model the scoring loop uses: a stored, promoted one (`gpuhealth model promote`) or a file.
 
     Its card says what it was trained on (sets, spans, GPUs, failures), its validation scores,
-    its holdout slice and promote's comparison there, and whether a pending remap's drain waits on this
-    fleet (`remap_hold`, decided on the fleet's own outcomes at promotion; `remap_hold_risk`, what the
-    loop applies). `pending_version` names a newly active
+    its holdout slice and promote's comparison there. `pending_version` names a newly active
     stored model the loop has not loaded yet (it does at its next round), `load_error` why one failed.
     """
     active = store.models.active_info()
@@ -40,6 +38,6 @@ def get_model(store: StoreDep, config: ConfigDep) -> dict[str, Any]:
         info = active if active is not None and active["version"] == st.version else store.models.info(st.version)
         return describe(info["card"], source="store", version=st.version, created_at=info["created_at"],
                         activated_at=info["activated_at"], loaded_at=st.loaded_at, pending_version=pending,
-                        load_error=st.last_error, remap_hold_risk=st.remap_hold_risk)  # fmt: skip
+                        load_error=st.last_error)  # fmt: skip
     return describe(card_from_meta(st.meta), source="file", version=None, loaded_at=st.loaded_at,
-                    pending_version=pending, load_error=st.last_error, remap_hold_risk=st.remap_hold_risk)  # fmt: skip
+                    pending_version=pending, load_error=st.last_error)  # fmt: skip

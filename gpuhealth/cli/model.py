@@ -1,4 +1,4 @@
-"""`gpuhealth model …` (list, show, add, promote, hold, prune) and `gpuhealth train --db`."""
+"""`gpuhealth model …` (list, show, add, promote, prune) and `gpuhealth train --db`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 model_app = typer.Typer(
     help="Risk models trained on the fleet's own history (gpuhealth train --db) or added from a file: list, show, add, "
-    "promote, hold, prune.",
+    "promote, prune.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -162,8 +162,7 @@ def add_cmd(
     fleet's newest days like a model `gpuhealth train --db` made.
 
     Loaded first with every check a load makes (trusted types only, the same scikit-learn): a file that
-    would not load is never stored. Promoting the model serve already runs changes no scores, but lets
-    the fleet's own outcomes decide its pending-remap drain (the card's remap_hold).
+    would not load is never stored.
     """
     from modelops.training import TrainingError, store_model_file
     from predictor.model import ModelError
@@ -203,8 +202,6 @@ def promote_cmd(
     Compared per mode (recall: ECC and thermal 24 h ahead, PCIe 1 h) and in precision over
     alert episodes, against the active stored model, else --against FILE, else the shipped
     model. A running `gpuhealth serve` picks the new model up at its next scoring round.
-    On the same slice the fleet's own outcomes decide whether a pending row remap's drain waits
-    while the ECC risk shows no wear (the card's remap_hold; GPUHEALTH_REMAP_HOLD_RISK overrides).
     Exit code 1 when refused.
     """
     from modelops.promote import PromoteError, promote
@@ -226,46 +223,6 @@ def promote_cmd(
         raise typer.Exit(REFUSED_EXIT)
 
 
-@model_app.command("hold")
-def hold_cmd(
-    db: DbOption = None,
-    days: Annotated[float, typer.Option(min=1, help="judge on the fleet's newest this many days")] = 28.0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the verdict; record nothing")] = False,
-) -> None:
-    """Judge again, on the fleet's newest days, whether the active model's pending-remap drain is held.
-
-    Promote decides it once, on the candidate's holdout; a fleet changes, and a hold that outlived its
-    evidence drains wearing memory late. Scored with the active model and NVIDIA's drain, decided as
-    promote decides; recorded in the model's card (remap_hold, remap_hold_history) and applied by a
-    running `gpuhealth serve` at its next round, without reloading the model. Run it after recording
-    the failures of the last weeks (nightly, beside or instead of `train --db`).
-    """
-    from modelops.promote import PromoteError, judge_hold
-    from predictor.model import ModelError
-    from predictor.remap_hold import hold_said, verdict_level
-    from predictor.thresholds import Thresholds
-    from store import StoreError
-
-    s: Settings = get_settings()
-    with _store(db) as store:
-        try:
-            judged = judge_hold(store, days=days, thresholds=Thresholds.from_settings(s), record=not dry_run,
-                                progress=_say)  # fmt: skip
-        except (PromoteError, ModelError, StoreError) as e:
-            raise fail(str(e)) from None
-    before = judged.before
-    was = "none (NVIDIA's drain at once)" if before is None else hold_said(verdict_level(before))
-    now = judged.after
-    err.print(
-        f"model {escape(judged.version)}, a pending remap's drain: was {was}; the fleet's newest days "
-        f"({judged.slice['start']} .. {judged.slice['end']}) say {hold_said(verdict_level(now))} "
-        f"({escape(now['reasons'][0])})",
-        highlight=False,
-    )
-    err.print("dry run: nothing recorded" if not judged.recorded else "recorded in its card; serve applies it at its "
-              "next round (GPUHEALTH_REMAP_HOLD_RISK, where set, stands over it)", highlight=False)  # fmt: skip
-
-
 def _print_verdict(v: Verdict) -> None:
     """The comparison table, what could not be judged, and the outcome with its reasons."""
     if v.measures:
@@ -276,15 +233,6 @@ def _print_verdict(v: Verdict) -> None:
         Console(width=200, stderr=True).print(table)
     for note in v.notes:
         err.print(f"[yellow]not judged:[/] {escape(note)}", highlight=False)
-    if v.served:
-        err.print(escape(v.served), highlight=False)
-    if v.remap_hold is not None:
-        from predictor.remap_hold import hold_said, verdict_level
-
-        hold = v.remap_hold
-        what = hold_said(verdict_level(hold))
-        said = f"the fleet's outcomes on a pending remap's drain (recorded, not applied): {what}"
-        err.print(f"{said} ({escape(hold['reasons'][0])})", highlight=False)
     if v.forced:
         err.print(
             f"[bold red]FORCED: model {escape(v.version)} is active although promote refused it:[/]", highlight=False

@@ -20,6 +20,9 @@ from tests.api.conftest import TOKEN, auth
 from tests.service.tiny_model import tiny_model
 
 AT = datetime(2026, 12, 1, 12, tzinfo=UTC)
+VERDICT = {"hold": True, "risk": 0.3, "decided_by": "fleet outcomes", "reasons": ["21 GPUs drained …"],
+           "evidence": {"pending_remap_gpus": 21, "failed_ecc": 3}}  # fmt: skip
+"""The fleet verdict on a pending remap's drain an older promote wrote into the card (removed, 0082)."""
 CARD = {
     "format": 1,
     "trained_on": {
@@ -38,9 +41,10 @@ CARD = {
                   "at": "2026-12-01T12:00:00+00:00",
                   "measures": [{"name": "recall_ecc", "candidate": 1.0, "baseline": 0.75, "judged": True,
                                 "worse": False, "detail": "4 ecc failures, 24 h lead"}],
-                  "refusals": [], "notes": ["recall_pcie not judged: only 0 pcie failure(s)"], "slice": {}},
-    "remap_hold": {"hold": True, "risk": 0.3, "decided_by": "fleet outcomes", "reasons": ["21 GPUs drained …"],
-                   "evidence": {"pending_remap_gpus": 21, "failed_ecc": 3}},
+                  "refusals": [], "notes": ["recall_pcie not judged: only 0 pcie failure(s)"], "slice": {},
+                  "served": None, "remap_hold": VERDICT},
+    "remap_hold": VERDICT,
+    "remap_hold_history": [{"at": "2026-12-02T00:00:00+00:00", "slice": {}, "remap_hold": VERDICT}],
     "meta": {"sklearn_version": "1.9.1", "data_hash": "abc"},
 }  # fmt: skip
 
@@ -69,7 +73,7 @@ def test_a_file_model_is_described_from_its_metadata(store: Store, file_model: R
     scorer = Scorer(store, file_model, Thresholds(), 3600)
     body = client_for(store, scorer).get("/v1/model").json()
     assert (body["source"], body["version"], body["pending_version"], body["holdout"]) == ("file", None, None, None)
-    assert (body["remap_hold"], body["remap_hold_risk"]) == (None, 0.3)  # the default level (0082)
+    assert {"remap_hold", "remap_hold_risk"}.isdisjoint(body)
     assert body["trained_on"]["sets"][0]["name"] == "history"
     assert body["validation"]["ecc"]["average_precision"] is None  # NaN in the metadata: null in JSON
     assert body["data_hash"] == "tiny-file"
@@ -81,7 +85,7 @@ def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_
     version = store.models.put(tiny_model("stored", seed=1).to_bytes(), CARD, created_at=AT)["version"]
     store.models.activate(version, AT)
     body = client.get("/v1/model").json()
-    assert (body["source"], body["pending_version"], body["remap_hold_risk"]) == ("file", version, 0.3)
+    assert (body["source"], body["pending_version"]) == ("file", version)
 
     scorer.run_once()
     body = client.get("/v1/model").json()
@@ -94,9 +98,9 @@ def test_a_promoted_model_is_pending_until_the_loop_loads_it(store: Store, file_
     assert promo["measures"][0] == {"name": "recall_ecc", "candidate": 1.0, "baseline": 0.75, "judged": True,
                                     "worse": False, "detail": "4 ecc failures, 24 h lead"}  # fmt: skip
     assert promo["notes"] and body["sklearn_version"] == "1.9.1"
-    # The card's verdict on a pending remap's drain, and the level the loop scores with (its own: 0082).
-    assert (body["remap_hold"]["hold"], body["remap_hold"]["decided_by"], body["remap_hold_risk"]) == (
-        True, "fleet outcomes", 0.3)  # fmt: skip
+    # An older card's fleet verdict loads and is not shown (0082).
+    assert {"remap_hold", "remap_hold_risk", "remap_hold_history"}.isdisjoint(body)
+    assert {"remap_hold", "served"}.isdisjoint(promo)
 
 
 def test_without_a_scoring_loop_the_store_answers(store: Store) -> None:
@@ -107,7 +111,7 @@ def test_without_a_scoring_loop_the_store_answers(store: Store) -> None:
     store.models.activate(version, AT)
     body = client.get("/v1/model").json()
     assert (body["source"], body["version"], body["loaded_at"]) == ("store", version, None)
-    assert body["remap_hold"]["risk"] == 0.3 and body["remap_hold_risk"] is None  # no loop: nothing applied
+    assert {"remap_hold", "remap_hold_risk"}.isdisjoint(body) and "remap_hold" not in body["promotion"]
     assert (body["trained_by"], body["added_from"]) == (None, None)  # a card without them
     added = {**CARD, "trained_by": "a model file (gpuhealth model add)",
              "source": {"file": "default.skops", "sha256": "ab" * 32, "bytes": 1_600_000}}  # fmt: skip

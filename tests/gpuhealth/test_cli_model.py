@@ -114,33 +114,6 @@ def test_add_stores_a_model_file_as_a_candidate_and_says_what_promote_will_judge
     assert [(m["version"], m["active"], m["promotion"]) for m in listing] == [(version, False, "not tried")]
 
 
-def test_hold_judges_the_active_models_drain_again_and_records_it(url: str) -> None:
-    from simulator.fleet import SimConfig
-    from simulator.run import simulate
-
-    assert "no stored model is active" in error_line(["model", "hold", "--db", url])
-    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
-    store = Store.open(url)
-    try:
-        store.samples.ingest(frame)
-        v = store.models.put(tiny_model("cli").to_bytes(), {"holdout": None}, created_at=AT)["version"]
-        store.models.activate(v, AT)
-    finally:
-        store.close()
-    r = runner.invoke(app, ["model", "hold", "--db", url, "--days", "8", "--dry-run"])
-    assert r.exit_code == 0, r.stderr
-    said = " ".join(r.stderr.split())
-    assert f"model {v}, a pending remap's drain: was none (NVIDIA's drain at once); the fleet's newest days" in said
-    assert "say NVIDIA's drain at once (NVIDIA's drain stands: no GPU was drained" in said
-    assert "dry run: nothing recorded" in said
-    shown = json.loads(runner.invoke(app, ["model", "show", "--db", url]).stdout)
-    assert "remap_hold_history" not in shown["card"]
-    r = runner.invoke(app, ["model", "hold", "--db", url, "--days", "8"])
-    assert r.exit_code == 0 and "recorded in its card" in " ".join(r.stderr.split())
-    card = json.loads(runner.invoke(app, ["model", "show", "--db", url]).stdout)["card"]
-    assert card["remap_hold"]["hold"] is False and len(card["remap_hold_history"]) == 1
-
-
 def test_prune_lists_what_goes_and_keeps_the_active_model(url: str) -> None:
     store = Store.open(url)
     try:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from core.hourly import to_hours
-from modelops.promote import PromoteError, compare, judge_hold, promote
+from modelops.promote import PromoteError, compare, promote
 from modelops.training import (
     FLEET_SET,
     TrainingError,
@@ -24,7 +24,6 @@ from modelops.training import (
     train_from_store,
 )
 from predictor.model import ModelError
-from predictor.remap_hold import MIN_REMAP_GPUS
 from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from simulator.domain import Domain
@@ -137,11 +136,11 @@ def test_promote_refuses_when_the_slice_is_gone(store: Store) -> None:
     assert not verdict.promoted and "no longer holds the holdout slice" in verdict.refusals[0]
 
 
-def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Store) -> None:
+def test_promote_records_no_verdict_on_a_pending_remaps_drain(store: Store) -> None:
     """64 healthy GPUs, a third with SBE bursts that each leave a weak row remapped, pending until the
-    node reboots: NVIDIA drains each at once, and none fails. Promoting a candidate on that slice records
-    the fleet's verdict, the hold (its ECC risk, 0 everywhere, shows no wear); a scoring loop with the
-    operator's default thresholds holds such a remap at watch, the verdict or not (0082)."""
+    node reboots, and none fails. Promote judges the candidate and records its comparison, and nothing
+    of a pending remap's drain (the fleet verdict is gone, 0082); a scoring loop with the operator's
+    default thresholds holds such a remap at watch."""
     domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
     frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
     assert fails.empty
@@ -150,23 +149,15 @@ def test_promote_lets_the_fleets_outcomes_hold_a_pending_remaps_drain(store: Sto
     holdout = {"days": 14, "start": (end - pd.Timedelta(days=14)).isoformat(), "end": end.isoformat(), "gpus": 64,
                "failures": {}}  # fmt: skip
     v = store.models.put(silent_model().to_bytes(), {"holdout": holdout})["version"]
-    # Each is judged as it would serve: the candidate, held, raises no alert and the slice has no failure,
-    # so nothing is judged and promote refuses; the verdict is in the promotion entry, not yet in force.
-    refused = promote(store, v)
+    refused = promote(store, v)  # no failure in the slice and no alert: nothing is judged
     assert not refused.promoted and refused.refusals == [
         "the holdout slice judges no measure: too few failures and alerts in it"
     ]
-    assert refused.served is None  # both would serve at the operator's level: no verdict changes it (0082)
-    card = store.models.info(v)["card"]
-    assert card["promotion"]["remap_hold"]["hold"] and "remap_hold" not in card
     verdict = promote(store, v, force=True)
     assert verdict.promoted and verdict.forced
-    hold = verdict.remap_hold
-    assert hold is not None and hold["hold"] and (hold["risk"], hold["decided_by"]) == (0.3, "fleet outcomes")
-    ev = hold["evidence"]
-    assert ev["pending_remap_gpus"] >= MIN_REMAP_GPUS and ev["failed_ecc"] == 0 and ev["catches_lost_by_hold"] == {}
-    assert ev["false_episodes_hold"] < ev["false_episodes_drain"]
-    assert store.models.info(v)["card"]["remap_hold"] == hold
+    card = store.models.info(v)["card"]
+    assert {"remap_hold", "remap_hold_history"}.isdisjoint(card)
+    assert {"remap_hold", "served"}.isdisjoint(card["promotion"])
 
     last = frame[frame["timestamp"] == end]
     pending = set(last.loc[last["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
@@ -237,77 +228,6 @@ def test_a_model_trained_on_the_fleets_newest_days_is_not_judged_on_them(store: 
     assert store_model_file(store, path, holdout_days=0.5).card["holdout"]["days"] == 0.5  # after its training
 
 
-def test_the_active_models_hold_is_judged_again_on_the_fleets_newest_days(store: Store) -> None:
-    """A model promoted with NVIDIA's drain on a fleet whose remaps then turn out healthy (every pending
-    remap a healthy GPU's weak row): `judge_hold` finds the hold on the newest days and records it in the
-    card with its history; the running loop holds those remaps at watch throughout, the card's verdict or
-    not (0082)."""
-    domain = replace(Domain(), sbe_burst_share=0.3, sbe_bursts_per_day=0.3, burst_remap_share=1.0)
-    frame, fails = simulate(SimConfig(nodes=8, gpus_per_node=8, seed=4, domain=domain), days=24, interval_s=3600)
-    assert fails.empty
-    store.samples.ingest(frame)
-    end = frame["timestamp"].max()
-    drain = {"hold": False, "risk": 0.0, "decided_by": "fleet outcomes", "reasons": ["NVIDIA's drain stands: …"],
-             "evidence": {}}  # fmt: skip
-    with pytest.raises(PromoteError, match="no stored model is active"):
-        judge_hold(store)
-    v = store.models.put(silent_model().to_bytes(), {"holdout": None, "remap_hold": drain})["version"]
-    store.models.activate(v, datetime(2026, 1, 1, tzinfo=UTC))
-    with pytest.raises(PromoteError, match="GPUHEALTH_REMAP_HOLD_RISK is set"):
-        judge_hold(store, thresholds=Thresholds(remap_hold_risk=0.0, remap_hold_fixed=True))
-
-    # The loop, at day 6, loads the model and holds what is pending then at watch: the card's verdict
-    # (NVIDIA's drain) no longer applies.
-    scorer = Scorer(store, tiny_model("file"), Thresholds(), 3600)
-    then = frame["timestamp"][frame["timestamp"] <= frame["timestamp"].min() + pd.Timedelta(days=6)].max()
-
-    def pending_at(t: pd.Timestamp) -> set[str]:
-        rows = frame[frame["timestamp"] == t]
-        return set(rows.loc[rows["row_remap_pending"] >= 1, "gpu_uuid"].astype(str))
-
-    decided = {str(r["gpu_uuid"]): r["decision"] for r in scorer.run_once(at=then.to_pydatetime())}
-    assert {decided[u] for u in pending_at(then)} == {"watch"} and scorer.model_state.reloads == 1
-    # Pending at the end, and not drained at the first round (a drain stands while the last round's
-    # decision is one: with rounds days apart, a reset in between is not seen).
-    pending = pending_at(end) - {u for u, d in decided.items() if d == "drain"}
-    assert pending, "remaps pending at the end on GPUs the first round did not drain"
-
-    dry = judge_hold(store, days=14, record=False)
-    assert dry.before == drain and dry.after["hold"] and dry.after["risk"] == 0.3 and not dry.recorded
-    assert store.models.info(v)["card"]["remap_hold"] == drain  # a dry run records nothing
-    judged = judge_hold(store, days=14, now=datetime(2026, 2, 1, tzinfo=UTC))
-    ev = judged.after["evidence"]
-    assert ev["pending_remap_gpus"] >= MIN_REMAP_GPUS and ev["failed_ecc"] == 0 and ev["catches_lost_by_hold"] == {}
-    card = store.models.info(v)["card"]
-    assert card["remap_hold"] == judged.after
-    assert [h["at"] for h in card["remap_hold_history"]] == ["2026-02-01T00:00:00+00:00"]
-    assert pd.Timestamp(card["remap_hold_history"][0]["slice"]["end"]) == end
-
-    decided = {str(r["gpu_uuid"]): r["decision"] for r in scorer.run_once(at=end.to_pydatetime())}
-    assert {decided[u] for u in pending} == {"watch"}
-    assert scorer.model_state.reloads == 1 and scorer.model_state.remap_hold_risk == 0.3  # no reload
-
-
-def test_a_hold_is_judged_only_on_days_the_model_did_not_train_on(store: Store) -> None:
-    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
-    store.samples.ingest(frame)
-    end = frame["timestamp"].max()
-    trained = {"training_sets": [{"name": FLEET_SET, "span": [str(frame["timestamp"].min()),
-                                                             str(end - pd.Timedelta(days=3))]}]}  # fmt: skip
-    v = store.models.put(tiny_model("db").to_bytes(), {"holdout": None, "meta": trained})["version"]
-    store.models.activate(v, datetime(2026, 1, 1, tzinfo=UTC))
-    with pytest.raises(PromoteError, match=r"trained on this fleet's history up to .*fewer than the 7-day window"):
-        judge_hold(store, days=28)
-
-
-def test_a_hold_needs_a_week_of_features_then_days_to_judge(store: Store) -> None:
-    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=6, interval_s=3600)
-    store.samples.ingest(frame)
-    store.models.activate(store.models.put(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
-    with pytest.raises(PromoteError, match="too little history to judge the hold on"):
-        judge_hold(store, days=28)
-
-
 def test_promote_on_a_fleet_younger_than_its_holdout_refuses_and_force_activates(store: Store) -> None:
     """The slice's scoring starts a week before a 14-day holdout; a 4-day fleet has no GPU there to score."""
     frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=4, interval_s=3600)
@@ -361,22 +281,3 @@ def test_a_model_file_with_malformed_training_sets_is_not_stored(store: Store, t
     with pytest.raises(TrainingError, match=r"odd\.skops: the model's metadata is malformed: training_sets\[0\]"):
         store_model_file(store, path)  # said before "holds no history": it is the file that is wrong
     assert store.models.find() == []
-
-
-def test_a_hold_on_a_card_with_malformed_training_sets_is_a_promote_error(store: Store) -> None:
-    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=10, interval_s=3600)
-    store.samples.ingest(frame)
-    v = store.models.put(tiny_model("db").to_bytes(), {"holdout": None, "meta": {"training_sets": ["x"]}})["version"]
-    store.models.activate(v, datetime(2026, 1, 1, tzinfo=UTC))
-    with pytest.raises(PromoteError, match=rf"model {v}'s card: the model's metadata is malformed: training_sets\[0\]"):
-        judge_hold(store, days=28)
-
-
-def test_a_hold_over_a_week_without_samples_is_a_promote_error(store: Store) -> None:
-    frame, _ = simulate(SimConfig(nodes=1, gpus_per_node=2, seed=2), days=24, interval_s=3600)
-    t0 = frame["timestamp"].min()
-    down = (frame["timestamp"] >= t0 + pd.Timedelta(days=9)) & (frame["timestamp"] < t0 + pd.Timedelta(days=16))
-    store.samples.ingest(frame[~down])  # the collectors were down a week
-    store.models.activate(store.models.put(tiny_model("x").to_bytes(), {"holdout": None})["version"], datetime.now(UTC))
-    with pytest.raises(PromoteError, match=r"cannot score .*: no GPU has samples within 24 h .*; try other --days"):
-        judge_hold(store, days=14, record=False)

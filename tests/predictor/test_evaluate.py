@@ -500,8 +500,5 @@ def test_the_evaluation_weighs_the_pending_remaps_drain_the_other_way() -> None:
     assert "| false alert episodes | 0 | 1 |" in md
     assert "| failures missed as run, caught the other way (at their lead) | | 1 ecc |" in md
     assert "| failures caught as run, missed the other way (at their lead) | | none |" in md
-    assert "What this fleet's outcomes say" not in md, "no verdict in the report given: none shown"
-    verdict = {"reasons": ["NVIDIA's drain stands: only 2 GPUs drained for a pending remap alone"]}
-    md = remap_hold_markdown({"model": run, "remap_hold": {**w, "verdict": verdict}, "window_days": 7.0})
-    assert "**What this fleet's outcomes say:** NVIDIA's drain stands: only 2 GPUs drained" in md
+    assert "model promote" not in md and "verdict" not in w, "no fleet verdict any more (0082)"
     assert remap_hold_markdown({"model": run}) == ""

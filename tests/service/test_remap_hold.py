@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 
 from predictor.history_rounds import HistoryRounds
 from predictor.model import RiskModel
-from predictor.remap_hold import remap_hold_verdict
 from predictor.score import score
 from predictor.thresholds import Thresholds
 from service.scorer import ModelMetrics, Scorer
@@ -156,32 +155,33 @@ def test_a_held_remap_leaves_a_probation_standing(tmp_path: Path) -> None:
     assert out.iloc[0]["decision"] == "demote"
 
 
-def test_a_promoted_models_fleet_verdict_no_longer_sets_the_level(
+def test_an_older_card_with_a_fleet_verdict_loads_and_the_operators_level_decides(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Whatever the active stored model's card says of the hold, a scorer holds the 03:00 pending remap at
-    watch at the default level (0.3), and at the operator's where they set GPUHEALTH_REMAP_HOLD_RISK (0: a
-    drain at once; 0.5). A card whose verdict kept NVIDIA's drain at once no longer drains (0082)."""
+    """A stored model whose card an older promote or `model hold` wrote, with the fleet verdict on a pending
+    remap's drain (`remap_hold`, `remap_hold_history`: removed, 0082), loads; the 03:00 pending remap is
+    held at watch at the default level (0.3) and drained at once where the operator set 0, whatever the
+    verdict said, and /metrics has no series of it."""
     # The archive is a real, trusted tiny model; loading it gives the schedule model (the test's ECC risk).
     monkeypatch.setattr(RiskModel, "from_bytes", staticmethod(lambda data, name=None: MODEL))
-    held = remap_hold_verdict({"hold_risk_run": 0.0, "hold_risk_other": 0.3, "pending_remap_gpus": 30,
-                               "pending_remap_gpus_failed_ecc": 3, "false_episodes_run": 9, "false_episodes_other": 2,
-                               "catches_lost": {}, "catches_gained": {}}).to_dict()  # fmt: skip
-    stands = remap_hold_verdict(None).to_dict()
+    drain = {"hold": False, "risk": 0.0, "decided_by": "fleet outcomes", "reasons": ["NVIDIA's drain stands: …"],
+             "evidence": {}}  # fmt: skip
+    held = {**drain, "hold": True, "risk": 0.5}
+    card = {"remap_hold": held, "remap_hold_history": [{"at": "2026-03-02T00:00:00+00:00", "remap_hold": drain}],
+            "promotion": {"served": "compared as each would serve: …", "remap_hold": held}}  # fmt: skip
 
-    def first_round(name: str, verdict: dict[str, Any], th: Thresholds) -> tuple[str, float]:
+    def first_round(name: str, th: Thresholds) -> str:
         s = Store.open(f"sqlite:///{tmp_path / name}.db")
         s.samples.ingest(samples())
-        s.models.activate(s.models.put(tiny_model("stored").to_bytes(), {"remap_hold": verdict})["version"], DAY3)
+        s.models.activate(s.models.put(tiny_model("stored").to_bytes(), card)["version"], DAY3)
         scorer = Scorer(s, tiny_model("file"), th, 300)
         rec = scorer.run_once(at=DAY3 + timedelta(hours=3))[0]
+        assert (scorer.model_state.source, scorer.model_state.reloads, scorer.thresholds) == ("store", 1, th)
         reg = CollectorRegistry(auto_describe=False)
         reg.register(ModelMetrics(scorer))
-        gauge = reg.get_sample_value("gpuhealth_remap_hold_risk")
-        assert gauge == scorer.model_state.remap_hold_risk and scorer.model_state.remap_hold == verdict
-        return str(rec["decision"]), float(gauge)
+        assert reg.get_sample_value("gpuhealth_model_reloads_total") == 1
+        assert reg.get_sample_value("gpuhealth_remap_hold_risk") is None
+        return str(rec["decision"])
 
-    assert first_round("held", held, Thresholds()) == ("watch", 0.3)
-    assert first_round("fixed-off", held, Thresholds(remap_hold_risk=0.0, remap_hold_fixed=True)) == ("drain", 0.0)
-    assert first_round("fixed-on", stands, Thresholds(remap_hold_risk=0.5, remap_hold_fixed=True)) == ("watch", 0.5)
-    assert first_round("stands", stands, Thresholds()) == ("watch", 0.3)
+    assert first_round("default", Thresholds()) == "watch"
+    assert first_round("at-once", Thresholds(remap_hold_risk=0.0)) == "drain"
