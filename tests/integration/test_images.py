@@ -166,8 +166,12 @@ def _gpus(service: Container) -> list[dict[str, object]]:
     return [x for x in items if x["scored_at"]]
 
 
+COLLECTOR_MAX_MB = 200.0  # issue 59's goal for the node agent's image, unpacked; 197 MB measured
+
+
 def test_the_collector_image_is_a_fraction_of_the_service_image(images: Images) -> None:
     collector, service = images.buildah.size_mb(images.collector), images.buildah.size_mb(images.service)
     print(f"images: collector {collector:.0f} MB, service {service:.0f} MB; seconds {images.seconds}")
     # docs/decisions/0084 has the sizes measured; the collector leaves out the service's data stack.
     assert collector < service / 2, (collector, service, images.seconds)
+    assert collector <= COLLECTOR_MAX_MB, (collector, service)
