@@ -50,5 +50,5 @@ def cluster_role_binding() -> dict[str, Any]:
 
 
 def rbac() -> list[dict[str, Any]]:
-    """deploy/kubernetes/rbac.yaml."""
+    """deploy/kubernetes/base/rbac.yaml."""
     return [cluster_role(), cluster_role_binding()]

@@ -26,7 +26,7 @@ RESET_NOTE = """\
 #     nvidia-persistenced hold it, and the reset then reports "failed", touching nothing.
 # Why, and NVIDIA's NVLink rule for resetting one GPU: docs/decisions/0070-gpu-reset-by-the-node-agent.md.
 """
-"""Comment lines at the top of deploy/kubernetes/collector.yaml: what a GPU reset needs."""
+"""Comment lines at the top of deploy/kubernetes/base/collector.yaml: what a GPU reset needs."""
 
 REMEDIES_NOTE = """\
 # Remedies from the service (reset, reboot, verify; docs/collector.md#remedies-from-the-service) are off
@@ -35,7 +35,7 @@ REMEDIES_NOTE = """\
 # Verifications then run the probes (nothing more is needed); resets need the above; node reboots need
 # the Component components/kured-sentinel (GPUHEALTH_REBOOT_SENTINEL and the host folder kured reads).
 """
-"""Comment lines at the top of deploy/kubernetes/collector.yaml: what the service's remedies need."""
+"""Comment lines at the top of deploy/kubernetes/base/collector.yaml: what the service's remedies need."""
 
 KMSG_NOTE = """\
 # XIDs and NVSwitch SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG=/dev/kmsg, on by default) are not
@@ -55,7 +55,7 @@ KMSG_NOTE = """\
 # host's systemd-journal group id); the cursor in the same /var/lib/gpuhealth hostPath.
 # Why: docs/decisions/0073-xids-from-the-kernel-log.md, docs/decisions/0081-the-kernel-log-through-the-journal.md.
 """
-"""Comment lines at the top of deploy/kubernetes/collector.yaml: what reading the kernel log needs."""
+"""Comment lines at the top of deploy/kubernetes/base/collector.yaml: what reading the kernel log needs."""
 
 COMPONENT = "collector"
 CONTAINER = "collector"
@@ -73,11 +73,10 @@ def service_account() -> dict[str, Any]:
 
 
 def args() -> list[str]:
-    """`gpuhealth collect` with NFD labels from the central service."""
+    """`gpuhealth collect`, reporting to the central service (its remedies; NFD's labels with components/nfd)."""
     return [
         "collect",
         "--listen", f"0.0.0.0:{c.COLLECTOR_PORT}",
-        "--nfd-features-dir", c.NFD_FEATURES_DIR,
         "--service-url", c.SERVICE_URL,
     ]  # fmt: skip
 
@@ -97,7 +96,7 @@ def tolerations() -> list[dict[str, str]]:
 
 
 def _security_context() -> dict[str, Any]:
-    # uid 0 without any capability: the kubelet's socket and NFD's features.d are root's (0755) on the
+    # uid 0 without any capability: the kubelet's socket and NFD's features.d (components/nfd) are root's (0755) on the
     # host, and connecting to a socket or writing a file there needs its owner, not privilege.
     return {
         "privileged": False,
@@ -133,7 +132,6 @@ def container() -> dict[str, Any]:
         "securityContext": _security_context(),
         "volumeMounts": [
             {"name": "pod-resources", "mountPath": c.POD_RESOURCES_DIR, "readOnly": True},
-            {"name": "nfd-features", "mountPath": c.NFD_FEATURES_DIR},
             {"name": "tmp", "mountPath": TMP},
         ],
     }
@@ -162,8 +160,6 @@ def daemonset() -> dict[str, Any]:
                     "containers": [container()],
                     "volumes": [
                         {"name": "pod-resources", "hostPath": {"path": c.POD_RESOURCES_DIR, "type": "Directory"}},
-                        # Created when NFD is not installed yet: the collector starts, its labels wait.
-                        {"name": "nfd-features", "hostPath": {"path": c.NFD_FEATURES_DIR, "type": "DirectoryOrCreate"}},
                         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
                     ],
                 },
@@ -187,5 +183,5 @@ def service() -> dict[str, Any]:
 
 
 def objects() -> list[dict[str, Any]]:
-    """deploy/kubernetes/collector.yaml."""
+    """deploy/kubernetes/base/collector.yaml."""
     return [service_account(), daemonset(), service()]

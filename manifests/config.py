@@ -66,6 +66,10 @@ GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}  # set by GPU Feature Dis
 RUNTIME_CLASS = "nvidia"  # the NVIDIA container runtime: the GPUs without asking the scheduler for one
 
 OUT_DIR = Path("deploy/kubernetes")
+"""Everything: the base and the Components an install without them leaves out."""
+BASE_DIR = OUT_DIR / "base"
+"""What every install needs: no CRD of another project's."""
+COMPONENTS_DIR = OUT_DIR / "components"
 RULES_FILE = Path("alerts/generated/gpuhealth-rules.yml")
 DASHBOARDS_DIR = Path("dashboards/generated")
 NFD_RULE_FILE = Path("deploy/examples/nfd-gpuhealth-rule.yaml")

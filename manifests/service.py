@@ -154,5 +154,5 @@ def disruption_budget() -> dict[str, Any]:
 
 
 def objects() -> list[dict[str, Any]]:
-    """deploy/kubernetes/service.yaml."""
+    """deploy/kubernetes/base/service.yaml."""
     return [service_account(), deployment(), service(), disruption_budget()]

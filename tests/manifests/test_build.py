@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from alerts.rules import ALERTS, RECORDS
 from manifests import build
 from manifests import config as c
-from tests.manifests.files import OUT, ROOT, load, manifest_files
+from tests.manifests.files import BASE, EVERYTHING, OUT, ROOT, generated_files, load
 
 SOURCES = (c.RULES_FILE, c.NFD_RULE_FILE, *(p.relative_to(ROOT) for p in (ROOT / c.DASHBOARDS_DIR).glob("*.json")))
 
@@ -41,7 +41,7 @@ def test_cli_build_and_check(tmp_path: Path) -> None:
     assert runner.invoke(app, ["deploy", "build", "--check", "--root", str(tmp_path)]).exit_code == 1
     res = runner.invoke(app, ["deploy", "build", "--root", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    for name in [*manifest_files(), "kustomization.yaml"]:
+    for name in generated_files():
         assert (tmp_path / c.OUT_DIR / name).read_text() == (OUT / name).read_text(), name
     assert runner.invoke(app, ["deploy", "build", "--check", "--root", str(tmp_path)]).exit_code == 0
     # A rule changed by `gpuhealth alerts build` makes the PrometheusRule stale.
@@ -63,14 +63,27 @@ def test_cli_says_which_source_is_missing(tmp_path: Path) -> None:
     assert "Traceback" not in res.output
 
 
-def test_kustomization_lists_every_file() -> None:
-    (kustomization,) = load("kustomization.yaml")
-    assert (kustomization["apiVersion"], kustomization["kind"]) == ("kustomize.config.k8s.io/v1beta1", "Kustomization")
-    assert sorted(kustomization["resources"]) == manifest_files()
-    assert len(kustomization["resources"]) == len(set(kustomization["resources"]))
-    assert kustomization["resources"][0] == "namespace.yaml"
+def test_kustomizations_list_every_file() -> None:
+    (base,) = load("base/kustomization.yaml")
+    assert (base["apiVersion"], base["kind"]) == ("kustomize.config.k8s.io/v1beta1", "Kustomization")
+    files = sorted(p.name for p in BASE.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(base["resources"]) == files and len(files) == 5
+    assert base["resources"][0] == "namespace.yaml"
     # No namespace transformer: it would put a namespace on the cluster-scoped NodeFeatureRule too.
-    assert set(kustomization) == {"apiVersion", "kind", "resources"}
+    assert set(base) == {"apiVersion", "kind", "resources"}
+    for name in EVERYTHING:
+        (component,) = load(f"components/{name}/kustomization.yaml")
+        assert (component["apiVersion"], component["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
+        own = sorted(p.name for p in (OUT / "components" / name).glob("*.yaml") if p.name != "kustomization.yaml")
+        assert sorted(component["resources"]) == own
+        assert "namespace" not in component
+    (everything,) = load("kustomization.yaml")
+    assert everything == {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["base"],
+        "components": [f"components/{name}" for name in EVERYTHING],
+    }
 
 
 def test_every_generated_file_is_in_the_directory_and_nothing_else() -> None:
@@ -80,7 +93,7 @@ def test_every_generated_file_is_in_the_directory_and_nothing_else() -> None:
 
 def test_prometheus_rule_carries_every_rule_of_the_rule_file() -> None:
     rule_file = yaml.safe_load((ROOT / c.RULES_FILE).read_text())
-    (prule,) = load("prometheusrule.yaml")
+    (prule,) = load("components/prometheus-operator/prometheusrule.yaml")
     assert prule["spec"]["groups"] == rule_file["groups"]
     alerts = {r["alert"] for g in rule_file["groups"] for r in g["rules"] if "alert" in r}
     carried = {r["alert"] for g in prule["spec"]["groups"] for r in g["rules"] if "alert" in r}
@@ -91,7 +104,7 @@ def test_prometheus_rule_carries_every_rule_of_the_rule_file() -> None:
 
 
 def test_dashboards_are_configmaps_for_grafanas_sidecar() -> None:
-    maps = load("dashboards.yaml")
+    maps = load("base/dashboards.yaml")
     stems = sorted(p.stem for p in (ROOT / c.DASHBOARDS_DIR).glob("*.json"))
     assert len(maps) == len(stems) == 3
     for cm, stem in zip(maps, stems, strict=True):
@@ -104,8 +117,8 @@ def test_dashboards_are_configmaps_for_grafanas_sidecar() -> None:
 
 
 def test_node_feature_rule_is_the_example() -> None:
-    assert load("nfd-gpuhealth-rule.yaml") == [yaml.safe_load((ROOT / c.NFD_RULE_FILE).read_text())]
-    assert (OUT / "nfd-gpuhealth-rule.yaml").read_text().endswith((ROOT / c.NFD_RULE_FILE).read_text())
+    assert load("components/nfd/nfd-gpuhealth-rule.yaml") == [yaml.safe_load((ROOT / c.NFD_RULE_FILE).read_text())]
+    assert (OUT / "components/nfd/nfd-gpuhealth-rule.yaml").read_text().endswith((ROOT / c.NFD_RULE_FILE).read_text())
 
 
 def test_every_file_says_it_is_generated() -> None:

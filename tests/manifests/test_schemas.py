@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from tests.crd import crd_schema, unknown_fields
 from tests.integration.conftest import require_module
-from tests.manifests.files import ROOT, all_objects, one
+from tests.manifests.files import ROOT, all_objects, base_objects, one
 
 kubernetes_validate = require_module("kubernetes_validate")
 
@@ -58,6 +58,15 @@ def test_every_object_is_checked() -> None:
 @pytest.mark.parametrize("obj", BUILT_IN, ids=_id)
 def test_built_in_kinds_validate(obj: dict[str, Any], version: str) -> None:
     assert kubernetes_validate.validate(obj, version, strict=True) == version
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_base_collector_validates(version: str) -> None:
+    """Without components/nfd: the only object of base/ that differs from everything's."""
+    base = {(o["kind"], o["metadata"]["name"]): o for o in base_objects()}
+    changed = [k for k, o in base.items() if o != one(all_objects(), *k)]
+    assert changed == [("DaemonSet", "gpuhealth-collector")]
+    assert kubernetes_validate.validate(base[changed[0]], version, strict=True) == version
 
 
 @pytest.mark.parametrize("version", VERSIONS)
