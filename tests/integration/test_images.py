@@ -75,7 +75,8 @@ def collector(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Itera
     args = [
         "collect", "--backend", "sim", "--sim-gpus", str(SIM_GPUS), "--seed", str(SIM_SEED),
         "--interval", "1s", "--listen", f"127.0.0.1:{port}",
-        # As the DaemonSet runs it (manifests/collector.py), NFD labels from the service: nothing answers
+        # As the default install runs it (manifests/collector.py with components/nfd), NFD labels from the
+        # service: nothing answers
         # at this address, so the collector keeps going; the light install must still have all it imports.
         "--nfd-features-dir", "/tmp", "--service-url", "http://127.0.0.1:9",
     ]  # fmt: skip
