@@ -76,8 +76,8 @@ def collector(images: Images, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "collect", "--backend", "sim", "--sim-gpus", str(SIM_GPUS), "--seed", str(SIM_SEED),
         "--interval", "1s", "--listen", f"127.0.0.1:{port}",
         # As the default install runs it (manifests/collector.py with components/nfd), NFD labels from the
-        # service: nothing answers
-        # at this address, so the collector keeps going; the light install must still have all it imports.
+        # service: nothing answers at this address, so the collector keeps going; the light install must
+        # still have all it imports.
         "--nfd-features-dir", "/tmp", "--service-url", "http://127.0.0.1:9",
     ]  # fmt: skip
     container = images.buildah.start(images.collector, args, "/healthz", port, tmp_path_factory.mktemp("collector"))
