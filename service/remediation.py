@@ -28,7 +28,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -147,6 +147,39 @@ def causes_since(store: Store, gpu_uuid: str, since: datetime) -> tuple[int, lis
     if width is not None and full is not None and width < full:
         found.append(f"PCIe link at x{width:.0f} of x{full:.0f}")
     return int(after.sum()), found
+
+
+def forget_before_return(frame: pd.DataFrame, returned: Mapping[str, datetime]) -> pd.DataFrame:
+    """`frame` (a scoring history) with each returned GPU's XIDs up to its verified return set to none: the
+    remedy resolved them, so the rules that count XIDs over a window (119/120, 48 over 7 days) no longer
+    ask for the remedy again, and the GPU's score agrees with its return. Counters and flags need nothing:
+    a reset clears what it cured, and what it did not cure failed verification. The frame is unchanged
+    (the same object) when no GPU in it has returned."""
+    if not returned or not len(frame) or "xid" not in frame.columns:
+        return frame
+    keys = pd.Index(list(returned))
+    limits = np.array([np.datetime64(t.astimezone(UTC).replace(tzinfo=None), "ns") for t in returned.values()])
+    col = frame["gpu_uuid"]
+    if isinstance(col.dtype, pd.CategoricalDtype):  # the history's own dtype: look up each category once
+        at = keys.get_indexer(col.cat.categories.astype(str))
+        codes = col.cat.codes.to_numpy()
+        pos = np.where(codes >= 0, at[codes], -1)
+    else:
+        pos = keys.get_indexer(col.astype(str))
+    mine = pos >= 0
+    if not mine.any():
+        return frame
+    t = pd.DatetimeIndex(frame["timestamp"])
+    ts = (t.tz_convert(None) if t.tz is not None else t).to_numpy()
+    before = np.zeros(len(frame), dtype=bool)
+    before[mine] = ts[mine] <= limits[pos[mine]]
+    if not before.any():
+        return frame
+    out = frame.copy()
+    xid = out["xid"].to_numpy(copy=True)
+    xid[before & ~np.isnan(xid.astype(np.float64))] = 0
+    out["xid"] = xid
+    return out
 
 
 def _finite(v: Any) -> float | None:
@@ -551,5 +584,6 @@ __all__ = [
     "audit",
     "audit_row",
     "causes_since",
+    "forget_before_return",
     "to_verify",
 ]

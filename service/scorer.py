@@ -31,6 +31,7 @@ from predictor.model import RiskModel
 from predictor.policy import DECISIONS, decision_changes
 from predictor.score import score, to_records
 from predictor.thresholds import Thresholds
+from service.remediation import forget_before_return
 from service.replicas import Replica, Share, round_of, until_next_round
 from service.stored_rounds import StoredRounds
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
@@ -164,6 +165,7 @@ class Scorer(Worker):
                 gpus = self._gpus_of(share)
                 hosts = share.hosts([str(g["hostname"]) for g in gpus])
             frame = self.store.samples.scoring_history(since=until - SCORE_WINDOW, until=until, hostnames=hosts)
+            frame = forget_before_return(frame, self.store.remediations.returned_at())
             if len(frame) == 0:
                 if share is not None:  # nothing of ours (no shard held): /metrics must not show GPUs given up
                     self.state.records, self.state.identities = [], {}

@@ -202,6 +202,13 @@ class Remediations:
         with self.db.tx(write=True) as conn:
             return bool(conn.execute(q).rowcount)
 
+    def returned_at(self) -> dict[str, datetime]:
+        """Per GPU, when it was last returned to service after a verified remedy."""
+        r = T_REMEDIATIONS.c
+        q = sa.select(r.gpu_uuid, sa.func.max(r.closed_at)).where(r.result == "returned").group_by(r.gpu_uuid)
+        with self.db.tx() as conn:
+            return {u: utc(at, "closed at") for u, at in conn.execute(q).all() if at is not None}
+
     def gpu_state(self, gpu_uuid: str) -> str | None:
         """The GPU's state in the store (active, lost, retired); None for a GPU it does not know."""
         with self.db.tx() as conn:
