@@ -8,13 +8,22 @@ under our prefix (docs/decisions/0074-infiniband-ports-from-sysfs.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 NAME = "infiniband"
 """This collector's name in gpuhealth_collector_success{collector}."""
 PREFIX = "gpuhealth_infiniband_"
 PORT_LABELS = ("device", "port")
 """node_exporter's labels of a port's series."""
+RAILS_ATTR = "gpuhealth_ib_rails"
+"""The scoring frame's attribute (`DataFrame.attrs`) naming each GPU's rail: GPU UUID -> its ports as
+`device/port`, "mlx5_3/1" (several joined by ", "), from the store's GPU records (`store.samples`)."""
+
+
+def rail_name(ports: Iterable[tuple[str, str]]) -> str:
+    """A GPU's rail as its reasons name it: its ports as `device/port`, sorted, joined by ", "."""
+    return ", ".join(sorted({f"{d}/{p}" for d, p in ports}))
+
 
 COUNTERS: Mapping[str, tuple[str, str]] = {
     # file in counters/ -> (node_exporter's suffix, help); help texts after the IB specification.

@@ -4,7 +4,8 @@ A GPU whose fabric is not registered, or whose NVLink link is down, looks health
 while the node's multi-GPU work hangs; a flapping rail stops the node's multi-node work. The fault is
 the node's, so every GPU of the node gets the finding: `demote` (interruptible work only, off the
 gang-scheduled jobs; docs/decisions/0083-fabric-and-rail-findings-demote-the-node.md) with a reason
-that names the node's numbers, and the GPUs on a flapping rail say it is theirs.
+that names the node's numbers, and the GPUs on a flapping rail say it is theirs, naming its port
+(`device/port`) where the store knows it.
 
 Pure functions over the scoring frame (the store's hour rows and its raw tail, `core.hourly`) and a
 round's records, as `predictor.findings` is: the service applies them after scoring. A frame without
@@ -13,6 +14,7 @@ the columns (older stores, other backends, GPUs without a fabric or rails) has n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ import pandas as pd
 
 from core import catalog
 from core.decisions import SEVERITY
+from core.infiniband import RAILS_ATTR
 
 COLUMNS = catalog.NODE_FINDING_COLUMNS
 """History columns the findings read; any may be missing."""
@@ -111,8 +114,9 @@ def _flapping(per: pd.DataFrame) -> pd.DataFrame:
     return per[per["flaps"] > FLAPS_PER_HOUR * np.maximum(per["hours"], 1.0)]
 
 
-def fabric_findings(frame: pd.DataFrame) -> NodeFindings:
-    """The fabric, NVLink and rail findings of each node in the scoring frame."""
+def fabric_findings(frame: pd.DataFrame, rails: Mapping[str, str] | None = None) -> NodeFindings:
+    """The fabric, NVLink and rail findings of each node in the scoring frame; `rails` (GPU UUID -> its
+    ports, "mlx5_3/1"; default: the frame's `RAILS_ATTR`, the store's GPU records) names each GPU's rail."""
     found = NodeFindings()
     if len(frame) == 0 or not any(c in frame.columns for c in COLUMNS):
         return found
@@ -128,21 +132,28 @@ def fabric_findings(frame: pd.DataFrame) -> NodeFindings:
         if reasons:
             found.node[str(host)] = reasons
     if RAIL_DOWNS in frame.columns:
-        _rail_findings(_flapping(rail_flaps(frame)), found)
+        named = frame.attrs.get(RAILS_ATTR, {}) if rails is None else rails
+        _rail_findings(_flapping(rail_flaps(frame)), found, named)
     return found
 
 
-def _rail_findings(flapping: pd.DataFrame, found: NodeFindings) -> None:
+def _rail_findings(flapping: pd.DataFrame, found: NodeFindings, rails: Mapping[str, str]) -> None:
+    """Each GPU on a flapping rail names its port where the store knows it (else the series that does)."""
     for host, rail in flapping.groupby("hostname", sort=True):
         worst = rail.loc[rail["flaps"].idxmax()]
         said = f"{worst['flaps']:.0f} times in the last {_window(float(worst['hours']))}"
+        ports = sorted({p.strip() for u in rail["gpu_uuid"] for p in str(rails.get(str(u)) or "").split(",")} - {""})
+        which = f"rail{'s' if len(ports) > 1 else ''} {', '.join(ports)}" if ports else "rail"
         found.node.setdefault(str(host), []).append(
-            f"{RAIL_REASON}: the rail of {_gpus(rail)} of {host} went down {said}: not for multi-node work"
+            f"{RAIL_REASON}: the {which} of {_gpus(rail)} of {host} went down {said}: not for multi-node work"
         )
         for row in rail.itertuples():
+            port = rails.get(str(row.gpu_uuid))
+            its = f"its rail {port}" if port else "its rail"
+            where = "" if port else " (gpuhealth_infiniband_port_gpu_info names the port)"
             found.own[str(row.gpu_uuid)] = [
-                f"{RAIL_REASON}: its rail went down {row.flaps:.0f} times in the last {_window(row.hours)} "
-                "(gpuhealth_infiniband_port_gpu_info names the port): not for multi-node work"
+                f"{RAIL_REASON}: {its} went down {row.flaps:.0f} times in the last {_window(row.hours)}{where}: "
+                "not for multi-node work"
             ]
 
 

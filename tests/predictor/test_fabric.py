@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from alerts import config as alert_config
+from core.infiniband import RAILS_ATTR
 from predictor.fabric import FLAPS_PER_HOUR, fabric_findings, is_node_fabric_reason, with_node_findings
 
 T0 = pd.Timestamp("2026-12-07 10:00", tz="UTC")
@@ -92,3 +93,24 @@ def test_three_flaps_an_hour_or_a_counter_restart_is_no_finding() -> None:
     assert fabric_findings(three).node == {}
     restarted = frame(HOSTS, ib_rail_link_downed=lambda host, g, h: [40.0, 41.0, 1.0][h])
     assert fabric_findings(restarted).node == {}
+
+
+def test_a_gpu_on_a_flapping_rail_names_its_port_when_the_store_knows_it() -> None:
+    # The store's GPU records carry each GPU's rail (collector.infiniband's ties, or port_gpu_info in fleet
+    # mode); the scoring frame holds them as core.infiniband.RAILS_ATTR.
+    f = frame(HOSTS, ib_rail_link_downed=lambda host, g, h: 4.0 * h if (host, g) in (("node-a", 4), ("node-a", 5))
+              else 0.0)  # fmt: skip
+    f.attrs[RAILS_ATTR] = {"node-a-4": "mlx5_2/1", "node-a-5": "mlx5_2/1", "node-a-0": "mlx5_0/1"}
+    a = {r["gpu_uuid"]: r for r in with_node_findings(records(HOSTS), f) if r["hostname"] == "node-a"}
+    assert a["node-a-4"]["reasons"] == [
+        "InfiniBand rail flapping: its rail mlx5_2/1 went down 4 times in the last 60 minutes: not for multi-node work"
+    ]
+    assert a["node-a-0"]["reasons"] == [
+        "InfiniBand rail flapping: the rail mlx5_2/1 of GPU 4, 5 of node-a went down 4 times in the last 60 minutes: "
+        "not for multi-node work"
+    ]
+    # Rails named apart by the store: each GPU says its own, the node names both.
+    f.attrs[RAILS_ATTR] = {"node-a-4": "mlx5_2/1", "node-a-5": "mlx5_3/1"}
+    a = {r["gpu_uuid"]: r for r in with_node_findings(records(HOSTS), f) if r["hostname"] == "node-a"}
+    assert a["node-a-5"]["reasons"][0].startswith("InfiniBand rail flapping: its rail mlx5_3/1 went down 4 times")
+    assert a["node-a-0"]["reasons"][0].startswith("InfiniBand rail flapping: the rails mlx5_2/1, mlx5_3/1 of GPU 4, 5")
