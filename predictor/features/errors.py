@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
+from predictor.features import slots
 from predictor.features.context import Columns, FeatureContext, family, mean, tail_as_z
 from predictor.features.frame import OrderedFrame
-from predictor.features.windows import DAY, HOUR, MONTH, WEEK, WINDOWS, Sums
+from predictor.features.windows import DAY, HOUR, MONTH, WEEK, WINDOWS, CounterIncreases, Sums
 
 XID_FEATURES = (48, 63, 64, 79, 92, 94, 95)
 """XIDs counted one by one (the ECC, remap and off-bus codes of REFERENCE.md's table);
@@ -137,6 +138,8 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     # link's month before the last week: a link degrading for days is not its own norm.
     before = active(MONTH) - week
     before_h = np.maximum((ctx.days(MONTH) - ctx.days(WEEK)) * 24, 0.0)
+    # A link's habit is its slot's: a GPU that replaced another takes in its hours (`features.slots`).
+    before, before_h = _with_predecessors(ctx, rep, rising_rows, before, before_h)
     for key, w in (("6h", 6 * HOUR), ("1d", DAY)):
         out[f"replay_surprise_{key}"] = surprise(out[f"replay_active_hours_{key}"], before, before_h, ctx.days(w) * 24)
     # A degrading link replays a little every hour, then more and more; a flaky healthy one
@@ -149,6 +152,27 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     node_count = replaying.groupby([ident["cutoff"], ident["hostname"]]).transform("sum").to_numpy(dtype=float)
     out["node_replaying_gpus_6h"] = node_count - replaying.to_numpy(dtype=float)
     return ctx.unknown_where_missing(rep, out)
+
+
+def _with_predecessors(
+    ctx: FeatureContext, rep: CounterIncreases, rising_rows: np.ndarray, before: np.ndarray, before_h: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The habit's replaying hours and hours, with those of the GPUs that held each GPU's slot before it
+    (`slots.predecessors`) over the same month before the last week, less their own last week (a GPU
+    pulled for a failing link was degrading then: no habit either). Unchanged where there were none."""
+    pairs = slots.predecessors(ctx.f, ctx.q)
+    if rep.covered is not None and len(pairs.query):  # a predecessor without the counter tells nothing
+        keep = rep.covered[ctx.f.gpu_start[pairs.gpu]]
+        pairs = slots.Predecessors(pairs.query[keep], pairs.gpu[keep])
+    if len(pairs.query) == 0:
+        return before, before_h
+    f, c = ctx.f, ctx.q.c[pairs.query]
+    lo, hi = slots.rows_in(f, pairs.gpu, c - MONTH, np.minimum(c, f.last_t[pairs.gpu]) - WEEK)
+    active = slots.rising_counts(f, rep, "pcie_replay_count", lo, hi, rising_rows)
+    n = len(before)
+    before = before + np.bincount(pairs.query, weights=active, minlength=n)
+    before_h = before_h + np.bincount(pairs.query, weights=(hi - lo).astype(float), minlength=n)  # hour rows
+    return before, before_h
 
 
 PRIOR_ACTIVE_PER_H = 0.01

@@ -25,6 +25,7 @@ from simulator.run import simulate
 from tests.predictor.features import reference_heat
 
 HEAT = importlib.import_module("predictor.features.heat")  # the attribute is the family of the same name
+SLOTS = importlib.import_module("predictor.features.slots")
 MIX = {"NVIDIA A100-SXM4-80GB": 0.5, "NVIDIA H100 80GB HBM3": 0.5}
 
 
@@ -91,6 +92,25 @@ def test_features_equal_the_reference_bit_for_bit(
         before = build_features(frame, cut)
     assert fast["heat_vs_node_own_z"].notna().any() and fast["mem_spread_z"].notna().any()
     pd.testing.assert_frame_equal(fast, before, check_exact=True)
+
+
+@pytest.mark.parametrize("fleet", ["hourly", "15min"])
+def test_only_the_replaced_gpu_takes_its_slots_habit(
+    fleets: dict[str, pd.DataFrame], fleet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every feature of the GPUs never replaced is what it was before slots lent their habit (decision
+    0089), bit for bit; the replacement's replay habit is its slot's."""
+    frame = fleets[fleet]
+    cut = cutoffs(frame)["many"]
+    with_slots = build_features(frame, cut)
+    with monkeypatch.context() as m:
+        m.setattr(SLOTS, "predecessors", lambda f, q: SLOTS.NONE)
+        own = build_features(frame, cut)
+    new = (with_slots["gpu_uuid"] == "GPU-replacement").to_numpy()
+    pd.testing.assert_frame_equal(with_slots[~new], own[~new], check_exact=True)
+    if fleet == "hourly":  # 10 days of its predecessor before it; the 15-minute fleet has 5, all its last week
+        surprise = ["replay_surprise_6h", "replay_surprise_1d"]
+        assert not with_slots.loc[new, surprise].equals(own.loc[new, surprise])
 
 
 def test_score_decides_as_with_the_reference(

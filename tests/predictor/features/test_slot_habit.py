@@ -1,0 +1,121 @@
+"""A link's habit belongs to its slot: a GPU put in a slot whose link has always replayed is judged
+against the slot's history (the GPUs it replaced), not against none (decision 0089)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.history import validate
+from predictor.features import build_features
+
+T0 = pd.Timestamp("2026-05-01T00:00:00Z")
+H100 = "NVIDIA H100 80GB HBM3"
+DAY_H = 24
+CUT = T0 + pd.Timedelta(days=30)
+SURPRISE = ["replay_surprise_6h", "replay_surprise_1d"]
+
+
+def gpu(uuid: str, index: int, first_h: int, last_h: int, replaying: np.ndarray, host: str = "node-a") -> pd.DataFrame:
+    """Hourly rows from hour `first_h` to `last_h` (hours since T0); the replay counter rises (by 5) in the
+    hours where `replaying` (indexed by hour since T0) is set."""
+    hours = np.arange(first_h, last_h + 1)
+    rises = np.where(replaying[hours], 5.0, 0.0)
+    rises[0] = 0.0
+    return pd.DataFrame(
+        {
+            "timestamp": T0 + pd.to_timedelta(hours, unit="h"),
+            "hostname": host,
+            "gpu_uuid": uuid,
+            "gpu_index": index,
+            "model_name": H100,
+            "gpu_temp_c": 40.0,
+            "pcie_replay_count": np.cumsum(rises),
+        }
+    )
+
+
+def habit(every: int) -> np.ndarray:
+    """A link that replays one hour in `every`, all month."""
+    out = np.zeros(31 * DAY_H, dtype=bool)
+    out[::every] = True
+    return out
+
+
+def recent(hours: tuple[int, ...]) -> np.ndarray:
+    """A link quiet but for these hours before the cutoff."""
+    out = np.zeros(31 * DAY_H, dtype=bool)
+    out[[30 * DAY_H - h for h in hours]] = True
+    return out
+
+
+def features(*parts: pd.DataFrame, cut: pd.Timestamp | pd.DatetimeIndex = CUT) -> pd.DataFrame:
+    frame = validate(pd.concat(parts, ignore_index=True), source="test")
+    cuts = pd.DatetimeIndex([cut] if isinstance(cut, pd.Timestamp) else cut)
+    return build_features(frame, cuts).set_index(["gpu_uuid", "cutoff"])
+
+
+def fleet() -> list[pd.DataFrame]:
+    """node-a slot 0: GPU-old replayed one hour in four for 20 days and was pulled; GPU-new took its slot a
+    day later and replays in 2 of its last 6 hours. Slot 1: GPU-fresh, never replaced, replays the same
+    hours as GPU-new over the same 9 days (its first hours there). node-b slot 0 replays one hour in four
+    all month and was never replaced."""
+    now = recent((1, 4))
+    return [
+        gpu("GPU-old", 0, 0, 20 * DAY_H, habit(4)),
+        gpu("GPU-new", 0, 21 * DAY_H, 30 * DAY_H, now),
+        gpu("GPU-fresh", 1, 21 * DAY_H, 30 * DAY_H, now),
+        gpu("GPU-b0", 0, 0, 30 * DAY_H, habit(4), host="node-b"),
+    ]
+
+
+def test_a_new_gpu_in_a_slot_that_always_replayed_is_judged_by_the_slots_habit() -> None:
+    x = features(*fleet())
+    new, fresh = x.loc[("GPU-new", CUT), SURPRISE], x.loc[("GPU-fresh", CUT), SURPRISE]
+    # The same hours, the same age: only the slot's history tells them apart.
+    assert (x.loc[("GPU-new", CUT), ["replay_active_hours_6h", "replay_active_hours_1d"]] == 2).all()
+    assert (fresh > 2.0).all(), fresh  # against the prior alone (0.01 an hour): rare
+    # Its predecessor replayed one hour in four: two in six is its slot's habit.
+    assert (new < 1.0).all(), new
+
+
+def test_gpus_never_replaced_keep_their_own_habit() -> None:
+    """The slot's history changes the replaced GPU's features only: dropping its predecessor changes
+    nothing for the others, bit for bit."""
+    parts = fleet()
+    cuts = pd.date_range(CUT - pd.Timedelta(days=8), CUT, freq="7h")
+    with_old = features(*parts, cut=cuts)
+    without = features(*parts[1:], cut=cuts)
+    others = with_old.index.get_level_values("gpu_uuid").isin(["GPU-fresh", "GPU-b0"])
+    pd.testing.assert_frame_equal(with_old[others], without.loc[with_old.index[others]], check_exact=True)
+    changed = with_old.loc["GPU-new", SURPRISE] != without.loc["GPU-new", SURPRISE]
+    assert changed.any().all()
+
+
+def test_the_slot_is_the_host_and_index_and_a_gpu_alive_beside_it_is_no_predecessor() -> None:
+    """A GPU of another host or slot, or one whose rows overlap the new GPU's (a renumbered neighbour),
+    lends it no habit."""
+    now = recent((1, 4))
+    alone = features(gpu("GPU-new", 0, 21 * DAY_H, 30 * DAY_H, now))
+    for other in (
+        gpu("GPU-old", 1, 0, 20 * DAY_H, habit(4)),  # another slot
+        gpu("GPU-old", 0, 0, 20 * DAY_H, habit(4), host="node-b"),  # another host
+        gpu("GPU-old", 0, 0, 22 * DAY_H, habit(4)),  # still reporting when GPU-new came
+    ):
+        x = features(other, gpu("GPU-new", 0, 21 * DAY_H, 30 * DAY_H, now))
+        pd.testing.assert_series_equal(x.loc[("GPU-new", CUT), SURPRISE], alone.loc[("GPU-new", CUT), SURPRISE])
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_the_slots_habit_is_the_same_at_one_cutoff_and_many(nan: bool) -> None:
+    """One cutoff reads only its windows' rows; many take whole columns: the same numbers either way,
+    with NaN samples or without."""
+    parts = fleet()
+    if nan:
+        parts[0].loc[parts[0].index[5::17], "pcie_replay_count"] = np.nan
+    cuts = pd.DatetimeIndex([CUT - pd.Timedelta(hours=30), CUT])
+    many = features(*parts, cut=cuts)
+    for c in cuts:
+        one = features(*parts, cut=c)
+        pd.testing.assert_frame_equal(one, many.loc[one.index], check_exact=False, rtol=1e-12)
