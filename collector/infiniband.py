@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from collector.backends.base import GpuInfo, GpuReading
 from collector.scraped import ScrapedCollector
-from core.infiniband import COUNTERS, HW_COUNTERS, NAME, PREFIX
+from core.infiniband import COUNTERS, HW_COUNTERS, NAME, PREFIX, rail_name
 from core.labels import HOSTNAME
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,8 @@ def _tie_family(tied: Sequence[Tie], host: Mapping[str, str]) -> Metric:
 
 class RailCounts:
     """Adds each GPU's `ib_rail_link_downed` to a sample's readings: the link downs of the ports tied to
-    it (`ties`), summed. A GPU with no tied port, or a port without the counter, gets no value; a node
+    it (`ties`), summed, and names those ports (`GpuReading.rail`, "mlx5_3/1"), which the store keeps with
+    the GPU for the reasons. A GPU with no tied port, or a port without the counter, gets no value; a node
     without RDMA ports gets none at all (the sampler's hook, `Sampler(augment=...)`)."""
 
     name = "infiniband_rails"
@@ -283,10 +284,14 @@ class RailCounts:
             return
         downs = {(p.device, p.port): p.counters.get("link_downed_total") for p in ports}
         sums: dict[str, float] = {}
+        tied: dict[str, list[tuple[str, str]]] = {}
         for t in ties(self.root, ports, [r.info for r in live]):
+            tied.setdefault(t.gpu.uuid, []).append((t.device, t.port))
             value = downs[(t.device, t.port)]
             if value is not None:
                 sums[t.gpu.uuid] = sums.get(t.gpu.uuid, 0.0) + value
         for r in live:
             if r.info.uuid in sums:
                 r.values[self.field] = sums[r.info.uuid]
+            if r.info.uuid in tied:
+                r.rail = rail_name(tied[r.info.uuid])

@@ -29,7 +29,7 @@ def snapshot_rows(snap: Snapshot) -> tuple[list[dict[str, Any]], list[dict[str, 
         info = r.info
         gpus.append({
             "uuid": info.uuid, "hostname": info.hostname, "gpu_index": info.index, "model_name": info.model_name,
-            "serial": info.serial or None, "pci_bus_id": info.pci_bus_id or None,
+            "serial": info.serial or None, "pci_bus_id": info.pci_bus_id or None, "ib_rail": r.rail or None,
             "state": "lost" if r.lost else "active", "seen_at": ts,
         })  # fmt: skip
         if r.lost:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from core import catalog, history, identity
 from core.history import HistoryError, validate
+from core.infiniband import rail_name
 from core.labels import HOST_LABELS as HOST_LABEL_NAMES
 
 log = logging.getLogger(__name__)
@@ -463,3 +464,25 @@ def workloads_at(
         if "pod" in labels or "hpc_job" in labels:
             sets.append(labels)
     return out
+
+
+RAIL_METRIC = "gpuhealth_infiniband_port_gpu_info"
+"""1 for each GPU a port serves (collector.infiniband): each GPU's rail, by `device` and `port`."""
+
+
+def rails_at(
+    url: str, at: datetime, *, lookback_s: float = 300.0, client: httpx.Client | None = None
+) -> dict[str, tuple[str, str]]:
+    """Each GPU's InfiniBand/RoCE ports as its collector tied them at `at`: UUID -> (host, "mlx5_3/1"),
+    several ports joined by ", " (core.infiniband.rail_name); a GPU without a tied port is left out."""
+    by = ", ".join(("UUID", "device", "port", *HOST_LABELS))
+    query = f'group by ({by}) (last_over_time({RAIL_METRIC}{{UUID!=""}}[{int(lookback_s)}s]))'
+    with _api(url, client) as api:
+        data = api.get("/api/v1/query", {"query": query, "time": f"{_unix(at):.3f}"}) or {}
+    ports: dict[str, tuple[str, set[tuple[str, str]]]] = {}
+    for series in data.get("result", ()) if isinstance(data, dict) else ():
+        m = series.get("metric", {})
+        uuid, device, port = (str(m.get(k, "")) for k in ("UUID", "device", "port"))
+        if uuid and device and port:
+            ports.setdefault(uuid, (_host_of(m), set()))[1].add((device, port))
+    return {u: (host, rail_name(p)) for u, (host, p) in ports.items()}

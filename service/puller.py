@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from core import identity
 from core.history import HistoryError
-from core.prom_import import NoSeries, SkippedSeries, import_history, list_hosts, workloads_at
+from core.prom_import import NoSeries, SkippedSeries, import_history, list_hosts, rails_at, workloads_at
 from core.worker import Worker
 from service.replicas import Replica, Share
 from service.scorer import all_gpus
@@ -152,6 +152,7 @@ class PrometheusPuller(Worker):
                     n = self.store.samples.ingest(new.reset_index(drop=True), not_after=end + CLOCK_SKEW)
                     self._mark_lost(new, end)
                     self._pull_workloads(end, share)
+                    self._pull_rails(end, share)
                 self.state.watermark = end
             if share is not None:  # pulled: what was gained is caught up with
                 self._held = share.shards
@@ -211,6 +212,17 @@ class PrometheusPuller(Worker):
             self.store.workloads.replace(mine, end)
         except (HistoryError, StoreError) as err:
             log.warning("workloads on the GPUs not updated this pull: %s", err)
+
+    def _pull_rails(self, end: datetime, share: Share | None) -> None:
+        """Each pulled GPU's InfiniBand/RoCE ports (`gpuhealth_infiniband_port_gpu_info`), kept with the GPU
+        so a flapping rail's reason names its port; a failure costs only the names, asked again next pull."""
+        try:
+            found = rails_at(self.url, end, client=self.client)
+            self.store.gpus.set_rails(
+                {u: rail for u, (host, rail) in found.items() if share is None or share.has(host)}
+            )
+        except (HistoryError, StoreError) as err:
+            log.warning("the GPUs' InfiniBand rails not updated this pull: %s", err)
 
     def _check_future(self, end: datetime) -> None:
         """Note (log, /healthz, a metric) samples in the store dated past our clock."""

@@ -7,7 +7,8 @@ Two injected faults, both the node's and neither a GPU failure (no label, every 
   whose nvidia-fabricmanager died does; multi-GPU work there hangs while each GPU looks healthy.
 - `rail-flap`: the InfiniBand port on the GPU's rail (the two GPUs behind one PCIe switch, slots 2k and
   2k+1, as on an HGX board with one NIC per switch) starts to flap: one link down every 15 minutes, four
-  an hour (`ib_rail_link_downed` on both GPUs of the rail).
+  an hour (`ib_rail_link_downed` on both GPUs of the rail). The node's NICs are named as mlx5 names
+  them, one per switch: the rail of slots 2k and 2k+1 is `mlx5_k`, port 1 (`Fabric.rails`).
 
 A default fleet has neither an NVSwitch fabric nor IB ports: the three fields are absent (NaN), as
 NVML and sysfs answer on such a node, so its readings and history stay what they were. A node given
@@ -57,6 +58,12 @@ class Fabric:
         self.has_rail |= node
         rail = node & (fleet.slot // GPUS_PER_RAIL == fleet.slot[fault.gpu] // GPUS_PER_RAIL)
         self.rail_at[rail] = np.minimum(self.rail_at[rail], at)
+
+    def rails(self, fleet: FleetSim) -> list[str]:
+        """Per GPU, its rail's port as `device/port` ("mlx5_2/1"), or "" on a node without rails."""
+        return [
+            f"mlx5_{int(s) // GPUS_PER_RAIL}/1" if r else "" for s, r in zip(fleet.slot, self.has_rail, strict=True)
+        ]
 
     def values(self, fleet: FleetSim) -> dict[str, np.ndarray]:
         """The catalogue fields of the fabric and the rails, NaN on GPUs whose node has none."""

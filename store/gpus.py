@@ -45,6 +45,8 @@ class GpuRow(TypedDict, total=False):
     model_name: str | None
     serial: str | None
     pci_bus_id: str | None
+    ib_rail: str | None
+    """Its InfiniBand/RoCE ports ("mlx5_3/1"); None: none known (the one kept stays)."""
     state: str | None
 
 
@@ -59,6 +61,7 @@ class GpuSighting(TypedDict, total=False):
     model_name: str | None
     serial: str | None
     pci_bus_id: str | None
+    ib_rail: str | None
     state: str | None
 
 
@@ -138,6 +141,7 @@ def upsert_gpu_rows(db: Database, conn: Connection, rows: Sequence[GpuSighting],
             "model_name": r.get("model_name"),
             "serial": r.get("serial"),
             "pci_bus_id": r.get("pci_bus_id"),
+            "ib_rail": r.get("ib_rail"),
             "state": r.get("state") or "active",
             "first_seen": r["first_seen"],
             "last_seen": r["last_seen"],
@@ -169,6 +173,7 @@ def upsert_gpu_rows(db: Database, conn: Connection, rows: Sequence[GpuSighting],
                 "model_name": newest("model_name"),
                 "serial": sa.func.coalesce(ex.serial, g.serial),
                 "pci_bus_id": sa.func.coalesce(ex.pci_bus_id, g.pci_bus_id),
+                "ib_rail": sa.func.coalesce(ex.ib_rail, g.ib_rail),
                 "state": state,
                 "first_seen": db.least(g.first_seen, ex.first_seen),
                 "last_seen": last_seen,
@@ -293,6 +298,7 @@ def _sighting(g: Any, i: int) -> GpuSighting:
         "model_name": text(g.get("model_name"), f"GPU {i}: model_name", required=False),
         "serial": text(g.get("serial"), f"GPU {i}: serial", required=False, max_len=64),
         "pci_bus_id": text(g.get("pci_bus_id"), f"GPU {i}: pci_bus_id", required=False, max_len=32),
+        "ib_rail": text(g.get("ib_rail"), f"GPU {i}: ib_rail", required=False, max_len=255),
         "state": state,
         "first_seen": seen,
         "last_seen": seen,
@@ -306,13 +312,30 @@ class Gpus:
         self.db = db
 
     def upsert(self, gpus: Sequence[GpuRow | Mapping[str, Any]]) -> None:
-        """Record GPUs seen: uuid, hostname, gpu_index, model_name, serial?, pci_bus_id?, state?, seen_at."""
+        """Record GPUs seen: uuid, hostname, gpu_index, model_name, serial?, pci_bus_id?, ib_rail?, state?, seen_at."""
         rows = [_sighting(g, i) for i, g in enumerate(gpus)]
         with self.db.tx(write=True) as conn:
             explicit = [r for r in rows if r["state"] is not None]
             implicit = [r for r in rows if r["state"] is None]
             upsert_gpu_rows(self.db, conn, implicit, explicit_state=False)
             upsert_gpu_rows(self.db, conn, explicit, explicit_state=True)
+
+    def set_rails(self, rails: Mapping[str, str]) -> int:
+        """Keep each GPU's InfiniBand/RoCE ports (UUID -> "mlx5_3/1"), as fleet mode reads them from
+        `gpuhealth_infiniband_port_gpu_info`; GPUs the store does not know are left out. Returns the GPUs changed."""
+        rows = [
+            {"u": text(u, "uuid", max_len=64), "r": text(r, f"GPU {u}: ib_rail", max_len=255)} for u, r in rails.items()
+        ]
+        if not rows:
+            return 0
+        g = T_GPUS.c
+        stmt = (
+            sa.update(T_GPUS)
+            .where(g.uuid == sa.bindparam("u"), sa.or_(g.ib_rail.is_(None), g.ib_rail != sa.bindparam("r")))
+            .values(ib_rail=sa.bindparam("r"))
+        )
+        with self.db.tx(write=True) as conn:
+            return int(conn.execute(stmt, rows).rowcount or 0)
 
     def find(
         self,

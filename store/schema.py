@@ -78,6 +78,8 @@ class Gpu(Base):
     model_name: Mapped[str | None] = mapped_column(sa.String(255))
     serial: Mapped[str | None] = mapped_column(sa.String(64))
     pci_bus_id: Mapped[str | None] = mapped_column(sa.String(32))
+    # Its InfiniBand/RoCE ports, "mlx5_3/1" (migration 0016): the rail its reasons name (predictor.fabric).
+    ib_rail: Mapped[str | None] = mapped_column(sa.String(255))
     first_seen: Mapped[datetime] = mapped_column(UTCDateTime())
     last_seen: Mapped[datetime] = mapped_column(UTCDateTime())
     state: Mapped[str] = mapped_column(sa.String(16), default="active")

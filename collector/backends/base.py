@@ -62,6 +62,9 @@ class GpuReading:
     """Why the GPU is lost or a read failed, for logs and /healthz."""
     mig: list[MigReading] = field(default_factory=list)
     """Its MIG instances when MIG is on; health, risk and decisions stay with the GPU itself."""
+    rail: str = ""
+    """Its InfiniBand/RoCE ports as `device/port` ("mlx5_3/1", core.infiniband.rail_name); "" when none is
+    tied to it. Set by the rails augmenter (collector.infiniband.RailCounts) or a simulated fleet."""
 
 
 @dataclass(frozen=True)

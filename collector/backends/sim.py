@@ -113,12 +113,13 @@ class SimBackend:
             self._repairs = self.fleet.repairs
             self._infos = self._identities()
         cols = self.fleet.values()
+        rails = self.fleet.fabric.rails(self.fleet)  # the NIC on each GPU's rail, as RailCounts names it
         out = []
         for i, info in enumerate(self._infos):
             if self.fleet.lost[i]:
                 out.append(GpuReading(info, {}, lost=True, error="GPU has fallen off the bus (XID 79)"))
             else:
-                out.append(GpuReading(info, {k: float(v[i]) for k, v in cols.items()}))
+                out.append(GpuReading(info, {k: float(v[i]) for k, v in cols.items()}, rail=rails[i]))
         return out
 
     def drain_xid_events(self) -> list[XidEvent]:

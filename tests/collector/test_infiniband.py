@@ -168,6 +168,7 @@ def test_each_gpu_reading_gains_its_rails_link_downs(tmp_path: Path) -> None:
     s = build_sampling(backend, [BY_NAME["ib_rail_link_downed"]], 10.0, sysfs_root=root)
     snap = s.sampler.sample_once()
     assert [r.values.get("ib_rail_link_downed") for r in snap.readings] == [4.0, 7.0, None]
+    assert [r.rail for r in snap.readings] == ["mlx5_0/1", "mlx5_1/1", ""]  # the ports, named for the reasons
     assert s.registry.get_sample_value("gpuhealth_collector_success", {"collector": "infiniband_rails"}) == 1.0
     exported = {
         x.labels["gpu"]: x.value

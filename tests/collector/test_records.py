@@ -57,5 +57,8 @@ def test_the_fabric_and_rail_fields_are_stored_and_the_round_demotes_their_nodes
         assert ("sim-node-00", "fabric not ready on 2 of 2 GPUs of sim-node-00 (registration not started)") in reasons
         assert ("sim-node-01", "InfiniBand rail flapping") in reasons
         assert {r["decision"] for r in records} == {"demote"}
+        # The GPU on the rail names its port (the sim's NIC of slots 0 and 1: mlx5_0, port 1).
+        on_rail = next(r for r in records if r["gpu_uuid"] == backend.gpus()[3].uuid)
+        assert any(x.startswith("InfiniBand rail flapping: its rail mlx5_0/1 went down") for x in on_rail["reasons"])
     finally:
         store.close()
