@@ -4,7 +4,9 @@ Every batch a writer stores is rolled into its hours (`core.hourly`, the arithme
 features use) and merged with the hours already stored (`store.rollup.merge_sample_hours`):
 a late sample joins its hour, a repeated one was skipped before it got here. The scorer then
 reads 31 days of hour rows and only the raw tail of the hour it scores in
-(`Samples.scoring_history`), whatever the sampling interval.
+(`Samples.scoring_history`), whatever the sampling interval. Every row written is stamped with
+the writing transaction's revision (`store.changes`), so the scorer's window (`store.window`)
+re-reads only the earlier hours that changed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from store.changes import next_revision
 from store.engine import Sql, quote
 from store.rawsql import fetch_block, metric_select
 from store.rollup import HOUR_VALUES, SAMPLE_HOUR_COLUMNS, merge_sample_hours, rollup_samples
@@ -61,11 +64,12 @@ def _stamps(sql: Sql, us: np.ndarray) -> list[Any]:
     return text.tolist()
 
 
-def write_hours(sql: Sql, conn: Connection, hours: pd.DataFrame) -> None:
+def write_hours(sql: Sql, conn: Connection, hours: pd.DataFrame, *, stamp: bool = True) -> None:
     """Upsert hour rows (SAMPLE_HOUR_COLUMNS): a stored (GPU, hour) is overwritten by its merge.
 
     One executemany through the driver (psycopg pipelines it), no Python object per value beyond
-    the row tuples: ingest does this for every batch.
+    the row tuples: ingest does this for every batch. `stamp`: with the transaction's next
+    revision (`store.changes`); only migration 0004, older than the column, writes without.
     """
     if hours.empty:
         return
@@ -82,6 +86,9 @@ def write_hours(sql: Sql, conn: Connection, hours: pd.DataFrame) -> None:
         obj[np.isnan(x)] = None
         cols.append(obj.tolist())
     names = list(SAMPLE_HOUR_COLUMNS)
+    if stamp:
+        names.append("revision")
+        cols.append([next_revision(conn)] * n)
     quoted = ", ".join(quote(c) for c in names)
     updates = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in names[2:])
     stmt = (
@@ -96,14 +103,16 @@ def write_hours(sql: Sql, conn: Connection, hours: pd.DataFrame) -> None:
         cur.close()
 
 
-def add_hours(sql: Sql, conn: Connection, u: np.ndarray, ts_us: np.ndarray, v: np.ndarray) -> int:
+def add_hours(
+    sql: Sql, conn: Connection, u: np.ndarray, ts_us: np.ndarray, v: np.ndarray, *, stamp: bool = True
+) -> int:
     """Roll newly stored samples (uuids, µs, values in METRIC_COLUMNS order) into their stored hours;
-    returns the hour rows written."""
+    returns the hour rows written (`stamp`: as `write_hours`)."""
     if not len(u):
         return 0
     new = rollup_samples(u, ts_us, v)
     merged = merge_sample_hours(new, stored_hours(sql, conn, new))
-    write_hours(sql, conn, merged)
+    write_hours(sql, conn, merged, stamp=stamp)
     return len(merged)
 
 
@@ -117,5 +126,5 @@ def backfill_hours(conn: Connection) -> int:
         part = gpus[start : start + BACKFILL_GPUS]
         q, params = metric_select(sql, "samples", "timestamp", (), None, None, part)
         u, ts, v = fetch_block(sql, conn, q, params, 0, stream=False)
-        written += add_hours(sql, conn, u, ts, v)
+        written += add_hours(sql, conn, u, ts, v, stamp=False)  # before migration 0015's column
     return written

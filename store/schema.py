@@ -113,12 +113,23 @@ samples_hourly = sa.Table(
     sa.Column("hour", UTCDateTime(), primary_key=True),
     sa.Column("n", sa.Integer, nullable=False),
     sa.Column("last_at", UTCDateTime(), nullable=False),  # newest raw sample rolled in: merges keep counters right
+    # The writing transaction's `hour_revisions` value (migration 0015): the scorer's window re-reads changed rows.
+    sa.Column("revision", sa.BigInteger, nullable=False, server_default="0"),
     *_metric_columns(),
     sa.Column("thermal_throttle_share", sa.Float, nullable=True),  # share of the hour's samples throttled for heat
     sa.Index("ix_samples_hourly_hour", "hour"),
+    sa.Index("ix_samples_hourly_revision", "revision"),
 )
 """Hour rows of the samples, kept at ingest (`store.hours`): `hour` H covers (H, H + 1 h]; gauges
 averaged, counters and states last, xid max (`core.hourly`). The scorer reads these."""
+
+hour_revisions = sa.Table(
+    "hour_revisions",
+    Base.metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("revision", sa.BigInteger, nullable=False),
+)
+"""One row: the last revision stamped on hour rows (`store.changes`)."""
 
 
 class RiskScore(Base):
