@@ -35,6 +35,7 @@ from service.remediation import forget_before_return
 from service.replicas import Replica, Share, round_of, until_next_round
 from service.stored_rounds import StoredRounds
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
+from store.window import HourWindow
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ PROBE_WINDOW = timedelta(days=7)
 PRUNE_EVERY = timedelta(hours=1)
 SCORE_WINDOW = timedelta(days=31)
 """History read for one scoring round: the longest feature window (30 d) and a margin."""
+WINDOW_MB = 8192
+"""Memory for the hour rows the scorer keeps between rounds: 2.3 GB per 10,000 GPUs (decision 0090)."""
 
 
 @dataclass
@@ -92,6 +95,7 @@ class Scorer(Worker):
         retention: Retention | None = None,
         on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
         replica: Replica | None = None,
+        window_mb: float | None = WINDOW_MB,
     ) -> None:
         self.store = store
         self.model = model
@@ -104,6 +108,8 @@ class Scorer(Worker):
         self.replica = replica
         """Several replicas: score only this one's share, in rounds aligned on the database's clock."""
         self._pruned_at: datetime | None = None
+        self.window = HourWindow(store.samples.db, SCORE_WINDOW, None if window_mb is None else int(window_mb * 1e6))
+        """The hour rows kept between rounds: a round reads what changed (`store.window`)."""
         self.state = ScoreState()
         self.model_state = ModelState(meta=dict(model.meta))
         self._lock = threading.Lock()
@@ -164,7 +170,7 @@ class Scorer(Worker):
             if share is not None:  # the share's GPUs (lost ones, probe findings, actions: only ours), their hosts
                 gpus = self._gpus_of(share)
                 hosts = share.hosts([str(g["hostname"]) for g in gpus])
-            frame = self.store.samples.scoring_history(since=until - SCORE_WINDOW, until=until, hostnames=hosts)
+            frame = self.window.frame(until=until, hostnames=hosts)
             frame = forget_before_return(frame, self.store.remediations.returned_at())
             if len(frame) == 0:
                 if share is not None:  # nothing of ours (no shard held): /metrics must not show GPUs given up

@@ -1,0 +1,160 @@
+"""Hour rows as columns, the scorer's window's unit (`store.window`): read, combined, kept, replaced.
+
+A `Rows` holds hour rows (GPU, hour start) with their HOUR_VALUES in the dtype the history frame
+gives them (`core.history.metric_dtype`: float32 for gauges), so a frame made from them is the
+frame `Samples.scoring_history` makes from the same rows, bit for bit. The reads go through the
+same SQL and the same driver paths (`store.rawsql`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+from sqlalchemy.engine import Connection
+
+from core import history, hourly
+from store.engine import Sql, quote
+from store.rawsql import copy_columns, fetch_block, metric_select
+from store.rollup import HOUR_VALUES, rollup_samples
+
+_READ = ("n", "last_at", *HOUR_VALUES)
+_DTYPES = [np.dtype(np.float64)] * 2 + [history.metric_dtype(c) for c in HOUR_VALUES]
+ROW_BYTES = 4 + 8 + sum(d.itemsize for d in _DTYPES[2:])
+"""Memory of one hour row held: its GPU code, its hour, its values."""
+
+
+@dataclass
+class Rows:
+    """Hour rows as columns: GPU codes into `gpus` (each GPU has a row), hour starts and stamps in µs."""
+
+    codes: np.ndarray
+    gpus: list[str]
+    start: np.ndarray
+    cols: dict[str, np.ndarray]
+    """HOUR_VALUES, each in its history dtype."""
+    stamp: np.ndarray | None = None
+    """The frame's timestamp of each row; None: the hour's end (every whole hour)."""
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.codes) * ROW_BYTES
+
+    def stamps(self) -> np.ndarray:
+        return self.start + hourly.HOUR_US if self.stamp is None else self.stamp
+
+
+def no_rows() -> Rows:
+    """Rows with no row."""
+    cols = {c: np.empty(0, d) for c, d in zip(_READ[2:], _DTYPES[2:], strict=True)}
+    return Rows(np.empty(0, np.int32), [], np.empty(0, np.int64), cols)
+
+
+def read_hours(
+    db: Sql,
+    conn: Connection,
+    lo: datetime,
+    hi: datetime,
+    ids: Sequence[str] | None,
+    *,
+    after: int | None = None,
+) -> Rows:
+    """The stored hour rows of [lo, hi) (of `ids`; None: every GPU), as `scoring_history` reads them;
+    `after`: only those stamped with a later revision (`store.changes`)."""
+    if ids is not None and not ids:
+        return no_rows()
+    extra = ("n", db.ts_us(quote("last_at")))
+    sql, params = metric_select(db, "samples_hourly", "hour", extra, lo, hi, ids, HOUR_VALUES, until_inclusive=False)
+    if after is not None:
+        sql += f" AND revision > {db.ph}"  # the WHERE always has the hour bounds
+        params.append(after)
+    if db.dialect == "postgresql":
+        codes, gpus, start, cols = copy_columns(conn, sql, params, _READ, _DTYPES)
+    else:
+        hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+        codes, uniq = pd.factorize(hu)
+        gpus = [str(x) for x in uniq]
+        cols = {c: hv[:, k].astype(d) for k, (c, d) in enumerate(zip(_READ, _DTYPES, strict=True)) if k >= 2}
+    for c in _READ[:2]:
+        cols.pop(c, None)
+    return Rows(codes.astype(np.int32), gpus, start.astype(np.int64), cols)
+
+
+def read_tail(db: Sql, conn: Connection, boundary: datetime, until: datetime, ids: Sequence[str] | None) -> Rows:
+    """The raw samples of (boundary, until] rolled up as the stored hours were, stamped as
+    `scoring_history` stamps them: at the hour's end if it is over by `until`, else at its newest sample."""
+    sql, params = metric_select(db, "samples", "timestamp", (), boundary, until, ids, since_inclusive=False)
+    ru, rts, rv = fetch_block(db, conn, sql, params, 0, stream=True)
+    if not len(ru):
+        return no_rows()
+    tail = rollup_samples(ru, rts, rv)
+    codes, uniq = pd.factorize(tail["gpu_uuid"].to_numpy(dtype=object))
+    start = tail["hour"].to_numpy(np.int64)
+    cols = {c: tail[c].to_numpy(np.float64).astype(d) for c, d in zip(_READ[2:], _DTYPES[2:], strict=True)}
+    last_at = tail["last_at"].to_numpy(np.float64).astype(np.int64)
+    end = start + hourly.HOUR_US
+    until_us = int(until.timestamp()) * 1_000_000 + until.microsecond
+    stamp = np.where(end <= until_us, end, last_at)
+    return Rows(codes.astype(np.int32), [str(x) for x in uniq], start, cols, stamp)
+
+
+def combine(parts: Sequence[Rows]) -> Rows:
+    """The rows of every part in one (a GPU in several parts gets one code)."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return no_rows()
+    if len(parts) == 1:
+        return parts[0]
+    code_of: dict[str, int] = {}
+    codes = []
+    for p in parts:
+        local = np.array([code_of.setdefault(g, len(code_of)) for g in p.gpus], dtype=np.int32)
+        codes.append(local[p.codes])
+    stamped = any(p.stamp is not None for p in parts)
+    return Rows(
+        np.concatenate(codes),
+        list(code_of),
+        np.concatenate([p.start for p in parts]),
+        {c: np.concatenate([p.cols[c] for p in parts]) for c in parts[0].cols},
+        np.concatenate([p.stamps() for p in parts]) if stamped else None,
+    )
+
+
+def keep(rows: Rows, mask: np.ndarray) -> Rows:
+    """The rows where `mask` is true; GPUs left without a row are forgotten."""
+    if mask.all():
+        return rows
+    codes = rows.codes[mask]
+    used, codes = np.unique(codes, return_inverse=True)
+    return Rows(
+        codes.astype(np.int32).reshape(-1),
+        [rows.gpus[k] for k in used],
+        rows.start[mask],
+        {c: v[mask] for c, v in rows.cols.items()},
+        None if rows.stamp is None else rows.stamp[mask],
+    )
+
+
+def of_gpus(rows: Rows, gpus: set[str] | frozenset[str]) -> np.ndarray:
+    """A mask of the rows of these GPUs."""
+    hit = np.array([g in gpus for g in rows.gpus], dtype=bool)
+    return hit[rows.codes] if len(hit) else np.zeros(len(rows), dtype=bool)
+
+
+def replace(rows: Rows, new: Rows) -> Rows:
+    """`rows` with each (GPU, hour) of `new` replaced by (or added as) its row in `new`."""
+    if not len(new):
+        return rows
+    code_of = {g: k for k, g in enumerate(rows.gpus)}
+    mapped = np.array([code_of.get(g, -1) for g in new.gpus], dtype=np.int64)[new.codes]
+    hour = hourly.HOUR_US
+    keys = rows.codes.astype(np.int64) * (1 << 24) + rows.start // hour % (1 << 24)
+    new_keys = mapped * (1 << 24) + new.start // hour % (1 << 24)
+    stale = np.isin(keys, new_keys[mapped >= 0])
+    return combine([keep(rows, ~stale), new])

@@ -1,0 +1,165 @@
+"""The scorer's window of hour rows, kept in memory between rounds (issue 60, decision 0090).
+
+`Samples.scoring_history` reads 31 days of hour rows every round. `HourWindow.frame` returns the
+same frame, bit for bit, but keeps the hour rows of the GPUs it holds between rounds: a round
+reads the hours that closed since the last one, the earlier hours the store says changed (a late
+sample merged into its hour, `db import`: `store.changes`), and the raw tail of the current hour.
+It reads the whole window only at start-up, for the GPUs newly in its share when a shard changes
+hands (and forgets those given up), and when time goes back or jumps past the window.
+
+Memory is bounded by `max_bytes`: past it the window holds the GPUs that fit, in uuid order, and
+reads the others' hours every round, as `scoring_history` does (`WindowStats` says how many).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+from sqlalchemy.engine import Connection
+
+from core import history, hourly
+from store.changes import current_revision
+from store.engine import Database
+from store.hourrows import ROW_BYTES, Rows, combine, keep, no_rows, of_gpus, read_hours, read_tail, replace
+from store.samples import _columns_frame, _identities, _uuids_on
+from store.validate import text, utc
+
+log = logging.getLogger(__name__)
+
+
+def _hour(t: datetime) -> datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """What the window holds after a round (for /metrics and the log)."""
+
+    held_gpus: int = 0
+    """GPUs whose hour rows stay in memory between rounds."""
+    read_gpus: int = 0
+    """GPUs past the memory cap: their hours are read every round."""
+    bytes: int = 0
+    """Memory of the hour rows held."""
+    full_reads: int = 0
+    """Rounds that read the whole window (start-up, time went back or jumped past the window)."""
+
+
+class HourWindow:
+    """What the scorer reads each round (`Samples.scoring_history`'s frame), from a window kept in memory."""
+
+    def __init__(self, db: Database, span: timedelta, max_bytes: int | None = None) -> None:
+        self.db = db
+        self.span = span
+        self.max_bytes = max_bytes
+        """Memory for the hour rows held; None: no bound."""
+        self.stats = WindowStats()
+        self._rows = no_rows()
+        self._scope: frozenset[str] | None = None
+        """The GPUs asked for when the rows were read (None: every GPU)."""
+        self._over: set[str] = set()
+        """GPUs of the scope past the memory cap, read every round."""
+        self._boundary: datetime | None = None
+        """The hours before it are held (whole hours)."""
+        self._revision = 0
+        """The store's revision read before the last round's reads: rows stamped later are re-read."""
+        self._said_over = False
+
+    def forget(self) -> None:
+        """Hold nothing: the next round reads the whole window."""
+        self._rows, self._scope, self._over, self._boundary = no_rows(), None, set(), None
+        self.stats = WindowStats(full_reads=self.stats.full_reads)
+
+    def frame(self, *, until: datetime, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
+        """`store.samples.scoring_history(since=until - span, until=until, hostnames=hostnames)`, from memory
+        and what changed since the last round."""
+        t1 = utc(until, "until")
+        boundary, lo = _hour(t1), _hour(t1 - self.span)
+        db = self.db
+        with db.tx() as conn:
+            revision = current_revision(conn)  # first: whatever is stamped later is read again next round
+            ids = None if hostnames is None else _uuids_on(conn, [text(h, "hostname") for h in hostnames])
+            if ids is not None and not ids:
+                self.forget()
+                return history.empty(())
+            self._update(conn, lo, boundary, ids, revision)
+            over = read_hours(db, conn, lo, boundary, sorted(self._over)) if self._over else no_rows()
+            tail = read_tail(db, conn, boundary, t1, ids)
+            rows = combine([self._rows, over, tail])
+            ident = _identities(conn, sorted(rows.gpus))
+        frame = _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident)
+        frame.attrs[hourly.HOURLY_ATTR] = True
+        return frame
+
+    def _update(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None, revision: int) -> None:
+        """Bring the rows held to [lo, boundary) of `ids`' GPUs as the store has them now."""
+        old = self._boundary
+        if old is None or boundary < old or lo >= old or (ids is None) != (self._scope is None):
+            self._reload(conn, lo, boundary, ids)
+        else:
+            self._advance(conn, lo, boundary, old, ids)
+        self._boundary, self._revision = boundary, revision
+        self._drop_pruned(conn)
+        self._cap()
+
+    def _reload(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None) -> None:
+        self._rows = read_hours(self.db, conn, lo, boundary, ids)
+        self._scope = None if ids is None else frozenset(ids)
+        self._over = set()
+        self.stats = WindowStats(full_reads=self.stats.full_reads + 1)
+        log.info("score window: read %d hour rows of %d GPUs", len(self._rows), len(self._rows.gpus))
+
+    def _advance(
+        self, conn: Connection, lo: datetime, boundary: datetime, old: datetime, ids: list[str] | None
+    ) -> None:
+        """Forget what left the window or the share, read what closed, changed or joined since `old`."""
+        db, rows, newly = self.db, self._rows, []
+        if ids is not None and self._scope is not None:  # a share: GPUs given up, GPUs newly held
+            now = frozenset(ids)
+            newly = sorted(now - self._scope)
+            rows = keep(rows, ~of_gpus(rows, self._scope - now))
+            self._over &= now
+            self._scope = now
+        held = None if self._scope is None else sorted(self._scope - set(newly) - self._over)
+        if boundary > old:
+            rows = keep(rows, rows.start >= int(lo.timestamp()) * 1_000_000)
+        changed = self._mine(read_hours(db, conn, lo, old, held, after=self._revision))
+        closed = self._mine(read_hours(db, conn, old, boundary, held)) if boundary > old else no_rows()
+        joined = read_hours(db, conn, lo, boundary, newly) if newly else no_rows()
+        self._rows = combine([replace(rows, changed), closed, joined])
+
+    def _mine(self, rows: Rows) -> Rows:
+        """The rows read for every GPU, without those of the GPUs read every round."""
+        return keep(rows, ~of_gpus(rows, self._over)) if self._over else rows
+
+    def _drop_pruned(self, conn: Connection) -> None:
+        """Forget the hours the retention deleted (an hourly retention shorter than the window)."""
+        if not len(self._rows):
+            return
+        oldest = conn.exec_driver_sql(f"SELECT {self.db.ts_us('min(hour)')} FROM samples_hourly").scalar()
+        if oldest is not None and int(oldest) > int(self._rows.start.min()):
+            self._rows = keep(self._rows, self._rows.start >= int(oldest))
+
+    def _cap(self) -> None:
+        """Past `max_bytes`, read the GPUs that do not fit (the last in uuid order) every round."""
+        rows = self._rows
+        if self.max_bytes is not None and rows.nbytes > self.max_bytes:
+            per_gpu = np.bincount(rows.codes, minlength=len(rows.gpus)) * ROW_BYTES
+            order = np.argsort(np.asarray(rows.gpus, dtype=object))
+            fit = int(np.searchsorted(np.cumsum(per_gpu[order]), self.max_bytes, side="right"))
+            out = {rows.gpus[k] for k in order[fit:]}
+            self._over |= out
+            self._rows = rows = keep(rows, ~of_gpus(rows, out))
+        self.stats = WindowStats(len(rows.gpus), len(self._over), rows.nbytes, self.stats.full_reads)
+        if self._over and not self._said_over:
+            log.warning(
+                "score window: %d GPUs held in memory (%.0f MB, the cap is %.0f MB); the hours of %d more "
+                "are read every round", len(rows.gpus), rows.nbytes / 1e6, (self.max_bytes or 0) / 1e6,
+                len(self._over),
+            )  # fmt: skip
+        self._said_over = bool(self._over)

@@ -1,0 +1,278 @@
+"""The scorer's window kept between rounds gives every round exactly what a full re-read gives.
+
+A day of rounds every 30 minutes, at :07 and :37 (an hour closes every other round), over a
+window of two days that slides past the oldest hours, on SQLite and on PostgreSQL. Between
+rounds the fleet's samples arrive as they are taken, and: samples of a past hour arrive late
+(round 8), a GPU is replaced by a new one on the same host (round 20), `db import` brings past
+hours of a GPU that had a gap and of a GPU never seen before (round 30), and a host moves from
+one replica's share to the other's (round 36). Each round's frame is compared with
+`Samples.scoring_history`'s, and the records a scorer stores with those of a scorer that reads
+the whole window (a second store with the same events); a window capped below the fleet's size
+(the rest read per round) is compared too. Without the change log the comparison fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from core import history
+from predictor.thresholds import Thresholds
+from service.scorer import Scorer
+from simulator.fleet import SimConfig
+from simulator.run import simulate
+from store import Store
+from store.hourrows import ROW_BYTES, Rows
+from store.window import HourWindow
+from tests.postgres import postgres_server  # noqa: F401  (session fixture)
+from tests.service.tiny_model import tiny_model
+from tests.store.conftest import TEMPLATE, backend, pg_template  # noqa: F401  (fixtures)
+
+SPAN = timedelta(days=2)
+STEP = timedelta(minutes=30)
+ROUNDS = 48
+LATE, REPLACED, IMPORTED, MOVED = 8, 20, 30, 36
+_names = count()
+
+
+@dataclass
+class Scenario:
+    """The samples stored before the first round, and those stored before each round."""
+
+    first: pd.DataFrame
+    rounds: list[datetime]
+    before: dict[int, list[pd.DataFrame]] = field(default_factory=dict)
+
+
+def _ts(frame: pd.DataFrame) -> pd.Series:
+    return frame["timestamp"]
+
+
+def scenario() -> Scenario:
+    """Three nodes of two GPUs, four days at 10 minutes; rounds on the last day."""
+    sim, _ = simulate(SimConfig(nodes=3, gpus_per_node=2, seed=11), days=4, interval_s=600)
+    f = history.validate(sim).copy()
+    for c in ("gpu_uuid", "hostname", "model_name"):
+        f[c] = f[c].astype(str)
+    t0 = _ts(f).min().to_pydatetime()
+    start = t0.replace(minute=7, second=0, microsecond=0) + timedelta(days=3)
+    rounds = [start + k * STEP for k in range(ROUNDS)]
+    gpus = sorted(f["gpu_uuid"].unique())
+    late_gpu, gap_gpu, old_gpu = gpus[1], gpus[2], gpus[4]
+    held = pd.Series(False, index=f.index)
+    # late: three hours of one GPU, stored only before round LATE
+    late_at = pd.Timestamp(rounds[LATE])
+    late = (
+        (f["gpu_uuid"] == late_gpu)
+        & (_ts(f) > late_at - pd.Timedelta(hours=6))
+        & (_ts(f) <= late_at - pd.Timedelta(hours=3))
+    )
+    held |= late
+    # db import: a day-long gap of one GPU (inside the window at round IMPORTED)
+    imp_at = pd.Timestamp(rounds[IMPORTED])
+    gap = (
+        (f["gpu_uuid"] == gap_gpu)
+        & (_ts(f) > imp_at - pd.Timedelta(hours=40))
+        & (_ts(f) <= imp_at - pd.Timedelta(hours=20))
+    )
+    held |= gap
+    # a GPU replaced: from round REPLACED its host reports a new UUID in its place
+    swap = (f["gpu_uuid"] == old_gpu) & (_ts(f) > pd.Timestamp(rounds[REPLACED]) - STEP)
+    f.loc[swap, "gpu_uuid"] = "GPU-replacement-0001"
+    # a GPU never seen before, on a new host: three days of it imported at round IMPORTED
+    newcomer = f[f["gpu_uuid"] == gpus[0]].copy()
+    newcomer["gpu_uuid"], newcomer["hostname"] = "GPU-imported-0001", "sim-node-99"
+    newcomer = newcomer[_ts(newcomer) <= imp_at]
+    first = f[~held & (_ts(f) <= pd.Timestamp(start) - STEP)]
+    sc = Scenario(first=first, rounds=rounds)
+    for k, t in enumerate(rounds):
+        prev = pd.Timestamp(t - STEP)
+        due = [f[~held & (_ts(f) > prev) & (_ts(f) <= pd.Timestamp(t))]]
+        if k == LATE:
+            due.append(f[late])
+        if k == IMPORTED:
+            due += [f[gap], newcomer]
+        sc.before[k] = due
+    return sc
+
+
+@pytest.fixture(scope="module")
+def events() -> Scenario:
+    return scenario()
+
+
+@pytest.fixture
+def two_stores(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Store, Store]]:  # noqa: F811
+    """Two empty, migrated databases of the backend under test."""
+    urls, names = [], []
+    if backend == "sqlite":
+        urls = [f"sqlite:///{tmp_path / f'{x}.db'}" for x in "ab"]
+    else:
+        server = request.getfixturevalue("pg_template")
+        names = [f"w{next(_names)}_{x}" for x in "ab"]
+        urls = [server.create_database(n, template=TEMPLATE) for n in names]
+    stores = [Store.open(u) for u in urls]
+    try:
+        yield stores[0], stores[1]
+    finally:
+        for s in stores:
+            s.close()
+        for n in names:
+            request.getfixturevalue("pg_template").drop_database(n)
+
+
+def store_events(store: Store, frames: list[pd.DataFrame]) -> None:
+    for f in frames:
+        if len(f):
+            store.samples.ingest(f.reset_index(drop=True))  # what ingest, the puller and `db import` call
+
+
+def full_read(store: Store) -> Callable[..., pd.DataFrame]:
+    """What the scorer read before the window: the whole window every round."""
+
+    def read(*, until: datetime, hostnames: list[str] | None = None) -> pd.DataFrame:
+        return store.samples.scoring_history(since=until - SPAN, until=until, hostnames=hostnames)
+
+    return read
+
+
+def same_frame(window: HourWindow, store: Store, at: datetime, hostnames: list[str] | None = None) -> None:
+    got = window.frame(until=at, hostnames=hostnames)
+    want = full_read(store)(until=at, hostnames=hostnames)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert got.attrs == want.attrs
+    for c in got.columns:  # float32 stays float32, NaN where NaN, bit for bit
+        a, b = got[c].to_numpy(), want[c].to_numpy()
+        if a.dtype.kind == "f":
+            assert a.tobytes() == b.tobytes(), c
+
+
+def play(stores: list[Store], sc: Scenario, each_round: Callable[[int, datetime], None]) -> None:
+    for s in stores:
+        store_events(s, [sc.first])
+    for k, t in enumerate(sc.rounds):
+        for s in stores:
+            store_events(s, sc.before[k])
+        each_round(k, t)
+
+
+def shares(k: int) -> tuple[list[str], list[str]]:
+    """Two replicas' hosts; at round MOVED sim-node-01 moves from b's share to a's."""
+    a, b = ["sim-node-00", "sim-node-99"], ["sim-node-01", "sim-node-02"]
+    return ([*a, "sim-node-01"], b[1:]) if k >= MOVED else (a, b)
+
+
+def test_every_round_is_the_full_reads_frame_and_records(two_stores: tuple[Store, Store], events: Scenario) -> None:
+    a, b = two_stores
+    model = tiny_model()
+    kept, full = (Scorer(s, model, Thresholds(), STEP.total_seconds(), window_mb=None) for s in (a, b))
+    kept.window.span = SPAN
+    full.window.frame = full_read(b)  # type: ignore[method-assign]
+    replicas = [HourWindow(a.samples.db, SPAN), HourWindow(a.samples.db, SPAN)]
+    capped = HourWindow(a.samples.db, SPAN, max_bytes=int(2.5 * 48 * ROW_BYTES))  # 2.5 GPUs of 48 hours
+    over: list[int] = []
+
+    def each_round(k: int, t: datetime) -> None:
+        same_frame(capped, a, t)
+        over.append(capped.stats.read_gpus)
+        for w, hosts in zip(replicas, shares(k), strict=True):
+            same_frame(w, a, t, hosts)
+        got, want = kept.run_once(t), full.run_once(t)
+        assert len(got) > 0
+        assert repr(got) == repr(want), f"round {k} at {t}"
+
+    play([a, b], events, each_round)
+    assert kept.window.stats.full_reads == 1  # the rest from memory and what changed
+    assert kept.window.stats.held_gpus == 8
+    assert min(over) > 0 and capped.stats.held_gpus >= 2  # the cap held some GPUs, read the others
+
+
+def test_the_comparison_fails_without_the_change_log(
+    tmp_path: Path, events: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window that ignores the store's revisions keeps the hour rows as they were before the late samples."""
+    import store.window as window_module
+
+    real = window_module.read_hours
+
+    def no_changes(*args: Any, after: int | None = None, **kw: Any) -> Rows:
+        rows = real(*args, **kw)
+        return rows if after is None else window_module.no_rows()
+
+    monkeypatch.setattr(window_module, "read_hours", no_changes)
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN)
+    failed: list[int] = []
+
+    def each_round(k: int, t: datetime) -> None:
+        try:
+            same_frame(window, store, t)
+        except AssertionError:
+            failed.append(k)
+
+    try:
+        play([store], events, each_round)
+    finally:
+        store.close()
+    assert failed and failed[0] == LATE, failed
+
+
+def test_a_window_past_its_cap_reads_the_rest_every_round(tmp_path: Path, events: Scenario) -> None:
+    """Nothing fits: every GPU is read per round, and the frames are still the full read's."""
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN, max_bytes=0)
+    try:
+        play(
+            [store],
+            Scenario(events.first, events.rounds[:12], events.before),
+            lambda k, t: same_frame(window, store, t),
+        )
+    finally:
+        store.close()
+    assert window.stats.held_gpus == 0 and window.stats.read_gpus == 6 and window.stats.bytes == 0
+
+
+def test_a_round_reads_only_what_closed_or_changed(
+    tmp_path: Path, events: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up reads the window; a round in the same hour reads no hour row; one after an hour
+    closed reads that hour, one row per GPU; a late sample's hour is read again, alone."""
+    import store.window as window_module
+
+    real, reads = window_module.read_hours, []
+
+    def counted(*args: Any, **kw: Any) -> Rows:
+        rows = real(*args, **kw)
+        reads.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(window_module, "read_hours", counted)
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN)
+    t = events.rounds[0]  # :07
+    try:
+        store_events(store, [events.first, *events.before[0]])
+        window.frame(until=t)
+        assert reads == [len(window._rows)] and reads[0] > 5 * 48  # two days of six GPUs (less the gaps held back)
+        reads.clear()
+        window.frame(until=t + timedelta(minutes=20))
+        assert reads == [0]  # what changed before this hour: nothing
+        reads.clear()
+        store_events(store, events.before[1] + events.before[2])
+        window.frame(until=t + timedelta(hours=1))
+        assert reads == [0, 5]  # nothing changed; the hour that closed (five GPUs: one is in its gap)
+        reads.clear()
+        late = events.first[events.first["gpu_uuid"] == events.first["gpu_uuid"].iloc[0]].iloc[-3:].copy()
+        late["timestamp"] -= pd.Timedelta(minutes=5)  # between stored samples: new ones, in a past hour
+        store_events(store, [late])
+        window.frame(until=t + timedelta(hours=1, minutes=5))
+        assert reads == [1]  # that hour only
+    finally:
+        store.close()
