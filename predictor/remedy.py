@@ -6,7 +6,8 @@ and DCGM's criteria, the driver's own recovery action and the XIDs whose documen
 reset or a reboot; the rules' actions make the decision follow the remedy (a reset or reboot now
 drains, a reset at idle watches). Where several apply, the strongest wins (replace > reboot > reset >
 none), and of equal remedies the most urgent (now > idle). A decision the model alone set asks for
-none. `repeat_offender` says when a GPU's next remedy is a replacement instead.
+none. `repeat_offender` says when a GPU's next remedy is a replacement instead; a slot that lost as many
+GPUs is named as the slot (`slot_lines`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from typing import Any
 import pandas as pd
 
 from core.decisions import REMEDIES, REMEDY_WHEN
+from predictor.features.history import SLOT_WINDOW_DAYS
 from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, WORN_REMAP_REMEDY, RemedyRef
 
 REMEDY_COLUMNS = ("remedy", "remedy_when")
 """Columns `remedies` adds beside the decision (and `gpuhealth score`'s JSON carries)."""
 NONE = RemedyRef("none", "idle", "")
+SLOT_LOST = "slot_gpus_failed_60d"
+"""The feature `slot_lines` reads: the GPUs the slot lost within SLOT_WINDOW_DAYS."""
 
 
 def repeat_offender(
@@ -58,20 +62,37 @@ def _sources(hits: pd.DataFrame, index: pd.Index) -> list[list[RemedyRef]]:
     return refs
 
 
-def remedies(hits: pd.DataFrame, index: pd.Index) -> pd.DataFrame:
+def slot_lines(features: pd.DataFrame) -> list[list[str]]:
+    """Per features row: the line naming its slot where the slot (host and GPU index, `features.slots`)
+    lost REPEAT_REMEDIES or more GPUs within SLOT_WINDOW_DAYS (`slot_gpus_failed_60d`), as a GPU that needed
+    a remedy that often is a repeat offender: there the slot is, whichever GPU sits in it now."""
+    if SLOT_LOST not in features.columns:
+        return [[] for _ in range(len(features))]
+    lost = features[SLOT_LOST].to_numpy(dtype=float)
+    return [
+        [f"slot of GPU {i} on {h} has lost {n:.0f} GPUs in {SLOT_WINDOW_DAYS} days: check its riser, cable and slot"]
+        if n >= REPEAT_REMEDIES and i >= 0  # an unknown index names no slot
+        else []
+        for h, i, n in zip(features["hostname"].astype(str), features["gpu_index"], lost, strict=True)
+    ]
+
+
+def remedies(hits: pd.DataFrame, index: pd.Index, features: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per features row (`index`): `remedy`, `remedy_when` and `remedy_reasons` (list[str]: the line a
     person reads beside the decision's reasons; empty where nothing is asked and nothing is to say).
 
-    `hits` is `rules.evaluate_rules`' output over the features of `index`."""
+    `hits` is `rules.evaluate_rules`' output over the features of `index`; `features` (those rows), where
+    given, adds the line of a slot that keeps losing GPUs (`slot_lines`)."""
     remedy, when, lines = [], [], []
-    for refs in _sources(hits, index):
+    slots = slot_lines(features) if features is not None else [[] for _ in range(len(index))]
+    for refs, slot in zip(_sources(hits, index), slots, strict=True):
         best = strongest(refs)
         remedy.append(best.remedy)
         when.append(best.when)
         said = [f"remedy: {best.remedy} {best.when} ({best.why})"] if best.remedy != "none" else []
         # A source that asks for no remedy yet still says why (drain P2P, IMEX), unless one stronger did.
         said += [f"remedy: none ({r.why})" for r in refs if r.remedy == "none" and best.remedy == "none"]
-        lines.append(said)
+        lines.append(said + slot)
     out = pd.DataFrame({"remedy": remedy, "remedy_when": when}, index=index)
     out["remedy_reasons"] = pd.Series(lines, index=index, dtype=object)
     return out
@@ -88,7 +109,8 @@ def with_decisions(fix: pd.DataFrame, decision: pd.Series) -> pd.DataFrame:
     out = fix.copy()
     out.loc[worn, "remedy_when"] = WORN_REMAP_REMEDY.when
     line = f"remedy: {WORN_REMAP_REMEDY.remedy} {WORN_REMAP_REMEDY.when} ({WORN_REMAP_REMEDY.why})"
-    out.loc[worn, "remedy_reasons"] = pd.Series([[line]] * int(worn.sum()), index=out.index[worn], dtype=object)
+    kept = [[r for r in said if not r.startswith("remedy: ")] for said in out.loc[worn, "remedy_reasons"]]
+    out.loc[worn, "remedy_reasons"] = pd.Series([[line, *k] for k in kept], index=out.index[worn], dtype=object)
     return out
 
 

@@ -109,7 +109,7 @@ def score(
         out[col] = risk[col].round(4)
     out["decision"] = decided["decision"].astype(str)
     # The remedy beside the decision (the rules that set it ask for it), its line after the decision's reasons.
-    fix = with_decisions(remedies(hits, x.index), decided["decision"])
+    fix = with_decisions(remedies(hits, x.index, x), decided["decision"])
     out["reasons"] = [[*r, *m] for r, m in zip(decided["reasons"], fix["remedy_reasons"], strict=True)]
     for col in REMEDY_COLUMNS:
         out[col] = fix[col]

@@ -43,7 +43,7 @@ STALE_S = 86400
 MODES = ("ecc", "thermal", "pcie", "any")
 XID_RISING = (48, 63, 64, 79, 92, 94, 95)
 """XIDs whose count never lowers risk: every one of them is an error of the GPU or its memory."""
-WINDOW_NAMES = ("6h", "1d", "7d", "30d", "180d", "last", "all")
+WINDOW_NAMES = ("6h", "1d", "7d", "30d", "60d", "180d", "last", "all")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class FeatureSpec:
     mode: str
     """The failure mode it speaks to: ecc, thermal, pcie or any."""
     window: str
-    """What it reads: 6h, 1d, 7d, 30d, last (the latest value) or all (the GPU's whole
+    """What it reads: 6h, 1d, 7d, 30d, 60d, 180d, last (the latest value) or all (the GPU's whole
     history); a comparison names both sides, e.g. 1d/30d."""
     family: Family
     """The function that computes it (with the other features of its family)."""
@@ -287,6 +287,16 @@ SPECS: tuple[FeatureSpec, ...] = (
         "180d",
         repeat_offenders,
         1,
+    ),
+    # A slot that keeps losing GPUs: named in the reasons (`remedy.slot_lines`), not learned from.
+    FeatureSpec(
+        "slot_gpus_failed_60d",
+        "GPUs with a failure recorded in its slot (this one or those before) in 60 days",
+        "",
+        "any",
+        "60d",
+        repeat_offenders,
+        head=False,
     ),
     # data coverage
     FeatureSpec("coverage_1d", "share of expected samples present (1 d)", "", "any", "1d/7d", reporting, head=False),

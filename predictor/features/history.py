@@ -15,14 +15,21 @@ import pandas as pd
 from predictor.features.context import Columns, FeatureContext, family
 
 DAY_NS = 86_400 * 1_000_000_000
+SLOT_WINDOW_DAYS = 60
+"""The window of `slot_gpus_failed_60d`: in InfiniteHBD-Trace (REFERENCE.md) 47 of the 61 gaps between a
+node's GPU faults were within 60 days (37 within 30), about four times the 11 that faults spread
+evenly over its 400 servers would give; split over a node's 8 slots, chance leaves about 1.4 slots a
+year with two failures within 60 days on such a fleet (decision 0089)."""
 
 
 @family()
 def repeat_offenders(ctx: FeatureContext) -> Columns:
-    """Failures recorded on the GPU's node in 30 and 180 days, and in its slot in 180 days."""
+    """Failures recorded on the GPU's node in 30 and 180 days, in its slot in 180 days, and the GPUs its
+    slot lost in SLOT_WINDOW_DAYS."""
     ident = ctx.ident
     n = len(ident)
-    zeros = {"node_failures_30d": np.zeros(n), "node_failures_180d": np.zeros(n), "slot_failures_180d": np.zeros(n)}
+    names = ("node_failures_30d", "node_failures_180d", "slot_failures_180d", "slot_gpus_failed_60d")
+    zeros = {name: np.zeros(n) for name in names}
     fails = ctx.failures
     if fails is None or len(fails) == 0 or "failed_at" not in fails.columns:
         return zeros
@@ -40,7 +47,25 @@ def repeat_offenders(ctx: FeatureContext) -> Columns:
         "node_failures_30d": _count_before(host, at, q_host, cut, 30),
         "node_failures_180d": _count_before(host, at, q_host, cut, 180),
         "slot_failures_180d": _count_before(slot, at, q_slot, cut, 180),
+        "slot_gpus_failed_60d": _gpus_before(slot, uuid, at, q_slot, cut, SLOT_WINDOW_DAYS),
     }
+
+
+def _gpus_before(
+    keys: np.ndarray, uuids: np.ndarray, at: np.ndarray, q_keys: np.ndarray, cut: np.ndarray, days: int
+) -> np.ndarray:
+    """Per query: the GPUs with a record of its key in (cutoff - days, cutoff), each GPU once (its failure
+    and its RMA are one GPU lost). Only the queries of keys with records are joined to them (few)."""
+    out = np.zeros(len(q_keys))
+    mine = np.flatnonzero(np.isin(q_keys, keys))
+    if len(mine) == 0:
+        return out
+    recs = pd.DataFrame({"key": keys, "uuid": uuids, "at": at})
+    pairs = pd.DataFrame({"key": q_keys[mine], "q": mine, "cut": cut[mine]}).merge(recs, on="key")
+    pairs = pairs[((pairs["at"] < pairs["cut"]) & (pairs["at"] > pairs["cut"] - days * DAY_NS)).to_numpy()]
+    lost = pairs.groupby("q")["uuid"].nunique()
+    out[lost.index.to_numpy()] = lost.to_numpy(dtype=float)
+    return out
 
 
 def _count_before(keys: np.ndarray, at: np.ndarray, q_keys: np.ndarray, cut: np.ndarray, days: int) -> np.ndarray:

@@ -33,20 +33,21 @@ NONE = Predecessors(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
 def _slot_codes(f: OrderedFrame, rows: np.ndarray) -> np.ndarray:
-    """A code per (host, GPU index) at rows in (GPU, time) order."""
+    """A code per (host, GPU index) at rows in (GPU, time) order; -1 where the index is unknown (no slot)."""
     host = f.label_codes("hostname")[f.frame_rows(rows)].astype(np.int64)
     index = f.frame["gpu_index"].to_numpy()[f.frame_rows(rows)].astype(np.int64)
-    return (host << 32) | (index & 0xFFFFFFFF)
+    return np.where(index >= 0, (host << 32) | (index & 0xFFFFFFFF), -1)
 
 
 def predecessors(f: OrderedFrame, q: Queries) -> Predecessors:
     """The GPUs that held each query GPU's slot before it (none, as a rule: then nothing is read
     beyond one code per GPU)."""
     gpu_slot = _slot_codes(f, f.gpu_end - 1)  # a GPU's slot: where it last reported
-    if len(np.unique(gpu_slot)) == len(gpu_slot):
+    known = gpu_slot[gpu_slot >= 0]
+    if len(np.unique(known)) == len(known):
         return NONE  # no slot has held two GPUs
     q_slot = _slot_codes(f, q.end_row)  # the query GPU's slot at its cutoff
-    shared = np.isin(q_slot, gpu_slot[pd.Series(gpu_slot).duplicated(keep=False).to_numpy()])
+    shared = np.isin(q_slot, known[pd.Series(known).duplicated(keep=False).to_numpy()])
     if not shared.any():
         return NONE
     qi = np.flatnonzero(shared)

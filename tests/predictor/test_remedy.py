@@ -8,8 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
-from predictor.remedy import remedies, repeat_offender, strongest
+from predictor.model import RiskModel
+from predictor.remedy import remedies, repeat_offender, strongest, with_decisions
 from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, RULES, RemedyRef, evaluate_rules
+from predictor.score import score
+from tests.predictor.features.test_history import CUT, DAY, failures, fleet
 
 
 def _hits(*rows: tuple[int, str]) -> pd.DataFrame:
@@ -110,3 +113,32 @@ def test_model_only_decisions_ask_for_no_remedy() -> None:
     """A watch or demote the risk alone set (no rule, no driver action) asks for none, and says nothing."""
     features = pd.DataFrame({"xid_92_7d": [0.0], "row_remap_pending": [0.0]})
     assert _one(evaluate_rules(features)) == ("none", "idle", [])
+
+
+def test_a_slot_that_keeps_losing_gpus_is_named_as_the_slot() -> None:
+    """Two or more GPUs lost in one slot within 60 days (`REPEAT_REMEDIES`, decision 0089): the reasons
+    name the slot, whichever GPU is in it now, and whatever else they say."""
+    x = pd.DataFrame(
+        {"hostname": ["node-07", "node-07", "node-08"], "gpu_index": [3, 4, 3], "slot_gpus_failed_60d": [3.0, 1.0, 2.0]}
+    )
+    got = remedies(_hits((0, "off_bus")), x.index, x)
+    lines = list(got["remedy_reasons"])
+    slot = "slot of GPU 3 on node-07 has lost 3 GPUs in 60 days: check its riser, cable and slot"
+    assert lines[0] == [lines[0][0], slot] and lines[0][0].startswith("remedy: reboot now")
+    assert lines[1] == []
+    assert lines[2] == [slot.replace("node-07", "node-08").replace("3 GPUs", "2 GPUs")]
+    assert list(got["remedy"]) == ["reboot", "none", "none"], "the slot's line asks for no remedy of the GPU"
+    # A drain's worn remap replaces the remedy's line, not the slot's.
+    fix = remedies(_hits((0, "remap_pending")), x.index[:1], x[:1])
+    worn = with_decisions(fix, pd.Series(["drain"], index=x.index[:1]))
+    assert worn["remedy_reasons"].iat[0][1] == slot
+
+
+def test_the_scores_reasons_name_a_slot_that_lost_two_gpus(shipped_model: RiskModel) -> None:
+    """Through `score`: the GPU now in the slot is told its slot lost two GPUs (its predecessor and
+    itself); the other GPUs are not."""
+    fails = failures(("GPU-old", "node-a", CUT - 8 * DAY), ("GPU-new", "node-a", CUT - DAY))
+    out = score(shipped_model, fleet(), at=CUT, failures=fails).set_index("gpu_uuid")["reasons"]
+    line = "slot of GPU 0 on node-a has lost 2 GPUs in 60 days: check its riser, cable and slot"
+    assert line in out["GPU-new"]
+    assert all(line not in out[u] and not any(r.startswith("slot of") for r in out[u]) for u in ("GPU-a1", "GPU-b0"))

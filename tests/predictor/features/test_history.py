@@ -138,3 +138,17 @@ def test_counts_are_whole_numbers_per_row() -> None:
     c = counts(fails)
     assert np.array_equal(c.to_numpy(), np.round(c.to_numpy()))
     assert at(c, "GPU-b0") == [7, 7, 7]
+
+
+def test_a_slot_counts_each_gpu_it_lost_once_within_60_days() -> None:
+    """GPU-old's failure and its RMA are one GPU lost; GPU-new's own failure is a second (decision 0089)."""
+    fails = failures(
+        ("GPU-old", "node-a", T0 + 1 * DAY),
+        ("GPU-old", "node-a", T0 + 2 * DAY),  # its RMA
+        ("GPU-new", "node-a", CUT - HOUR),
+        ("GPU-b0", "node-b", CUT - 61 * DAY),  # out of the window
+        ("GPU-b0", "node-b", CUT - DAY),
+    )
+    f = build_features(fleet(), CUT, failures=fails).set_index("gpu_uuid")["slot_gpus_failed_60d"]
+    assert f.to_dict() == {"GPU-new": 2, "GPU-a1": 0, "GPU-b0": 1, "GPU-b1": 0}
+    assert (build_features(fleet(), CUT)["slot_gpus_failed_60d"] == 0).all()

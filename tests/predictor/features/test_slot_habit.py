@@ -119,3 +119,11 @@ def test_the_slots_habit_is_the_same_at_one_cutoff_and_many(nan: bool) -> None:
     for c in cuts:
         one = features(*parts, cut=c)
         pd.testing.assert_frame_equal(one, many.loc[one.index], check_exact=False, rtol=1e-12)
+
+
+def test_an_unknown_index_names_no_slot() -> None:
+    """GPUs whose index is unknown (-1 in a history) share no slot, and so no habit."""
+    now = recent((1, 4))
+    alone = features(gpu("GPU-new", -1, 21 * DAY_H, 30 * DAY_H, now))
+    x = features(gpu("GPU-old", -1, 0, 20 * DAY_H, habit(4)), gpu("GPU-new", -1, 21 * DAY_H, 30 * DAY_H, now))
+    pd.testing.assert_series_equal(x.loc[("GPU-new", CUT), SURPRISE], alone.loc[("GPU-new", CUT), SURPRISE])
