@@ -1,6 +1,7 @@
 """gpuhealth_nvlink_* and gpuhealth_fabric_* series: each NVLink link and the fabric, read at each scrape.
 
-The source is collector.backends.nvml_links.NvmlLinks on the nvml backend; the names are core.nvlink's.
+The source is collector.backends.nvml_links.NvmlLinks on the nvml backend, DcgmBackend.read_links on the
+dcgm backend; the names are core.nvlink's.
 """
 
 from __future__ import annotations
@@ -10,12 +11,21 @@ from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from collector.backends.nvml_links import GpuLinks
+from collector.backends.nvml_links import GpuLinks, links_of
 from collector.scraped import ScrapedCollector
 from core.labels import HOSTNAME
 from core.nvlink import COUNTERS, FABRIC_INFO, FABRIC_STATE, FABRIC_STATUS, LINK_LABEL, LINK_UP, NAME, PREFIX
 
 log = logging.getLogger(__name__)
+
+
+def link_reader(backend: object) -> Callable[[], Sequence[GpuLinks]] | None:
+    """The backend's reader of links and fabric: its own `read_links` (dcgm), NVML's (nvml), else None."""
+    own = getattr(backend, "read_links", None)
+    if callable(own):
+        return own
+    links = links_of(backend)
+    return None if links is None else links.read
 
 
 class NvlinkCollector(ScrapedCollector):

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.registry import CollectorRegistry
 
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
-from collector.backends.nvml_links import links_of
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.infiniband import InfinibandCollector, RailCounts
-from collector.nvlink import NvlinkCollector
+from collector.nvlink import NvlinkCollector, link_reader
+from collector.nvswitch import NvswitchCollector, switch_reader
 from collector.sampler import Sampler
 from core.catalog import Field, LabelField
 from core.labels import HOSTNAME
@@ -121,11 +121,17 @@ def build_sampling(
         ib = InfinibandCollector(sysfs_root, lambda: _infos(sampler), hostname_label)
         registry.register(ib)
         extra.append(ib.statuses)
-    links = links_of(backend)
-    if links is not None:  # the nvml backend: each NVLink link and the fabric, read at scrape time
-        nv = NvlinkCollector(links.read, hostname_label)
+    read_links = link_reader(backend)
+    if read_links is not None:  # nvml and dcgm: each NVLink link and the fabric, read at scrape time
+        nv = NvlinkCollector(read_links, hostname_label)
         registry.register(nv)
         extra.append(nv.statuses)
+    read_switches = switch_reader(backend)
+    if read_switches is not None:  # dcgm: each NVSwitch
+        host = next((g.hostname for g in backend.gpus()), "")
+        sw = NvswitchCollector(read_switches, host, hostname_label)
+        registry.register(sw)
+        extra.append(sw.statuses)
     registry.register(SelfCollector(sampler, extra=extra))
     scheduler = None
     if probes is not None and probes.enabled:

@@ -231,10 +231,13 @@ FIELDS: tuple[Field, ...] = (
        "bool", "gauge", C.CONFIG, "1 when the vGPU is licensed, 0 when not or without vGPU licensing."),
     # The NVLink fabric and the GPU's InfiniBand rail, one number per GPU for the history and the node
     # findings (issue 58, predictor.fabric; migration 0014 adds them). The per-link and per-port series
-    # are core.nvlink's and core.infiniband's. No DCGM field: absent on the dcgm backend.
-    _f("nvlink_links_down", None, "nvmlDeviceGetNvLinkState (links NVML knows that are not enabled)",
+    # are core.nvlink's and core.infiniband's. No one DCGM field: the dcgm backend derives the two from
+    # dcgmGetNvLinkLinkStatus and DCGM_FI_DEV_FABRIC_MANAGER_STATUS (collector.backends.dcgm_links).
+    _f("nvlink_links_down", None,
+       "nvmlDeviceGetNvLinkState (links NVML knows that are not enabled); DCGM: dcgmGetNvLinkLinkStatus (Down)",
        "links", "gauge", C.NVLINK, "NVLink links of the GPU that are down; absent without NVLink."),
-    _f("gpu_fabric_state", None, "nvmlDeviceGetGpuFabricInfoV (state, status)",
+    _f("gpu_fabric_state", None,
+       "nvmlDeviceGetGpuFabricInfoV (state, status); DCGM: DCGM_FI_DEV_FABRIC_MANAGER_STATUS (170)",
        "enum", "gauge", C.NVLINK,
        "Registration with the NVLink fabric: 1 not started, 2 in progress, 3 completed, 4 completed with "
        "an error status; absent without a fabric."),

@@ -43,8 +43,34 @@ FABRIC_STATES: Mapping[int, str] = {
 FABRIC_COMPLETED = 3
 NVML_SUCCESS = 0
 
-METRICS = frozenset({LINK_UP, FABRIC_STATE, FABRIC_STATUS, FABRIC_INFO} | {PREFIX + s for s, _ in COUNTERS.values()})
+LINK_METRICS = frozenset(
+    {LINK_UP, FABRIC_STATE, FABRIC_STATUS, FABRIC_INFO} | {PREFIX + s for s, _ in COUNTERS.values()}
+)
 """Every series collector.nvlink can export, by its /metrics name."""
+
+# --- NVSwitches (DCGM's switch entities; collector.nvswitch) ----------------------------------------------
+SWITCH_NAME = "nvswitch"
+"""The NVSwitch collector's name in gpuhealth_collector_success{collector}."""
+SWITCH_LABEL = "nvswitch"
+"""The switch's DCGM entity id, as dcgm-exporter's --switch-devices series label it."""
+SWITCH_FIELDS: Mapping[str, int] = {
+    # dcgm-exporter's name (dcgm_fields.h keeps it as an alias) -> DCGM field id (dcgm_fields.h).
+    "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS": 856,  # DCGM_FI_DEV_SXID_FATAL_ERROR
+    "DCGM_FI_DEV_NVSWITCH_NON_FATAL_ERRORS": 857,  # DCGM_FI_DEV_SXID_NON_FATAL_ERROR
+    "DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT": 858,  # DCGM_FI_DEV_NVSWITCH_TEMP_CELSIUS
+}
+SWITCH_HELP: Mapping[str, str] = {
+    "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS": "The last fatal SXID DCGM saw on the switch (absent or 0 before one).",
+    "DCGM_FI_DEV_NVSWITCH_NON_FATAL_ERRORS": "The last non-fatal SXID DCGM saw on the switch (absent or 0 before one).",
+    "DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT": "The switch's temperature, degrees C.",
+}
+SWITCH_LINK_UP = "gpuhealth_nvswitch_link_up"
+SWITCH_FATAL = "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS"
+SWITCH_METRICS = frozenset({*SWITCH_FIELDS, SWITCH_LINK_UP})
+"""Every series collector.nvswitch can export."""
+
+METRICS = LINK_METRICS | SWITCH_METRICS
+"""Every series of this table (collector.nvlink and collector.nvswitch), by its /metrics name."""
 
 
 def counter(nvml_name: str) -> str:
@@ -52,18 +78,40 @@ def counter(nvml_name: str) -> str:
     return PREFIX + COUNTERS[nvml_name][0]
 
 
+_DCGM_COUNTER = {
+    "NVML_NVLINK_ERROR_DL_CRC_FLIT": "CRC_FLIT",
+    "NVML_NVLINK_ERROR_DL_CRC_DATA": "CRC_DATA",
+    "NVML_NVLINK_ERROR_DL_REPLAY": "REPLAY",
+    "NVML_NVLINK_ERROR_DL_RECOVERY": "RECOVERY",
+}
+
+
 def sources() -> list[tuple[str, str, str, str]]:
-    """(metric with its labels, type, NVML call, help) of every series: docs/metrics.md and `gpuhealth fields`."""
-    fabric = "nvmlDeviceGetGpuFabricInfoV"
+    """(metric with its labels, type, NVML call / DCGM source, help) of every series: docs/metrics.md and
+    `gpuhealth fields`."""
+    fabric = "nvmlDeviceGetGpuFabricInfoV; DCGM_FI_DEV_FABRIC_*"
+    state = "nvmlDeviceGetNvLinkState; dcgmGetNvLinkLinkStatus"
     return [
-        (f"{LINK_UP}{{link}}", "gauge", "nvmlDeviceGetNvLinkState", "1 if the link is active, 0 if it is down."),
+        (f"{LINK_UP}{{link}}", "gauge", state, "1 if the link is active, 0 if it is down."),
         *(
-            (f"{PREFIX}{s}{{link}}", "counter", f"nvmlDeviceGetNvLinkErrorCounter({n})", h)
+            (
+                f"{PREFIX}{s}{{link}}",
+                "counter",
+                f"nvmlDeviceGetNvLinkErrorCounter({n}); DCGM_FI_DEV_NVLINK_{_DCGM_COUNTER[n]}_ERROR_COUNT_L<n>",
+                h,
+            )
             for n, (s, h) in COUNTERS.items()
         ),
         (FABRIC_STATE, "gauge", fabric, "Registration with the fabric: 1 not started, 2 in progress, 3 completed."),
-        (FABRIC_STATUS, "gauge", fabric, "The registration's nvmlReturn_t (0 success)."),
+        (FABRIC_STATUS, "gauge", fabric, "The registration's nvmlReturn_t (0 success); DCGM's dcgmReturn_t on dcgm."),
         (f"{FABRIC_INFO}{{clique_id,cluster_uuid}}", "gauge", fabric, "1, with the GPU's clique and cluster ids."),
+        *((f"{n}{{nvswitch}}", "gauge", f"DCGM field {i}", SWITCH_HELP[n]) for n, i in SWITCH_FIELDS.items()),
+        (
+            f"{SWITCH_LINK_UP}{{nvswitch,link}}",
+            "gauge",
+            "dcgmGetNvLinkLinkStatus (switches)",
+            "1 if the switch port's link is up, 0 if down; ports not in use have none.",
+        ),
     ]
 
 
@@ -72,11 +120,14 @@ def doc_lines() -> list[str]:
     return [
         "## NVLink links and the fabric",
         "",
-        "Read through NVML at each scrape by `gpuhealth collect` with the nvml backend (`collector/nvlink.py`),",
-        "labelled `gpu`, `UUID`, `Hostname` and, per link, `link`. A link NVML does not know (NotSupported,",
-        "InvalidArgument) has no series; a GPU without NVLink, or without a fabric, has none at all.",
+        "Read at each scrape by `gpuhealth collect` (`collector/nvlink.py`): through NVML on the nvml backend,",
+        "through DCGM on the dcgm backend (per-link fields L0-L17, `dcgmGetNvLinkLinkStatus`, the Fabric Manager",
+        "fields 170-173), labelled `gpu`, `UUID`, `Hostname` and, per link, `link`. A link the backend does not",
+        "know (NotSupported, InvalidArgument, DCGM's NotSupported or Disabled) has no series; a GPU without",
+        "NVLink, or without a fabric, has none at all. NVSwitches (`collector/nvswitch.py`): on the dcgm",
+        "backend only, one series per switch DCGM lists, labelled `nvswitch` (DCGM's entity id) and `Hostname`.",
         "",
-        "| metric | type | NVML call | help |",
+        "| metric | type | NVML call / DCGM source | help |",
         "|---|---|---|---|",
         *(f"| `{name}` | {kind} | `{call}` | {text} |" for name, kind, call, text in sources()),
         "",

@@ -1,5 +1,8 @@
 """DCGM backend: the catalogue's DCGM fields, watched in nv-hostengine (or an embedded engine).
 
+Each NVLink link, the fabric and the NVSwitches are collector.backends.dcgm_links', read through this
+backend's connection.
+
 DCGM's Python bindings are not on PyPI; they ship with DCGM under
 ``bindings/python3``. They are located and imported only here, when the backend
 is built, so nothing else in gpuhealth needs DCGM installed.
@@ -9,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import os
 import sys
 import threading
@@ -27,6 +29,9 @@ from collector.backends.base import (
     ProbeRunner,
     XidEvent,
 )
+from collector.backends.dcgm_links import DcgmLinks, dcgm_number
+from collector.backends.nvml_links import GpuLinks
+from collector.nvswitch import SwitchInfo, SwitchReading
 from collector.probes import SubprocessProbeRunner
 from core.catalog import Field
 
@@ -48,6 +53,8 @@ PROFILING_FIELD_IDS = range(1001, 1100)
 so their failure costs only the prof_* fields."""
 KEEP_INTERVALS = 5
 """DCGM keeps samples for this many sampling intervals (enough to bridge a slow read)."""
+LINK_CATALOGUE_FIELDS = frozenset({"nvlink_links_down", "gpu_fabric_state"})
+"""Catalogue fields without a DCGM id that this backend fills from dcgm_links (link states, fabric)."""
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 DCGM_ENTITY_STATUS_LOST = 4
 """DcgmEntityStatusLost in dcgm_structs.h (Unknown, Ok, Unsupported, Inaccessible, Lost, ...)."""
@@ -110,21 +117,6 @@ def load_bindings(dirs: Sequence[tuple[str, Path]] | None = None) -> DcgmModules
 def field_names(fields: Sequence[Field]) -> dict[int, str]:
     """DCGM field id -> catalogue short name, for the fields that have a DCGM id."""
     return {f.dcgm_id: f.name for f in fields if f.dcgm_id is not None}
-
-
-def dcgm_number(value: object, dcgmvalue: Any) -> float | None:
-    """A DCGM value as a float; None for DCGM's blank, not-found, not-supported sentinels."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        # Integers arrive as int64 (dcgm_field_helpers reads value.i64), so only the
-        # int64 sentinels apply: 0x7ffffff0 (the int32 blank) is a real energy count.
-        return None if dcgmvalue.DCGM_INT64_IS_BLANK(value) else float(value)
-    if isinstance(value, float):
-        if math.isnan(value) or dcgmvalue.DCGM_FP64_IS_BLANK(value):
-            return None
-        return value
-    return None  # strings and blobs are not catalogue values
 
 
 def sample_value(sample: Any, dcgmvalue: Any) -> float | None:
@@ -202,6 +194,7 @@ class DcgmBackend:
         self._m = (loader or load_bindings)()
         self._error: type[BaseException] = self._m.dcgm_structs.DCGMError
         self._names = field_names(fields)
+        self._link_fields = LINK_CATALOGUE_FIELDS & {f.name for f in fields}
         self._events: list[XidEvent] = []
         self._lock = threading.Lock()
         self._field_groups: list[Any] = []
@@ -268,6 +261,12 @@ class DcgmBackend:
                     _one_line(err),
                 )
         self._xid = self._watch("xid", [XID_FIELD_ID], update_us, keep_s)
+
+        def watch(label: str, ids: list[int], group: Any) -> Any:
+            known = [i for i in ids if self._known(i)]
+            return self._watch(label, known, update_us, keep_s, group) if known else None
+
+        self._links = DcgmLinks(m, self._handle, self._system, self._group, self._gpus, watch)
         # Fill the cache once so the first read has values rather than blanks.
         self._system.UpdateAllFields(True)
         self._history = m.dcgm_field_helpers.DcgmFieldValueEntityCollection(
@@ -300,12 +299,13 @@ class DcgmBackend:
             log.info("DCGM at %s does not know field %d; it will be absent", self.address, field_id)
         return known
 
-    def _watch(self, label: str, ids: list[int], update_us: int, keep_s: float) -> Any:
+    def _watch(self, label: str, ids: list[int], update_us: int, keep_s: float, entities: Any = None) -> Any:
+        """Watch `ids` on `entities` (a DcgmGroup; the GPUs' by default)."""
         name = f"gpuhealth-{os.getpid()}-{id(self):x}-{label}"
         group = self._m.pydcgm.DcgmFieldGroup(self._handle, name=name, fieldIds=ids)
         self._field_groups.append(group)
         # maxKeepSamples 0: bounded by age alone.
-        self._group.samples.WatchFields(group, update_us, keep_s, 0)
+        (self._group if entities is None else entities).samples.WatchFields(group, update_us, keep_s, 0)
         return group
 
     # --- reading ----------------------------------------------------------------------------
@@ -328,9 +328,10 @@ class DcgmBackend:
         except self._error as err:
             raise BackendError(f"reading field values from nv-hostengine at {self.address}: {_one_line(err)}") from err
         self._queue_xids(history.get(gpu_entity, {}))
+        linked = self._link_values()
         readings = []
         for gid, info in self._gpus.items():
-            values: dict[str, float] = {}
+            values: dict[str, float] = dict(linked.get(gid, {}))
             for collection in latest:
                 for field_id, series in collection.get(gpu_entity, {}).get(gid, {}).items():
                     name = self._names.get(field_id, "xid" if field_id == XID_FIELD_ID else None)
@@ -344,6 +345,29 @@ class DcgmBackend:
             else:
                 readings.append(GpuReading(info, values))
         return readings
+
+    def _link_values(self) -> dict[int, dict[str, float]]:
+        """`nvlink_links_down` and `gpu_fabric_state` per GPU; none when DCGM fails to say (logged)."""
+        if not self._link_fields:
+            return {}
+        try:
+            values = self._links.catalogue_values()
+        except BackendError as err:
+            log.warning("%s: nvlink_links_down and gpu_fabric_state absent this read", err)
+            return {}
+        return {gid: {k: v for k, v in vals.items() if k in self._link_fields} for gid, vals in values.items()}
+
+    def read_links(self) -> list[GpuLinks]:
+        """Each GPU's NVLink links and fabric (collector.nvlink's source); BackendError when DCGM fails."""
+        return self._links.read()
+
+    def read_switches(self) -> list[SwitchReading]:
+        """Each NVSwitch's values and port states (collector.nvswitch's source); BackendError when DCGM fails."""
+        return self._links.switch_readings()
+
+    def switches(self) -> list[SwitchInfo]:
+        """The NVSwitches DCGM lists, with their PCI ids (collector.nvswitch.SwitchLister)."""
+        return self._links.switches()
 
     def _queue_xids(self, history: Mapping[int, Any]) -> None:
         """One XidEvent per nonzero XID sample since the last read."""

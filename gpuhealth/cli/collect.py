@@ -191,7 +191,7 @@ def collect(
         if agent_flags is not None:
             sentinel = s.reboot_sentinel if reboot_sentinel is None else reboot_sentinel
             running.remedies = _remedy_agent(running, agent_flags, sentinel, opened.interval_s, s)
-        kernel_log = _kernel_log(running, b, s, opened.hostname_label)
+        kernel_log = _kernel_log(running, b, s, opened.hostname_label, _sysfs_root(sysfs_root, b.name))
     except typer.Exit:
         b.close()
         raise
@@ -224,8 +224,11 @@ def collect(
             kernel_log.stop()
 
 
-def _kernel_log(running: RunningCollector, backend: Backend, s: Settings, label: str) -> KernelLog | None:
-    """XIDs and SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG), for live GPUs: a simulated fleet has none."""
+def _kernel_log(
+    running: RunningCollector, backend: Backend, s: Settings, label: str, sysfs: Path | None = None
+) -> KernelLog | None:
+    """XIDs and SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG), for live GPUs: a simulated fleet has none.
+    An SXID names its switch as the backend lists it (dcgm), else as `sysfs` shows it (nvml)."""
     from collector.kernel_log import attach_kernel_log
     from collector.kernel_log_source import JournalOptions
     from collector.nvswitch import list_switches
@@ -236,7 +239,7 @@ def _kernel_log(running: RunningCollector, backend: Backend, s: Settings, label:
     journal = JournalOptions(s.journalctl, s.kernel_log_journal_cursor, s.journal_directory)
     return attach_kernel_log(
         running.registry, running.sampler, gpus, s.kernel_log, s.kernel_log_cursor, label,
-        source=s.kernel_log_source, journal=journal, switches=list_switches(backend),
+        source=s.kernel_log_source, journal=journal, switches=list_switches(backend, sysfs),
     )  # fmt: skip
 
 

@@ -447,7 +447,7 @@ def list_fields(
         if all_fields or f.default:
             table.add_row(f.name, f.metric_name, f.unit, f.kind, f.category, "on" if f.default else "off")
     Console().print(table)
-    links = Table("metric", "type", "source", title="NVLink links and the fabric (nvml backend; not history columns)")
+    links = Table("metric", "type", "source", title="NVLink links, fabric (nvml, dcgm), NVSwitches (dcgm)")
     for name, kind, call, _ in nvlink.sources():
         links.add_row(name, kind, call)
     Console().print(links)

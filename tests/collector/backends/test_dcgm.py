@@ -1,8 +1,8 @@
 """DcgmBackend without DCGM: binding discovery, blank handling, and reads over fake bindings.
 
-The fakes follow the DCGM Python bindings (pydcgm.DcgmHandle/DcgmFieldGroup, DcgmGroup.samples,
-dcgm_field_helpers.DcgmFieldValueEntityCollection, dcgmvalue); the sentinels are copied from
-DCGM's dcgmvalue.py. Nothing here proves the real bindings behave so: that needs a DCGM node.
+The fakes (fake_dcgm.py) follow the DCGM Python bindings; the sentinels are copied from DCGM's
+dcgmvalue.py. Nothing here proves the real bindings behave so: that needs a DCGM node. NVLink links,
+the fabric and the NVSwitches: test_dcgm_links.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 import types
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,7 +18,6 @@ from collector.backends.base import Backend, BackendError, BackendUnavailable, X
 from collector.backends.dcgm import (
     XID_FIELD_ID,
     DcgmBackend,
-    DcgmModules,
     binding_dirs,
     dcgm_number,
     field_names,
@@ -28,25 +26,15 @@ from collector.backends.dcgm import (
 )
 from collector.probes import SubprocessProbeRunner
 from core.catalog import FIELDS
-
-# --- a fake dcgmvalue: the constants and checks of DCGM's dcgmvalue.py --------------------
-
-DCGM_INT32_BLANK = 0x7FFFFFF0
-DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
-DCGM_FP64_BLANK = 140737488355328.0
-dcgmvalue = types.SimpleNamespace(
-    DCGM_INT32_BLANK=DCGM_INT32_BLANK,
-    DCGM_INT64_BLANK=DCGM_INT64_BLANK,
-    DCGM_FP64_BLANK=DCGM_FP64_BLANK,
-    DCGM_INT64_NOT_FOUND=DCGM_INT64_BLANK + 1,
-    DCGM_INT64_NOT_SUPPORTED=DCGM_INT64_BLANK + 2,
-    DCGM_INT64_NOT_PERMISSIONED=DCGM_INT64_BLANK + 3,
-    DCGM_FP64_NOT_FOUND=DCGM_FP64_BLANK + 1.0,
-    DCGM_FP64_NOT_SUPPORTED=DCGM_FP64_BLANK + 2.0,
-    DCGM_INT64_IS_BLANK=lambda v: v >= DCGM_INT64_BLANK,
-    DCGM_FP64_IS_BLANK=lambda v: v >= DCGM_FP64_BLANK,
+from tests.collector.backends.fake_dcgm import (
+    DCGM_FP64_BLANK,
+    DCGM_INT32_BLANK,
+    DCGM_INT64_BLANK,
+    Engine,
+    Sample,
+    dcgmvalue,
+    make,
 )
-
 
 # --- bindings discovery --------------------------------------------------------------------
 
@@ -118,166 +106,6 @@ def test_samples_flagged_blank_are_absent() -> None:
     assert sample_value(types.SimpleNamespace(isBlank=False, value=5), dcgmvalue) == 5.0
 
 
-# --- a fake of the bindings, enough for start-up and reads ---------------------------------
-
-
-class DCGMError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__(f"DCGM error {value}")
-        self.value = value
-
-
-CONNECTION_NOT_VALID = -6
-LIBRARY_NOT_FOUND = -5
-GPU_ENTITY = 1
-
-
-class Sample:
-    def __init__(self, value: object, ts_us: int = 1_700_000_000_000_000) -> None:
-        self.value = value
-        self.ts = ts_us
-        self.isBlank = value is None
-
-
-class Engine:
-    """What nv-hostengine holds: GPUs, latest values, and new XID samples."""
-
-    def __init__(self) -> None:
-        self.gpus = {0: "GPU-dcgm-0", 1: "GPU-dcgm-1"}
-        self.latest: dict[int, dict[int, object]] = {
-            0: {
-                150: 45,
-                155: 301.25,
-                251: 40000,
-                1002: 0.75,
-                XID_FIELD_ID: 0,
-                1523: 0,
-                # dcgm-exporter's other defaults: FB_RESERVED, NVLINK_BANDWIDTH_TOTAL (MB/s), PCIE bytes/s, vGPU
-                253: 529,
-                449: 61234,
-                1009: 2_000_000_000,
-                1010: 3_000_000_000,
-                526: 0,
-            },
-            1: {150: 47, 155: DCGM_FP64_BLANK, 251: DCGM_INT64_BLANK + 2, XID_FIELD_ID: 48},
-        }
-        self.new_xids: dict[int, list[Sample]] = {}
-        self.standalone = True
-        self.embedded = True
-        self.prof_ok = True
-        self.lost: set[int] = set()
-        self.unknown_fields: set[int] = {1523}
-        self.watches: list[tuple[list[int], int, float, int]] = []
-        self.deleted: list[str] = []
-        self.shutdown = 0
-        self.fail_reads = False
-
-
-def fake_modules(engine: Engine) -> DcgmModules:
-    def series(v: object) -> list[Sample]:
-        return [Sample(v)]
-
-    class Group:
-        def __init__(self) -> None:
-            self.samples = self
-
-        def WatchFields(self, fg: Any, freq: int, age: float, keep: int) -> None:
-            if not engine.prof_ok and any(1001 <= i < 1100 for i in fg.fieldIds):
-                raise DCGMError(-33)
-            engine.watches.append((list(fg.fieldIds), freq, age, keep))
-
-        def GetLatest_v2(self, fg: Any) -> Any:
-            if engine.fail_reads:
-                raise DCGMError(CONNECTION_NOT_VALID)
-            per_gpu = {
-                gid: {f: series(v) for f, v in vals.items() if f in fg.fieldIds} for gid, vals in engine.latest.items()
-            }
-            return types.SimpleNamespace(values={GPU_ENTITY: per_gpu})
-
-    class Discovery:
-        def GetAllSupportedGpuIds(self) -> list[int]:
-            return list(engine.gpus)
-
-        def GetGpuAttributes(self, gid: int) -> Any:
-            ident = types.SimpleNamespace(
-                uuid=engine.gpus[gid].encode(),
-                deviceName=b"NVIDIA H200",
-                pciBusId=f"00000000:{0x18 + gid:02X}:00.0".encode(),
-                serial=b"1650000000009",
-                driverVersion=b"570.86.15",
-            )
-            return types.SimpleNamespace(identifiers=ident)
-
-        def GetGpuStatus(self, gid: int) -> int:
-            return 4 if gid in engine.lost else 1
-
-    class System:
-        discovery = Discovery()
-
-        def GetDefaultGroup(self) -> Group:
-            return Group()
-
-        def UpdateAllFields(self, wait: bool) -> None:
-            pass
-
-    class Handle:
-        def __init__(self, handle: Any = None, ipAddress: str | None = None, opMode: int = 0):
-            if ipAddress is not None and not engine.standalone:
-                raise DCGMError(CONNECTION_NOT_VALID)
-            if ipAddress is None and not engine.embedded:
-                raise DCGMError(-30)
-            self.handle = object()
-            self.embedded = ipAddress is None
-
-        def GetSystem(self) -> System:
-            return System()
-
-        def Shutdown(self) -> None:
-            engine.shutdown += 1
-
-    class FieldGroup:
-        def __init__(self, handle: Any, name: str = "", fieldIds: list[int] | None = None):
-            self.name = name
-            self.fieldIds = list(fieldIds or [])
-
-        def Delete(self) -> None:
-            engine.deleted.append(self.name)
-
-    class History:
-        def __init__(self, handle: Any, group_id: int) -> None:
-            self.values: dict[int, dict[int, dict[int, list[Sample]]]] = {}
-
-        def GetAllSinceLastCall(self, fg: Any) -> int:
-            for gid, samples in engine.new_xids.items():
-                per = self.values.setdefault(GPU_ENTITY, {}).setdefault(gid, {})
-                per.setdefault(XID_FIELD_ID, []).extend(samples)
-            engine.new_xids = {}
-            return 0
-
-        def EmptyValues(self) -> None:
-            self.values = {}
-
-    return DcgmModules(
-        pydcgm=types.SimpleNamespace(DcgmHandle=Handle, DcgmFieldGroup=FieldGroup),
-        dcgm_structs=types.SimpleNamespace(
-            DCGMError=DCGMError,
-            DCGM_OPERATION_MODE_AUTO=1,
-            DCGM_GROUP_ALL_GPUS=0x7FFFFFFF,
-            DCGM_ST_LIBRARY_NOT_FOUND=LIBRARY_NOT_FOUND,
-        ),
-        dcgm_fields=types.SimpleNamespace(
-            DCGM_FE_GPU=GPU_ENTITY,
-            DcgmFieldGetById=lambda i: None if i in engine.unknown_fields else object(),
-        ),
-        dcgmvalue=dcgmvalue,
-        dcgm_field_helpers=types.SimpleNamespace(DcgmFieldValueEntityCollection=History),
-    )
-
-
-def make(engine: Engine, host: str = "localhost") -> DcgmBackend:
-    return DcgmBackend("node-01", FIELDS, 10.0, host, loader=lambda: fake_modules(engine))
-
-
 def test_start_up_watches_known_fields_at_the_interval_and_lists_gpus() -> None:
     engine = Engine()
     b = make(engine)
@@ -290,11 +118,12 @@ def test_start_up_watches_known_fields_at_the_interval_and_lists_gpus() -> None:
         (1, "GPU-dcgm-1", "00000000:19:00.0"),
     ]
     assert {(i.model_name, i.driver_version, i.hostname) for i in infos} == {("NVIDIA H200", "570.86.15", "node-01")}
-    base, prof, xid = engine.watches
+    base, prof, xid, links = engine.watches
     expected = sorted(set(field_names(FIELDS)) - {1523})  # 1523 unknown to this DCGM
     assert sorted(base[0] + prof[0]) == expected
     assert all(1001 <= i < 1100 for i in prof[0])
     assert xid[0] == [XID_FIELD_ID]
+    assert 400 in links[0] and 170 in links[0]  # per-link counters and the fabric: test_dcgm_links.py
     assert {(w[1], w[2], w[3]) for w in engine.watches} == {(10_000_000, 50.0, 0)}
 
 
@@ -368,9 +197,9 @@ def test_unreachable_host_engine_is_one_line() -> None:
         make(engine)
     msg = str(exc.value)
     assert "\n" not in msg
-    assert msg.startswith("cannot reach nv-hostengine at localhost:5555: DCGM error -6")
+    assert msg.startswith("cannot reach nv-hostengine at localhost:5555: DCGM error -21")
     assert "embedded engine failed too" in msg and msg.endswith("use --backend nvml")
-    with pytest.raises(BackendUnavailable, match=r"at gpu-node-7:5555: DCGM error -6; start"):
+    with pytest.raises(BackendUnavailable, match=r"at gpu-node-7:5555: DCGM error -21; start"):
         make(engine, host="gpu-node-7")  # no embedded fallback for a remote host
 
 
@@ -387,4 +216,4 @@ def test_close_deletes_field_groups_and_disconnects_once() -> None:
     b = make(engine)
     b.close()
     b.close()
-    assert len(engine.deleted) == 3 and engine.shutdown == 1
+    assert len(engine.deleted) == 4 and engine.shutdown == 1  # base, prof, xid, links

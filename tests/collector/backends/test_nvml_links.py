@@ -166,7 +166,7 @@ def test_every_exported_family_is_in_the_table() -> None:
     _, _, links = open_fake([nvswitch_gpu(0)])
     _, reg = scrape(links)
     names = {s.name for fam in reg.collect() for s in fam.samples}
-    assert names == nvlink.METRICS
+    assert names == nvlink.LINK_METRICS
 
 
 @pytest.mark.gpu
