@@ -200,6 +200,16 @@ class Settings(BaseSettings):
         default=None, description="/metrics without a token; unset: as read_open (Prometheus can send the token)."
     )
     score_interval: str = Field(default="5m", description="How often every GPU is scored.")
+    # The scorer keeps its 31 days of hour rows between rounds (store.window, decision 0090): 2.3 GB per
+    # 10,000 GPUs. 8192 MB holds about 35,000; past it the rest are read every round, as before.
+    score_window_mb: int = Field(
+        default=8192,
+        ge=0,
+        description=(
+            "Memory for the hour rows the scorer keeps between rounds (about 2.3 GB per 10,000 GPUs); "
+            "the GPUs past it are read every round."
+        ),
+    )
     model: str | None = Field(default=None, description="Risk model file (.skops); unset: the shipped model.")
     max_request_bytes: int = Field(default=1_048_576, description="Larger request bodies get 413.")
     # Slow or many clients (api/server.py): a request head must arrive within header_timeout and a

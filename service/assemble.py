@@ -48,6 +48,8 @@ class LoopConfig:
     interval_s: float = 10.0
     """Sampling interval of the in-process collector."""
     score_interval_s: float = 300.0
+    score_window_mb: float | None = None
+    """Memory for the hour rows the scorer keeps between rounds; None: no bound (`store.window`)."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     buffer_samples: int = 200_000
     """The ingest buffer's bound: samples held in memory while the database is away."""
@@ -191,8 +193,9 @@ def build_loops(
     clock_of = sampler
     now = replica.now if replica is not None else lambda: data_now(clock_of)
     scorer = Scorer(
-        store, model, config.thresholds, config.score_interval_s, now=now, retention=config.retention, replica=replica
-    )
+        store, model, config.thresholds, config.score_interval_s, now=now, retention=config.retention, replica=replica,
+        window_mb=config.score_window_mb,
+    )  # fmt: skip
     actuator = None
     if actuation is not None:
         # On the scorer's clock: the settle period and the breaker's window are measured in the time

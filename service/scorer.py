@@ -35,7 +35,7 @@ from service.remediation import forget_before_return
 from service.replicas import Replica, Share, round_of, until_next_round
 from service.stored_rounds import StoredRounds
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
-from store.window import HourWindow
+from store.window import HourWindow, WindowStats
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,6 @@ PROBE_WINDOW = timedelta(days=7)
 PRUNE_EVERY = timedelta(hours=1)
 SCORE_WINDOW = timedelta(days=31)
 """History read for one scoring round: the longest feature window (30 d) and a margin."""
-WINDOW_MB = 8192
-"""Memory for the hour rows the scorer keeps between rounds: 2.3 GB per 10,000 GPUs (decision 0090)."""
 
 
 @dataclass
@@ -95,7 +93,7 @@ class Scorer(Worker):
         retention: Retention | None = None,
         on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
         replica: Replica | None = None,
-        window_mb: float | None = WINDOW_MB,
+        window_mb: float | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -109,7 +107,7 @@ class Scorer(Worker):
         """Several replicas: score only this one's share, in rounds aligned on the database's clock."""
         self._pruned_at: datetime | None = None
         self.window = HourWindow(store.samples.db, SCORE_WINDOW, None if window_mb is None else int(window_mb * 1e6))
-        """The hour rows kept between rounds: a round reads what changed (`store.window`)."""
+        """The hour rows kept between rounds, in `window_mb` MB (None: no bound): a round reads what changed."""
         self.state = ScoreState()
         self.model_state = ModelState(meta=dict(model.meta))
         self._lock = threading.Lock()
@@ -282,7 +280,7 @@ class Scorer(Worker):
 
 
 class ModelMetrics(Collector):
-    """The scoring loop's model for /metrics: which one, and how reloading it goes (read from memory)."""
+    """The scoring loop's model for /metrics: which one, how reloading it goes, and its window (from memory)."""
 
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
@@ -302,6 +300,28 @@ class ModelMetrics(Collector):
             "Active stored models that failed to load (the previous model kept scoring)",
             value=st.load_failures,
         )
+        yield from window_metrics(self.scorer.window.stats)
+
+
+def window_metrics(ws: WindowStats) -> Iterator[Metric]:
+    """The scorer's window (`store.window`): GPUs held in memory and read every round, its memory."""
+    gpus = GaugeMetricFamily(
+        "gpuhealth_score_window_gpus",
+        "GPUs whose hour rows the scorer keeps between rounds (held=memory) or, past its memory cap "
+        "(GPUHEALTH_SCORE_WINDOW_MB), reads every round (held=read)",
+        labels=["held"],
+    )
+    gpus.add_metric(["memory"], ws.held_gpus)
+    gpus.add_metric(["read"], ws.read_gpus)
+    yield gpus
+    yield GaugeMetricFamily(
+        "gpuhealth_score_window_bytes", "Memory of the hour rows the scorer keeps between rounds", value=ws.bytes
+    )
+    yield CounterMetricFamily(
+        "gpuhealth_score_window_full_reads",
+        "Rounds that read the whole window (start-up, time went back): the others read what changed",
+        value=ws.full_reads,
+    )
 
 
 def all_gpus(store: Store, page: int = 10_000) -> list[GpuItem]:

@@ -13,6 +13,7 @@ the whole window (a second store with the same events); a window capped below th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,10 +23,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from prometheus_client import CollectorRegistry
 
 from core import history
 from predictor.thresholds import Thresholds
-from service.scorer import Scorer
+from service.scorer import ModelMetrics, Scorer
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 from store import Store
@@ -276,3 +278,26 @@ def test_a_round_reads_only_what_closed_or_changed(
         assert reads == [1]  # that hour only
     finally:
         store.close()
+
+
+def test_the_cap_is_said_once_in_the_log_and_in_metrics(
+    tmp_path: Path, events: Scenario, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    scorer = Scorer(store, tiny_model(), Thresholds(), STEP.total_seconds(), window_mb=2.5 * 48 * ROW_BYTES / 1e6)
+    scorer.window.span = SPAN
+    reg = CollectorRegistry()
+    reg.register(ModelMetrics(scorer))
+    try:
+        store_events(store, [events.first, *events.before[0]])
+        with caplog.at_level(logging.WARNING, logger="store.window"):
+            scorer.run_once(events.rounds[0])
+            scorer.run_once(events.rounds[0] + timedelta(minutes=5))
+    finally:
+        store.close()
+    said = [r.getMessage() for r in caplog.records if "read every round" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("score window: 2 GPUs held in memory"), said
+    assert reg.get_sample_value("gpuhealth_score_window_gpus", {"held": "memory"}) == 2
+    assert reg.get_sample_value("gpuhealth_score_window_gpus", {"held": "read"}) == 4
+    assert reg.get_sample_value("gpuhealth_score_window_bytes") == scorer.window.stats.bytes > 0
+    assert reg.get_sample_value("gpuhealth_score_window_full_reads_total") == 1
