@@ -66,6 +66,7 @@ SWITCH_HELP: Mapping[str, str] = {
 }
 SWITCH_LINK_UP = "gpuhealth_nvswitch_link_up"
 SWITCH_FATAL = "DCGM_FI_DEV_NVSWITCH_FATAL_ERRORS"
+SWITCH_NON_FATAL = "DCGM_FI_DEV_NVSWITCH_NON_FATAL_ERRORS"
 SWITCH_METRICS = frozenset({*SWITCH_FIELDS, SWITCH_LINK_UP})
 """Every series collector.nvswitch can export."""
 

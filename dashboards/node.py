@@ -9,7 +9,16 @@ from core.infiniband import metric as ib
 from core.kernel_log import SXID as KERNEL_SXID
 from core.kernel_log import XID as KERNEL_XID
 from core.labels import HOSTNAME
-from core.nvlink import COUNTERS, FABRIC_COMPLETED, FABRIC_STATE, LINK_UP, PREFIX
+from core.nvlink import (
+    COUNTERS,
+    FABRIC_COMPLETED,
+    FABRIC_STATE,
+    LINK_UP,
+    PREFIX,
+    SWITCH_FATAL,
+    SWITCH_LINK_UP,
+    SWITCH_NON_FATAL,
+)
 from dashboards.common import P, dashboard, m, query_var, stat, steps, t, table, timeseries
 
 N = f'{HOSTNAME}="${HOSTNAME}"'
@@ -27,6 +36,7 @@ def build() -> Dashboard:
         *_errors_per_gpu(),
         *_rails(),
         *_nvlink(),
+        *_nvswitches(),
         *_kernel_log(),
     ]
     return dashboard(
@@ -338,6 +348,35 @@ def _nvlink() -> list[P]:
                 min0=True,
             ),
             w=8,
+        ),
+    ]
+
+
+def _nvswitches() -> list[P]:
+    """The NVSwitches DCGM reports (dcgm backend only; collector.nvswitch)."""
+    return [
+        P(
+            timeseries(
+                "NVSwitch ports up (DCGM)",
+                "Ports of each NVSwitch whose NVLink is up, as DCGM reports them (dcgm backend only; ports not in "
+                "use have no series). A drop is a link between a GPU and the switch gone down.",
+                [t(f"sum by (nvswitch) ({SWITCH_LINK_UP}{{{N}}})", "switch {{nvswitch}}")],
+                min0=True,
+            ),
+            w=12,
+        ),
+        P(
+            timeseries(
+                "NVSwitch last SXID (DCGM)",
+                "The last fatal and non-fatal SXID DCGM saw on each NVSwitch (0: none); a fatal one raises "
+                "GpuNvswitchFatalSxid (kernel log) or GpuNvswitchFatalDcgm.",
+                [
+                    t(f"{SWITCH_FATAL}{{{N}}}", "switch {{nvswitch}} fatal"),
+                    t(f"{SWITCH_NON_FATAL}{{{N}}}", "switch {{nvswitch}} non-fatal", ref="B"),
+                ],
+                min0=True,
+            ),
+            w=12,
         ),
     ]
 

@@ -1,18 +1,22 @@
-"""The GPUs' NVLink links and their registration with the NVLink fabric (collector.nvlink)."""
+"""The GPUs' NVLink links and their registration with the NVLink fabric (collector.nvlink), and the
+NVSwitches' fatal errors DCGM reports (collector.nvswitch)."""
 
 from __future__ import annotations
 
 from alerts import config as c
 from alerts.model import Alert, Case, collector_target, series
 from alerts.rulesets.common import GROUP_NETWORK, HOST, VALUE, label
+from core.kernel_log import READABLE
 from core.labels import HOSTNAME
-from core.nvlink import FABRIC_COMPLETED, FABRIC_STATE, FABRIC_STATUS, LINK_UP, NVML_SUCCESS
+from core.nvlink import FABRIC_COMPLETED, FABRIC_STATE, FABRIC_STATUS, LINK_UP, NVML_SUCCESS, SWITCH_FATAL
 
 _NODE = {HOSTNAME: "node-a", **collector_target()}
 _G0 = {**_NODE, "gpu": "0", "UUID": "GPU-00000000-0000-4000-8000-000000000000"}
 _G1 = {**_NODE, "gpu": "1", "UUID": "GPU-00000001-0000-4000-8000-000000000001"}
 _G2 = {**_NODE, "gpu": "2", "UUID": "GPU-00000002-0000-4000-8000-000000000002"}
 _SEL = f"{{{c.COLLECTOR_SELECTOR}}}"
+_SW8 = {**_NODE, "nvswitch": "8"}
+_NODE_B = {HOSTNAME: "node-b", **collector_target("node-b")}
 
 ALERTS: tuple[Alert, ...] = (
     Alert(
@@ -86,6 +90,46 @@ ALERTS: tuple[Alert, ...] = (
         act=(
             "Keep multi-GPU work off the node; reset the GPU (or reboot) when idle and, if the link stays down, "
             "run `dcgmi diag -r 3` and open an RMA for the GPU or the baseboard.",
+        ),
+    ),
+    Alert(
+        name="GpuNvswitchFatalDcgm",
+        group=GROUP_NETWORK,
+        # DCGM keeps the last fatal SXID of each switch until nv-hostengine restarts (a reboot); where the
+        # collector reads the kernel log, GpuNvswitchFatalSxid alerts on the same SXID with its line.
+        expr=f"{SWITCH_FATAL}{_SEL} > 0\nunless on (instance)\n{READABLE}{_SEL} == 1",
+        for_="0m",
+        severity="critical",
+        action="drain",
+        summary=f"NVSwitch {label('nvswitch')} on {HOST} reports fatal SXID {VALUE} (DCGM)",
+        description=f"DCGM reports the fatal SXID {VALUE} on NVSwitch {label('nvswitch')} of {HOST}; the "
+        "collector cannot read the kernel log, so this is the only word of it.",
+        case=Case(
+            series=(
+                (series(SWITCH_FATAL, _SW8), "0x10 1004x20"),
+                (series(READABLE, _NODE), "0x30"),  # the kernel log unreadable on node-a
+                (series(SWITCH_FATAL, {**_NODE_B, "nvswitch": "8"}), "0x10 1004x20"),
+                (series(READABLE, _NODE_B), "1x30"),  # node-b's kernel log says it: GpuNvswitchFatalSxid
+            ),
+            quiet_at="5m",
+            fire_at="12m",
+            value=1004,
+            labels=(_SW8,),
+        ),
+        meaning="DCGM (through the NVSwitch driver) reports a fatal error of a switch: its links, or the whole "
+        "switch, stopped carrying traffic. GPUs routed through it leave the NVLink fabric; multi-GPU jobs on the "
+        "node hang or fail with NCCL errors, while each GPU alone looks healthy. The same SXID is in the kernel "
+        "log; this alert stands in for GpuNvswitchFatalSxid where the collector cannot read that log.",
+        check=(
+            "`dmesg -T | grep SXid` on the node for the line and its link; `dcgmi discovery -l` lists the "
+            "switches by the id in the `nvswitch` label.",
+            "`systemctl status nvidia-fabricmanager` and `journalctl -u nvidia-fabricmanager`.",
+            "Why the collector cannot read the kernel log: its log line at start, `gpuhealth_kernel_log_readable`.",
+        ),
+        act=(
+            "Drain the node; reboot it (or, with Fabric Manager stopped, reset its GPUs and switches), then check "
+            "that every GPU registers with the fabric again (GpuFabricNotReady clears).",
+            "A fatal SXID again on the same switch: open an RMA for the baseboard with `nvidia-bug-report.sh`.",
         ),
     ),
 )

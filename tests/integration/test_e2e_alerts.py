@@ -180,9 +180,17 @@ _KERNEL_LOG_WHERE = (
     *(f"gpuhealth-node/Kernel log: XIDs and SXIDs (1 h)/{ref}{p}" for ref in "AB" for p in ("", " selector")),
 )
 
+_NO_DCGM = "NVSwitches are listed by the dcgm backend only (tests/collector/backends/test_dcgm_links.py covers it)"
+_DCGM_WHERE = (
+    *(f"alert:GpuNvswitchFatalDcgm {p}" for p in ("part", "selector")),
+    *(f"gpuhealth-node/NVSwitch ports up (DCGM)/A{p}" for p in ("", " selector")),
+    *(f"gpuhealth-node/NVSwitch last SXID (DCGM)/{ref}{p}" for ref in "AB" for p in ("", " selector")),
+)
+
 ALLOWED_EMPTY: dict[str, str] = {
     **{where: _NO_REMEDIATION for where in _REMEDIATION_WHERE},
     **{where: _NO_KERNEL_LOG for where in _KERNEL_LOG_WHERE},
+    **{where: _NO_DCGM for where in _DCGM_WHERE},
     # where: why it may return no data in this scenario. Keep this short; prefer a richer scenario.
     "alert:GpuInfinibandPortDown part": _NO_TIES,
     "alert:GpuInfinibandPortDown selector": _NO_TIES,
