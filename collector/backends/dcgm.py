@@ -195,6 +195,7 @@ class DcgmBackend:
         self._error: type[BaseException] = self._m.dcgm_structs.DCGMError
         self._names = field_names(fields)
         self._link_fields = LINK_CATALOGUE_FIELDS & {f.name for f in fields}
+        self._links_failing = False
         self._events: list[XidEvent] = []
         self._lock = threading.Lock()
         self._field_groups: list[Any] = []
@@ -353,8 +354,11 @@ class DcgmBackend:
         try:
             values = self._links.catalogue_values()
         except BackendError as err:
-            log.warning("%s: nvlink_links_down and gpu_fabric_state absent this read", err)
+            if not self._links_failing:  # said once until it recovers, not at every sample
+                log.warning("%s: nvlink_links_down and gpu_fabric_state absent until it recovers", err)
+            self._links_failing = True
             return {}
+        self._links_failing = False
         return {gid: {k: v for k, v in vals.items() if k in self._link_fields} for gid, vals in values.items()}
 
     def read_links(self) -> list[GpuLinks]:

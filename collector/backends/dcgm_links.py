@@ -96,7 +96,7 @@ def _states(raw: Any) -> dict[int, bool]:
 
 
 def link_states(status: Any) -> LinkStates:
-    """The up/down links of a c_dcgmNvLinkStatus_v4/v5 (v3 bindings hold 18 links a GPU, v5 36)."""
+    """The up/down links of a c_dcgmNvLinkStatus_v4/v5 (v4 holds 18 links a GPU, v5 36)."""
     gpus = {int(g.entityId): _states(g.linkState) for g in list(status.gpus)[: int(status.numGpus)]}
     sws = {int(s.entityId): _states(s.linkState) for s in list(status.nvSwitches)[: int(status.numNvSwitches)]}
     return LinkStates(gpus, sws)
@@ -151,10 +151,10 @@ def link_readings(states: Mapping[int, bool], values: Mapping[int, float | str])
 
 def pci_bus_id(values: Mapping[int, float | str]) -> str:
     """The switch's PCI id as NVML spells one (00000000:05:00.0); "" when DCGM lacks a part."""
-    parts = [values.get(fid) for fid in SWITCH_PCI]
-    if not all(isinstance(p, float) for p in parts):
+    parts = [int(v) for fid in SWITCH_PCI if isinstance(v := values.get(fid), float)]
+    if len(parts) != len(SWITCH_PCI):
         return ""
-    domain, bus, device, function = (int(p) for p in parts)  # type: ignore[arg-type]
+    domain, bus, device, function = parts
     return f"{domain:08X}:{bus:02X}:{device:02X}.{function:X}"
 
 

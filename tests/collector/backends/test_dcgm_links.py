@@ -8,6 +8,7 @@ and 9, as DCGM numbers them by physical id).
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 
 from collector.backends.base import BackendError
@@ -152,6 +153,20 @@ def test_a_failing_link_status_fails_the_link_read_but_not_the_sample() -> None:
         raise AssertionError("a failing DCGM read of the links must raise BackendError")
     r0, _ = b.read()
     assert r0.values["gpu_temp_c"] == 45.0 and "nvlink_links_down" not in r0.values
+
+
+def test_a_failing_link_status_is_said_once_until_it_recovers(caplog: pytest.LogCaptureFixture) -> None:
+    engine = hgx()
+    b = make(engine)
+    engine.link_status_error = -21
+    for _ in range(3):
+        b.read()
+    engine.link_status_error = None
+    assert b.read()[0].values["nvlink_links_down"] == 1.0
+    engine.link_status_error = -21
+    b.read()
+    said = [r for r in caplog.records if "nvlink_links_down and gpu_fabric_state absent" in r.getMessage()]
+    assert len(said) == 2  # once per outage, not at every sample
 
 
 def test_a_refused_watch_costs_only_the_counters() -> None:
