@@ -26,6 +26,9 @@ from core.catalog import IDENTITY_COLUMNS
 log = logging.getLogger(__name__)
 
 FAILURE_MODES = ("ecc", "thermal", "pcie", "other")
+BUS_IDS_ATTR = "gpuhealth_pci_bus_ids"
+"""A history frame's `attrs` key: GPU UUID -> its PCI bus id (00000000:41:00.0), where the frame's source
+knows it (the store's GPU records): with the host, a GPU's slot (`predictor.features.slots`)."""
 FAILURE_COLUMNS = ("gpu_uuid", "failed_at", "mode")
 STRING_COLUMNS = ("hostname", "gpu_uuid", "model_name")
 PARQUET_SUFFIXES = (".parquet", ".pq")

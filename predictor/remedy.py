@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from core.decisions import REMEDIES, REMEDY_WHEN
+from core.history import BUS_IDS_ATTR
 from predictor.features.history import SLOT_WINDOW_DAYS
 from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, WORN_REMAP_REMEDY, RemedyRef
 
@@ -63,18 +64,21 @@ def _sources(hits: pd.DataFrame, index: pd.Index) -> list[list[RemedyRef]]:
 
 
 def slot_lines(features: pd.DataFrame) -> list[list[str]]:
-    """Per features row: the line naming its slot where the slot (host and GPU index, `features.slots`)
-    lost REPEAT_REMEDIES or more GPUs within SLOT_WINDOW_DAYS (`slot_gpus_failed_60d`), as a GPU that needed
-    a remedy that often is a repeat offender: there the slot is, whichever GPU sits in it now."""
+    """Per features row: the line naming its slot where the slot (its host and PCI bus id, or GPU index:
+    `features.slots`) lost REPEAT_REMEDIES or more GPUs within SLOT_WINDOW_DAYS (`slot_gpus_failed_60d`),
+    as a GPU that needed a remedy that often is a repeat offender: there the slot is, whichever GPU sits
+    in it now. The bus id is the features' `history.BUS_IDS_ATTR`, where the history had one."""
     if SLOT_LOST not in features.columns:
         return [[] for _ in range(len(features))]
     lost = features[SLOT_LOST].to_numpy(dtype=float)
-    return [
-        [f"slot of GPU {i} on {h} has lost {n:.0f} GPUs in {SLOT_WINDOW_DAYS} days: check its riser, cable and slot"]
-        if n >= REPEAT_REMEDIES and i >= 0  # an unknown index names no slot
-        else []
-        for h, i, n in zip(features["hostname"].astype(str), features["gpu_index"], lost, strict=True)
-    ]
+    buses = features.attrs.get(BUS_IDS_ATTR) or {}
+    uuids = features["gpu_uuid"].astype(str) if "gpu_uuid" in features.columns else [""] * len(features)
+    out: list[list[str]] = []
+    for u, h, i, n in zip(uuids, features["hostname"].astype(str), features["gpu_index"], lost, strict=True):
+        slot = f"slot {buses[u]} of {h}" if u in buses else f"slot of GPU {i} on {h}" if i >= 0 else ""
+        said = f"{slot} has lost {n:.0f} GPUs in {SLOT_WINDOW_DAYS} days: check its riser, cable and slot"
+        out.append([said] if n >= REPEAT_REMEDIES and slot else [])  # an unknown index names no slot
+    return out
 
 
 def remedies(hits: pd.DataFrame, index: pd.Index, features: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -159,7 +159,7 @@ def _frame(
     u: np.ndarray,
     ts: np.ndarray,
     v: np.ndarray,
-    ident: Mapping[str, tuple[str, int, str, str]],
+    ident: Mapping[str, tuple[str, int, str, str, str]],
 ) -> pd.DataFrame:
     """Arrays from the database (values in METRIC_COLUMNS order) as a history frame with validate()'s dtypes."""
     codes, uniques = pd.factorize(u)
@@ -172,7 +172,7 @@ def _columns_frame(
     gpus: list[str],
     ts: np.ndarray,
     cols: dict[str, np.ndarray],
-    ident: Mapping[str, tuple[str, int, str, str]],
+    ident: Mapping[str, tuple[str, int, str, str, str]],
 ) -> pd.DataFrame:
     """Rows from the database (GPU codes into `gpus`, µs, one array per metric) as a history frame
     with validate()'s dtypes, in (GPU, time) order; `cols` is emptied as each column is placed."""
@@ -183,7 +183,7 @@ def _columns_frame(
     order = np.lexsort((ts, sorted_codes))
     codes = sorted_codes[order]
     names = sorted(gpus)
-    info = [ident.get(x, ("unknown", -1, "unknown", "")) for x in names]
+    info = [ident.get(x, ("unknown", -1, "unknown", "", "")) for x in names]
 
     def category(values: list[str]) -> pd.Categorical:
         c, cats = pd.factorize(np.asarray(values, dtype=object), sort=True)
@@ -202,23 +202,26 @@ def _columns_frame(
             data[name] = col
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
     frame.attrs[RAILS_ATTR] = {x: i[3] for x, i in zip(names, info, strict=True) if i[3]}  # the rail findings'
+    frame.attrs[history.BUS_IDS_ATTR] = {x: i[4] for x, i in zip(names, info, strict=True) if i[4]}  # slots'
     return frame
 
 
-def _identities(conn: Connection, uuids: list[str]) -> dict[str, tuple[str, int, str, str]]:
-    """uuid -> (hostname, gpu_index or -1, model_name or "unknown", its IB/RoCE ports or "") from the GPUs'
-    current records; the ports ride as the frame's `RAILS_ATTR` (`_columns_frame`), not as a column."""
-    out: dict[str, tuple[str, int, str, str]] = {}
+def _identities(conn: Connection, uuids: list[str]) -> dict[str, tuple[str, int, str, str, str]]:
+    """uuid -> (hostname, gpu_index or -1, model_name or "unknown", its IB/RoCE ports or "", its PCI bus id
+    or "") from the GPUs' current records; the ports and bus ids ride as the frame's `RAILS_ATTR` and
+    `history.BUS_IDS_ATTR` (`_columns_frame`), not as columns."""
+    out: dict[str, tuple[str, int, str, str, str]] = {}
     g = T_GPUS.c
     for start in range(0, len(uuids), 1000):
         part = uuids[start : start + 1000]
-        q = sa.select(g.uuid, g.hostname, g.gpu_index, g.model_name, g.ib_rail).where(g.uuid.in_(part))
+        q = sa.select(g.uuid, g.hostname, g.gpu_index, g.model_name, g.ib_rail, g.pci_bus_id).where(g.uuid.in_(part))
         for row in conn.execute(q):
             out[row.uuid] = (
                 row.hostname,
                 -1 if row.gpu_index is None else int(row.gpu_index),
                 row.model_name or "unknown",
                 row.ib_rail or "",
+                row.pci_bus_id or "",
             )
     return out
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from core import hourly
-from core.history import HistoryError
+from core.history import BUS_IDS_ATTR, HistoryError
 from predictor.features.context import Family, FeatureContext
 from predictor.features.errors import (
     XID_FEATURES,
@@ -338,14 +338,19 @@ def build_features(
 
     Returns one row per (GPU, cutoff) with the identity columns `gpu_uuid, hostname,
     gpu_index, model_name, cutoff, last_seen` followed by FEATURES (NaN where the
-    history lacks the columns a feature needs).
+    history lacks the columns a feature needs); the frame's bus ids (`history.BUS_IDS_ATTR`), if
+    any, ride along in its `attrs`.
     """
     cuts = pd.DatetimeIndex([cutoffs] if isinstance(cutoffs, pd.Timestamp) else cutoffs)
     if cuts.tz is None:
         cuts = cuts.tz_localize("UTC")
     cuts = cuts.tz_convert("UTC").as_unit("ns")  # pandas may hand out us or s resolution
     # Every feature is defined on hour rows (core.hourly): the same numbers at any sampling rate.
-    f = OrderedFrame(hourly.to_hours(frame, until=cuts.max() if len(cuts) == 1 else None) if len(frame) else frame)
+    hours = hourly.to_hours(frame, until=cuts.max() if len(cuts) == 1 else None) if len(frame) else frame
+    buses = frame.attrs.get(BUS_IDS_ATTR)  # the GPUs' bus ids: their slots (`features.slots`), and the reasons'
+    if buses:
+        hours.attrs[BUS_IDS_ATTR] = buses
+    f = OrderedFrame(hours)
     cut_s = (cuts.asi8 - f.t0_ns) // 1_000_000_000
     # Pairs (GPU, cutoff) where the GPU had reported by the cutoff and not gone stale.
     g_grid, c_grid = np.meshgrid(np.arange(len(f.gpu_codes)), np.arange(len(cuts)), indexing="ij")
@@ -374,7 +379,10 @@ def build_features(
     # per-row arrays live only while their family runs.
     ctx = FeatureContext(f, q, ident, {s.name: s.family for s in SPECS}, failures)
     feats = pd.DataFrame({name: ctx.feature(name) for name in FEATURES}, columns=list(FEATURES))
-    return pd.concat([ident, feats], axis=1)
+    out = pd.concat([ident, feats], axis=1)
+    if buses:
+        out.attrs[BUS_IDS_ATTR] = buses
+    return out
 
 
 def missing_inputs(frame: pd.DataFrame) -> list[str]:

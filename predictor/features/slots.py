@@ -3,10 +3,11 @@
 PCIe replays come as much from the riser, cable and slot as from the GPU, and a replaced GPU
 goes into the same slot with a new UUID and no history. So the habit a GPU's replays are judged
 against (`errors.pcie_replays`) takes in the hours of the GPUs it replaced. A slot is a host and a
-GPU index: NVML and DCGM number a node's GPUs in PCI bus order, so the index names the bus id
-while the node's GPUs are all enumerated, and every history has it (docs/history-format.md; the
-bus id reaches the store in local mode only; decision 0089). A GPU whose rows overlap the new
-GPU's (a neighbour renumbered while a GPU was missing) is not its predecessor.
+PCI bus id where the frame carries the GPUs' (`history.BUS_IDS_ATTR`: the store's records, which
+the collector fills), else a host and a GPU index, which every history has: NVML numbers a node's
+GPUs in bus order in practice, though it does not promise to across reboots (decision 0089). A
+GPU whose rows overlap the new GPU's (a neighbour renumbered while a GPU was missing) is not its
+predecessor.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from core.history import BUS_IDS_ATTR
 from predictor.features.frame import KEY_SHIFT, OrderedFrame
 from predictor.features.windows import CounterIncreases, Queries
 
@@ -32,27 +34,37 @@ class Predecessors:
 NONE = Predecessors(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
-def _slot_codes(f: OrderedFrame, rows: np.ndarray) -> np.ndarray:
-    """A code per (host, GPU index) at rows in (GPU, time) order; -1 where the index is unknown (no slot)."""
+def _slot_codes(f: OrderedFrame, rows: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    """A code per slot at rows in (GPU, time) order of GPUs `gpu` (positions into `f.gpu_codes`): (host, PCI
+    bus id) where the frame knows the GPU's (`history.BUS_IDS_ATTR`), else (host, GPU index); -1 where
+    neither is known (no slot)."""
     host = f.label_codes("hostname")[f.frame_rows(rows)].astype(np.int64)
     index = f.frame["gpu_index"].to_numpy()[f.frame_rows(rows)].astype(np.int64)
-    return np.where(index >= 0, (host << 32) | (index & 0xFFFFFFFF), -1)
+    slot = np.where(index >= 0, index & 0x7FFFFFFF, -1)
+    buses = f.frame.attrs.get(BUS_IDS_ATTR) or {}
+    if buses:
+        bus = pd.Series(f.uuids[f.gpu_codes[gpu]]).map(buses).to_numpy(dtype=object)
+        known = pd.notna(bus)
+        codes, _ = pd.factorize(pd.Series(bus[known]).str.upper())
+        slot[known] = (1 << 31) | codes  # a bus id and an index never match
+    return np.where(slot >= 0, (host << 32) | slot, -1)
 
 
 def predecessors(f: OrderedFrame, q: Queries) -> Predecessors:
     """The GPUs that held each query GPU's slot before it (none, as a rule: then nothing is read
     beyond one code per GPU)."""
-    gpu_slot = _slot_codes(f, f.gpu_end - 1)  # a GPU's slot: where it last reported
+    every = np.arange(len(f.gpu_codes))
+    gpu_slot = _slot_codes(f, f.gpu_end - 1, every)  # a GPU's slot: where it last reported
     known = gpu_slot[gpu_slot >= 0]
     if len(np.unique(known)) == len(known):
         return NONE  # no slot has held two GPUs
-    q_slot = _slot_codes(f, q.end_row)  # the query GPU's slot at its cutoff
+    q_slot = _slot_codes(f, q.end_row, q.gpu_pos)  # the query GPU's slot at its cutoff
     shared = np.isin(q_slot, known[pd.Series(known).duplicated(keep=False).to_numpy()])
     if not shared.any():
         return NONE
     qi = np.flatnonzero(shared)
     left = pd.DataFrame({"slot": q_slot[qi], "query": qi, "first": f.first_t[q.gpu_pos[qi]]})
-    right = pd.DataFrame({"slot": gpu_slot, "gpu": np.arange(len(gpu_slot)), "last": f.last_t})
+    right = pd.DataFrame({"slot": gpu_slot, "gpu": every, "last": f.last_t})
     pairs = left.merge(right, on="slot")
     pairs = pairs[(pairs["last"] < pairs["first"]).to_numpy()]
     return Predecessors(pairs["query"].to_numpy(np.int64), pairs["gpu"].to_numpy(np.int64))

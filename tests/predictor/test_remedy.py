@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import pytest
 
+from core.history import BUS_IDS_ATTR
 from predictor.model import RiskModel
-from predictor.remedy import remedies, repeat_offender, strongest, with_decisions
+from predictor.remedy import remedies, repeat_offender, slot_lines, strongest, with_decisions
 from predictor.rules import REPEAT_REMEDIES, REPEAT_WINDOW_DAYS, RULE_REMEDIES, RULES, RemedyRef, evaluate_rules
 from predictor.score import score
 from tests.predictor.features.test_history import CUT, DAY, failures, fleet
@@ -142,3 +143,25 @@ def test_the_scores_reasons_name_a_slot_that_lost_two_gpus(shipped_model: RiskMo
     line = "slot of GPU 0 on node-a has lost 2 GPUs in 60 days: check its riser, cable and slot"
     assert line in out["GPU-new"]
     assert all(line not in out[u] and not any(r.startswith("slot of") for r in out[u]) for u in ("GPU-a1", "GPU-b0"))
+
+
+def test_the_slot_is_named_by_its_bus_id_where_the_history_had_one() -> None:
+    x = pd.DataFrame({"gpu_uuid": ["GPU-a", "GPU-b", "GPU-c"], "hostname": "node-07", "gpu_index": [3, 4, -1],
+                      "slot_gpus_failed_60d": [3.0, 2.0, 2.0]})  # fmt: skip
+    x.attrs[BUS_IDS_ATTR] = {"GPU-a": "00000000:41:00.0"}
+    assert slot_lines(x) == [
+        ["slot 00000000:41:00.0 of node-07 has lost 3 GPUs in 60 days: check its riser, cable and slot"],
+        ["slot of GPU 4 on node-07 has lost 2 GPUs in 60 days: check its riser, cable and slot"],
+        [],  # neither a bus id nor an index: no slot to name
+    ]
+
+
+def test_the_scores_reasons_name_the_slots_bus_id(shipped_model: RiskModel) -> None:
+    """The store's scoring frame carries the bus ids (`history.BUS_IDS_ATTR`): the reasons name the slot by it."""
+    fails = failures(("GPU-old", "node-a", CUT - 8 * DAY), ("GPU-new", "node-a", CUT - DAY))
+    history = fleet()
+    history.attrs[BUS_IDS_ATTR] = {"GPU-old": "00000000:41:00.0", "GPU-new": "00000000:41:00.0"}
+    out = score(shipped_model, history, at=CUT, failures=fails).set_index("gpu_uuid")["reasons"]
+    assert (
+        "slot 00000000:41:00.0 of node-a has lost 2 GPUs in 60 days: check its riser, cable and slot" in out["GPU-new"]
+    )

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.history import validate
+from core.history import BUS_IDS_ATTR, validate
 from predictor.features import build_features
 
 T0 = pd.Timestamp("2026-05-01T00:00:00Z")
@@ -127,3 +127,16 @@ def test_an_unknown_index_names_no_slot() -> None:
     alone = features(gpu("GPU-new", -1, 21 * DAY_H, 30 * DAY_H, now))
     x = features(gpu("GPU-old", -1, 0, 20 * DAY_H, habit(4)), gpu("GPU-new", -1, 21 * DAY_H, 30 * DAY_H, now))
     pd.testing.assert_series_equal(x.loc[("GPU-new", CUT), SURPRISE], alone.loc[("GPU-new", CUT), SURPRISE])
+
+
+def test_where_the_frame_knows_the_bus_ids_the_slot_is_the_bus_id() -> None:
+    """A new GPU numbered 1 in the bus id GPU-old held as 0 (the node booted with another GPU missing) takes
+    its habit; one at GPU-old's index but another bus id does not."""
+    now = recent((1, 4))
+    old = gpu("GPU-old", 0, 0, 20 * DAY_H, habit(4))
+    alone = features(gpu("GPU-new", 1, 21 * DAY_H, 30 * DAY_H, now)).loc[("GPU-new", CUT), SURPRISE]
+    for new_index, new_bus, inherits in ((1, "00000000:41:00.0", True), (0, "00000000:52:00.0", False)):
+        frame = validate(pd.concat([old, gpu("GPU-new", new_index, 21 * DAY_H, 30 * DAY_H, now)]), source="test")
+        frame.attrs[BUS_IDS_ATTR] = {"GPU-old": "00000000:41:00.0", "GPU-new": new_bus}
+        got = build_features(frame, CUT).set_index("gpu_uuid").loc["GPU-new", SURPRISE].astype(float)
+        assert (got < 1.0).all() if inherits else got.equals(alone.rename("GPU-new")), (new_index, got)
