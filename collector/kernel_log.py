@@ -21,10 +21,10 @@ from typing import Any, Generic
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from collector.backends.base import GpuInfo
+from collector.backends.base import GpuInfo, GpuReading
 from collector.exporter import LABELS, gpu_labels
 from collector.kernel_log_source import JournalOptions, LogCursor, LogReader, R, open_reader
-from collector.kmsg import KmsgError
+from collector.kmsg import KmsgCursor, KmsgError, KmsgReader
 from collector.nvswitch import SwitchInfo
 from collector.sampler import Sampler
 from collector.xid_log import XidLine, parse_line, pci_key, xid_message
@@ -69,6 +69,8 @@ class KernelLog(Worker, Generic[R]):
         """None before the first poll; False: the log could not be read (said once), NVML counts."""
         self.xids: dict[tuple[Pci, int], int] = {}
         self.sxids: dict[tuple[str, Pci, int, str], int] = {}
+        self.last: dict[Pci, int] = {}
+        """The newest XID code counted per GPU (by PCI id): the last-seen gauge the log gives (`LogXids`)."""
         self._lock = threading.Lock()
 
     def poll(self) -> int:
@@ -90,6 +92,7 @@ class KernelLog(Worker, Generic[R]):
     def _count(self, x: XidLine) -> None:
         if x.kind == "xid":
             self.xids[(x.pci, x.code)] = self.xids.get((x.pci, x.code), 0) + 1
+            self.last[x.pci] = x.code
         else:
             key = (x.device, x.pci, x.code, _severity(x.detail))
             self.sxids[key] = self.sxids.get(key, 0) + 1
@@ -104,6 +107,11 @@ class KernelLog(Worker, Generic[R]):
             return
         need = f" (needs {self.reader.access})" if err.errno in (errno.EACCES, errno.EPERM, errno.ENOENT) else ""
         log.warning("cannot read the kernel log: %s%s; XIDs are counted from NVML events, SXIDs not at all", err, need)
+
+    def last_codes(self) -> dict[Pci, int]:
+        """A copy of the newest XID code counted per GPU (by PCI id)."""
+        with self._lock:
+            return dict(self.last)
 
     def snapshot(self) -> tuple[dict[tuple[Pci, int], int], dict[tuple[str, Pci, int, str], int]]:
         """Copies of the XID and SXID counts, for a scrape."""
@@ -246,3 +254,43 @@ def attach_kernel_log(
 
     registry.register(KernelLogCollector(kl, nvml_counts, host, hostname_label))
     return kl
+
+
+class LogXids:
+    """Makes the kernel log the source of each reading's `xid` (the last code seen, the gauge DCGM and
+    /metrics carry), as 0073 makes it the one source of the XID counter: it reads each node's log at each
+    sample (the sampler's hook, `Sampler(augment=...)`), so an XID logged during the backend's read is in
+    the same sample, and one NVML's events never deliver (XID 79, 119, 120: DCGM issue 162) reaches the
+    history. A GPU whose node's log cannot be read keeps the backend's gauge."""
+
+    name = "kernel_log"
+
+    def __init__(self, logs: Mapping[str, KernelLog[Any]]) -> None:
+        self.logs = dict(logs)
+        """Hostname -> its kernel log: PCI ids repeat from node to node."""
+
+    def __call__(self, readings: Sequence[GpuReading]) -> None:
+        last: dict[str, dict[Pci, int]] = {}
+        for host, kl in self.logs.items():
+            kl.poll()
+            if kl.readable:
+                last[host] = kl.last_codes()
+        for r in readings:
+            key = pci_key(r.info.pci_bus_id)
+            if not r.lost and key is not None and r.info.hostname in last:
+                r.values["xid"] = float(last[r.info.hostname].get(key, 0))
+
+
+def simulated_kernel_logs(backend: object) -> dict[str, KernelLog[Any]]:
+    """Each simulated node's kernel log (a backend's `kernel_logs`: hostname -> a file of /dev/kmsg's records,
+    collector.backends.sim), for `LogXids`; {} for any other backend, whose kernel log is the node's own
+    (`attach_kernel_log`)."""
+    files: Mapping[str, Path] = getattr(backend, "kernel_logs", None) or {}
+    gpus = getattr(backend, "gpus", None)
+    if not files or not callable(gpus):
+        return {}
+    infos: list[GpuInfo] = list(gpus())
+    return {
+        host: KernelLog(KmsgReader(Path(path)), KmsgCursor(None, ""), [g for g in infos if g.hostname == host])
+        for host, path in files.items()
+    }

@@ -15,6 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.infiniband import InfinibandCollector, RailCounts
+from collector.kernel_log import LogXids, simulated_kernel_logs
 from collector.nvlink import NvlinkCollector, link_reader
 from collector.nvswitch import NvswitchCollector, switch_reader
 from collector.sampler import Sampler
@@ -100,7 +101,9 @@ def build_sampling(
     With `sysfs_root` (/sys on a real node), InfiniBand/RoCE ports are exported (collector.infiniband).
     """
     rails = (RailCounts(sysfs_root),) if sysfs_root is not None else ()  # each GPU's ib_rail_link_downed
-    sampler = Sampler(backend, interval_s, attributors=attributors, augment=rails)
+    logs = simulated_kernel_logs(backend)  # a simulated fleet's: its XIDs, those NVML's events miss too
+    augment = (*rails, LogXids(logs)) if logs else rails
+    sampler = Sampler(backend, interval_s, attributors=attributors, augment=augment)
     report = on_probe_results
 
     if on_probe_results is not None:

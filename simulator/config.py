@@ -33,6 +33,8 @@ class FaultMode(StrEnum):
     # The node's shared parts, never a GPU failure (simulator.fabric).
     FABRIC = "fabric"  # Fabric Manager stops: every GPU of the node unregistered from the NVLink fabric
     RAIL_FLAP = "rail-flap"  # the IB port on the GPU's rail goes down four times an hour
+    # Seen in the kernel log only, never by NVML's events (simulator.kernel_log).
+    LOG_XID = "log-xid"  # a GSP error (XID 120) the driver logs and NVML's event stream does not deliver
 
 
 PRECURSOR_MODES = (FaultMode.ECC, FaultMode.THERMAL, FaultMode.PCIE)

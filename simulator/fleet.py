@@ -46,6 +46,7 @@ from simulator.config import (
     SimGpu,
 )
 from simulator.fabric import NODE_MODES, Fabric
+from simulator.kernel_log import LOG_MODES, KernelLog
 from simulator.models import GpuModel, get_model
 from simulator.remedies import CURED_CODES, Remedies
 
@@ -190,6 +191,7 @@ class FleetSim:
         self._fault_queue: list[list[tuple[float, FaultMode, float]]] = [[] for _ in range(n)]
         self.remedies = Remedies(n)  # faults a reset cures: no draw from `r` (simulator.remedies)
         self.fabric = Fabric(n)  # the node's fabric and rails: no draw from `r` (simulator.fabric)
+        self.klog = KernelLog(n)  # the driver's kernel log, an XID only it has (simulator.kernel_log)
 
     def _start_world(self) -> None:
         """The domain's per-GPU and per-node draws: sensor offsets, heat-sink spread, flaky
@@ -272,8 +274,8 @@ class FleetSim:
         """Start a fault now; the GPU fails `fault.hours` of simulated time later."""
         if fault.gpu >= self.n:
             raise ValueError(f"fault on GPU {fault.gpu}: the simulated fleet has GPUs 0..{self.n - 1}")
-        if fault.mode in NODE_MODES:  # the node's, not the GPU's fault slot
-            self.fabric.inject(self, fault)
+        if fault.mode in (*NODE_MODES, *LOG_MODES):  # the node's, or the kernel log's: not the GPU's fault slot
+            (self.fabric if fault.mode in NODE_MODES else self.klog).inject(self, fault)
             return
         i = fault.gpu
         self.fault_mode[i] = _MODE_CODE[fault.mode]
@@ -297,6 +299,7 @@ class FleetSim:
             self._events.append((int(i), code, self.time))
         self.last_xid[idx] = code
         self.xid_now[idx] = code
+        self.klog.logged(idx, code, self.time)  # the driver logs every XID
 
     def drain_events(self) -> list[tuple[int, int, float]]:
         """XID events (gpu, code, sim time) since the last call."""
@@ -356,6 +359,7 @@ class FleetSim:
         self._pcie(dt, p, pcie)
         self._fail(p, thermal)
         self.remedies.ripen(self)
+        self.klog.ripen(self)
 
     def _air(self, dt: float) -> tuple[np.ndarray, np.ndarray]:
         """Per GPU: the air it breathes (inlet, the room's daily swing, node incidents) and the

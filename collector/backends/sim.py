@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from collector.backends.base import (
 from kernels import expected as exp
 from kernels.runner import ProbeResult, judge
 from simulator.fleet import FaultMode, FaultSpec, FleetSim, SimConfig
+from simulator.kernel_log import driver_line
 from simulator.models import DEFAULT_MODEL
 
 SIM_PID = 100_000
@@ -44,6 +46,9 @@ class SimOptions:
     start: float | None = None
     """Simulated start time (epoch seconds); None: the simulator's fixed start."""
     spare_nodes: int = 0
+    kernel_log: str = ""
+    """A directory to write each node's kernel log to, /dev/kmsg's records (collector.kernel_log reads them);
+    "": none."""
 
 
 class SimBackend:
@@ -63,6 +68,7 @@ class SimBackend:
         start: float | None = None,
         spare_nodes: int = 0,
         refault_share: float | None = None,
+        kernel_log: Path | None = None,
     ) -> None:
         if step_s <= 0:
             raise ValueError("simulated step must be positive")
@@ -81,6 +87,15 @@ class SimBackend:
         self.driver_version = driver_version
         self._infos = self._identities()
         self._repairs = self.fleet.repairs
+        self.kernel_logs: dict[str, Path] = {}
+        """Hostname -> the file its driver's kernel log is written to (/dev/kmsg's records); {}: none."""
+        self._kmsg_seq: dict[str, int] = {}
+        if kernel_log is not None:  # a new simulated boot: each node's ring starts empty, its sequence at 0
+            self.fleet.klog.keep = True
+            Path(kernel_log).mkdir(parents=True, exist_ok=True)
+            for host in sorted({g.hostname for g in self._infos}):
+                self.kernel_logs[host] = Path(kernel_log) / f"{host}.kmsg"
+                self.kernel_logs[host].write_text("")
 
     def _identities(self) -> list[GpuInfo]:
         return [
@@ -112,6 +127,7 @@ class SimBackend:
         if self.fleet.repairs != self._repairs:  # a repaired slot holds a new GPU (new UUID)
             self._repairs = self.fleet.repairs
             self._infos = self._identities()
+        self._write_kernel_log()
         cols = self.fleet.values()
         rails = self.fleet.fabric.rails(self.fleet)  # the NIC on each GPU's rail, as RailCounts names it
         out = []
@@ -121,6 +137,23 @@ class SimBackend:
             else:
                 out.append(GpuReading(info, {k: float(v[i]) for k, v in cols.items()}, rail=rails[i]))
         return out
+
+    def _write_kernel_log(self) -> None:
+        """Append the XIDs the driver logged this step to their node's log, as /dev/kmsg hands records out
+        (`prio,seq,usec,-;message`): every one NVML delivers and those it does not (simulator.kernel_log)."""
+        logged = self.fleet.klog.drain()
+        if not self.kernel_logs or not logged:
+            return
+        lines: dict[str, list[str]] = {}
+        for i, code, t in logged:
+            g = self.fleet.gpus[i]
+            seq = self._kmsg_seq.get(g.node, 0)
+            self._kmsg_seq[g.node] = seq + 1
+            usec = int((t - self.fleet.cfg.start) * 1e6)  # since the simulated boot
+            lines.setdefault(g.node, []).append(f"3,{seq},{usec},-;{driver_line(g.pci_bus_id, g.index, code)}\n")
+        for host, text in lines.items():
+            with open(self.kernel_logs[host], "a") as f:
+                f.writelines(text)
 
     def drain_xid_events(self) -> list[XidEvent]:
         return [XidEvent(self._infos[i].uuid, code, t) for i, code, t in self.fleet.drain_events()]
@@ -174,6 +207,7 @@ def open_sim(options: SimOptions, common: CommonOptions) -> SimBackend:
         faults=options.faults,
         start=options.start,
         spare_nodes=options.spare_nodes,
+        kernel_log=Path(options.kernel_log) if options.kernel_log else None,
     )
 
 

@@ -106,6 +106,8 @@ class BackendFlags:
     sim_start: float | None = None
     """Simulated start time (epoch seconds); None: the simulator's fixed start."""
     sim_spare_nodes: int = 0
+    sim_kernel_log: str = ""
+    """A directory for each simulated node's kernel log ("": none; the demo's, collector.backends.sim)."""
     collectors: Path | None = None
     """A dcgm-exporter counters CSV choosing the fields (with --fields: their union)."""
     dcgm_address: str | None = None
@@ -208,6 +210,7 @@ def backend_options(backend: str, flags: BackendFlags, faults: Sequence[FaultSpe
             faults=tuple(faults),
             start=flags.sim_start,
             spare_nodes=flags.sim_spare_nodes,
+            kernel_log=flags.sim_kernel_log,
         )
     if backend == "replay":
         from collector.backends.replay import ReplayOptions

@@ -109,7 +109,7 @@ DEMO_PROBE_EVERY = "20s"
 """Probe each idle simulated GPU every 20 s, so the probe series and a slow GPU show within the minute."""
 DEMO_FAULTS = (
     "11:ecc:50", "28:offbus:50.5", "17:pcie:62", "2:thermal:57", "21:ecc:55", "26:thermal:70",
-    "24:remap:49", "29:gsp-reset:51", "4:fabric:49.5", "20:rail-flap:49",
+    "24:remap:49", "29:gsp-reset:51", "4:fabric:49.5", "20:rail-flap:49", "30:log-xid:49.5",
 )  # fmt: skip
 """GPU (global index: node × 8 + GPU) and fault times in simulated hours from the start of the (warm-up)
 history: they ripen within the first minute; GPU 11 is sim-node-01's GPU 3, whose row remapping fails.
@@ -118,7 +118,10 @@ GPU 29 (sim-node-03's GPU 5) a GSP timeout, XID 119 (drain, reset now); both sit
 so no job holds up their reset or verification probes, and at the demo's seed neither faults again within
 the first simulated week (tests/simulator/test_remedies.py). Two are the node's (simulator.fabric): GPU 4's
 node sim-node-00 loses Fabric Manager (fabric not ready on its 8 GPUs), and the rail of sim-node-02's GPUs
-4 and 5 (GPU 20) flaps four times an hour; each demotes its node with its reason (predictor.fabric)."""
+4 and 5 (GPU 20) flaps four times an hour; each demotes its node with its reason (predictor.fabric). GPU 30
+(sim-node-03's GPU 6, the idle spare node) logs a GSP error, XID 120, in its node's kernel log only
+(simulator.kernel_log): NVML's events never deliver it, the kernel-log reader does, and the rules drain
+the GPU for a reset."""
 DEMO_ACTUATE_EVERY = "5s"
 DEMO_REMEDY_POLL_S = 2.0
 """The demo's node agent asks for its remedies this often (wall seconds: twenty simulated minutes)."""
@@ -489,6 +492,7 @@ def demo(
     flags = BackendFlags(
         "sim", f"{interval_s}s", None, None, None, nodes, gpus_per_node, seed, None, DEMO_STEP_S / interval_s,
         faults, sim_start=time.time() - DEMO_WARMUP_STEPS * DEMO_STEP_S, sim_spare_nodes=DEMO_SPARE_NODES,
+        sim_kernel_log=str(db.parent / f"{db.name}-kmsg"),  # each node's kernel log, beside the database
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     store = _open_store(f"sqlite:///{db}")

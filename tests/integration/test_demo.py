@@ -64,21 +64,26 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
         assert 'gpuhealth_actuator_mode{mode="on",target="sim"} 1.0' in text
         assert "remedies:" in svc.log_tail()
 
-        # The two recoveries: a pending remap reset at idle (no drain), a GSP timeout (XID 119) drained and
+        # The three recoveries on the spare node sim-node-03: a pending remap reset at idle (GPU 0, no drain),
+        # a GSP timeout (GPU 5, XID 119) drained and reset, and a GSP error (GPU 6, XID 120) that only the
+        # kernel log has (simulator.kernel_log: NVML's events never deliver it), drained with its reason and
         # reset; each verified by its probes and returned, each step in the audit.
-        def returned() -> list[dict[str, Any]]:
+        def returned() -> dict[int, dict[str, Any]]:
             items = json.loads(svc.get("/v1/remediations?limit=1000"))["items"]
-            return [r for r in items if r["result"] == "returned" and r["remedy"] == "reset"]
+            return {r["gpu_index"]: r for r in items if r["result"] == "returned" and r["remedy"] == "reset"
+                    and r["hostname"] == "sim-node-03"}  # fmt: skip
 
-        back = poll("demo recoveries", returned, lambda got: {r["due"] for r in got} >= {"idle", "now"},
-                    deadline_s=DEMO_DEADLINE_S)  # fmt: skip
-        idle = next(r for r in back if r["due"] == "idle")
-        now = next(r for r in back if r["due"] == "now")
+        back = poll("demo recoveries", returned, lambda got: {0, 5, 6} <= set(got), deadline_s=DEMO_DEADLINE_S)
+        idle, now, logged = back[0], back[5], back[6]
+        assert idle["due"] == "idle" and now["due"] == logged["due"] == "now"
         assert "remap" in idle["cause"] and "119" in now["cause"], (idle["cause"], now["cause"])
-        assert all(r["verified"]["result"] == "done" and r["verified"]["probes"] for r in back)
+        drained = json.loads(svc.get("/v1/decisions?decision=drain&state=all&hostname=sim-node-03&limit=1000"))
+        reasons = [x for d in drained["items"] if d["gpu_index"] == 6 for x in d["reasons"]]
+        assert any(x.startswith("GSP error (XID 120 ") for x in reasons), reasons  # the kernel log's XID
+        assert all(r["verified"]["result"] == "done" and r["verified"]["probes"] for r in back.values())
         steps = [(a["hostname"], a["gpu_index"], a["action"]) for a in
                  json.loads(svc.get("/v1/actions?limit=1000"))["items"] if a["result"] == "applied"]  # fmt: skip
-        for r in (idle, now):
+        for r in (idle, now, logged):
             for action in ("reset", "verify", "return"):
                 assert (r["hostname"], r["gpu_index"], action) in steps, (r, action)
         assert 'gpuhealth_remediations_total{remedy="reset",result="returned"}' in svc.get("/metrics")
