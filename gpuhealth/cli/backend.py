@@ -49,6 +49,11 @@ CollectorsOpt = Annotated[
 SimNodesOpt = Annotated[int, typer.Option(help="sim: nodes to simulate", min=1)]
 SimGpusOpt = Annotated[int, typer.Option(help="sim: GPUs per node", min=1)]
 SimSpareOpt = Annotated[int, typer.Option(help="sim: the last N nodes stay idle (a spare pool, probed)", min=0)]
+SimKernelLogOpt = Annotated[
+    str,
+    typer.Option(help="sim: write each node's kernel log (/dev/kmsg records) into this directory and count XIDs "
+                 "from it, those NVML's events miss too (the log-xid fault)"),
+]  # fmt: skip
 SeedOpt = Annotated[int, typer.Option(help="sim: random seed")]
 SimModelOpt = Annotated[str | None, typer.Option(help="sim: GPU model name")]
 SimSpeedOpt = Annotated[float, typer.Option(help="sim: simulated seconds per real second", min=0.001)]
@@ -107,7 +112,7 @@ class BackendFlags:
     """Simulated start time (epoch seconds); None: the simulator's fixed start."""
     sim_spare_nodes: int = 0
     sim_kernel_log: str = ""
-    """A directory for each simulated node's kernel log ("": none; the demo's, collector.backends.sim)."""
+    """--sim-kernel-log: a directory for each simulated node's kernel log ("": none; collector.backends.sim)."""
     collectors: Path | None = None
     """A dcgm-exporter counters CSV choosing the fields (with --fields: their union)."""
     dcgm_address: str | None = None

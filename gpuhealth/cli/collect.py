@@ -26,6 +26,7 @@ from gpuhealth.cli.backend import (
     SeedOpt,
     SimFaultOpt,
     SimGpusOpt,
+    SimKernelLogOpt,
     SimModelOpt,
     SimNodesOpt,
     SimSpareOpt,
@@ -66,6 +67,7 @@ def collect(
     sim_nodes: SimNodesOpt = 1,
     sim_gpus: SimGpusOpt = 8,
     sim_spare_nodes: SimSpareOpt = 0,
+    sim_kernel_log: SimKernelLogOpt = "",
     seed: SeedOpt = 0,
     sim_model: SimModelOpt = None,
     sim_speed: SimSpeedOpt = 1.0,
@@ -175,7 +177,7 @@ def collect(
     flags = BackendFlags(
         backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
         sim_fault, history, speed, loop, sim_spare_nodes=sim_spare_nodes, collectors=collectors,
-        dcgm_address=dcgm_address,
+        dcgm_address=dcgm_address, sim_kernel_log=sim_kernel_log,
     )  # fmt: skip
     opened = open_from_flags(flags, s)
     b, interval_s = opened.backend, opened.interval_s

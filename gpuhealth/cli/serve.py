@@ -30,6 +30,7 @@ from gpuhealth.cli.backend import (
     SeedOpt,
     SimFaultOpt,
     SimGpusOpt,
+    SimKernelLogOpt,
     SimModelOpt,
     SimNodesOpt,
     SimSpareOpt,
@@ -216,6 +217,7 @@ def serve(
     sim_nodes: SimNodesOpt = 1,
     sim_gpus: SimGpusOpt = 8,
     sim_spare_nodes: SimSpareOpt = 0,
+    sim_kernel_log: SimKernelLogOpt = "",
     seed: SeedOpt = 0,
     sim_model: SimModelOpt = None,
     sim_speed: SimSpeedOpt = 1.0,
@@ -273,7 +275,7 @@ def serve(
         flags = BackendFlags(
             backend, interval, hostname, hostname_label, fields, sim_nodes, sim_gpus, seed, sim_model, sim_speed,
             sim_fault, history, speed, loop, sim_start=time.time() if (backend or s.backend) == "sim" else None,
-            sim_spare_nodes=sim_spare_nodes, dcgm_address=dcgm_address,
+            sim_spare_nodes=sim_spare_nodes, dcgm_address=dcgm_address, sim_kernel_log=sim_kernel_log,
         )  # fmt: skip
         opened = open_from_flags(flags, s)
     actuation = actuation_from_settings(s, store, acting)

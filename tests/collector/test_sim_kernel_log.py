@@ -57,3 +57,15 @@ def test_each_node_has_its_own_log_as_pci_ids_repeat_from_node_to_node(tmp_path:
     assert xids.count(120.0) == 1 and counted == {("sim-node-00", 120): 1}
     assert backend.gpus()[6].pci_bus_id == backend.gpus()[2].pci_bus_id  # sim-node-01's GPU 2: same slot
     assert (tmp_path / "kmsg" / "sim-node-01.kmsg").read_text() == ""
+
+
+def test_the_sim_kernel_log_flag_reaches_the_backend(tmp_path: Path) -> None:
+    """`--sim-kernel-log DIR` (collect, serve; the demo's is beside its database): a file per node."""
+    from core.settings import Settings
+    from gpuhealth.cli.backend import BackendFlags, open_from_flags
+
+    flags = BackendFlags(backend="sim", sim_nodes=2, sim_gpus=2, sim_kernel_log=str(tmp_path / "k"))
+    backend = open_from_flags(flags, Settings()).backend
+    assert isinstance(backend, SimBackend)
+    assert sorted(p.name for p in backend.kernel_logs.values()) == ["sim-node-00.kmsg", "sim-node-01.kmsg"]
+    assert open_from_flags(BackendFlags(backend="sim"), Settings()).backend.kernel_logs == {}  # type: ignore[attr-defined]
