@@ -3,12 +3,16 @@ against the slot's history (the GPUs it replaced), not against none (decision 00
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from core.history import BUS_IDS_ATTR, validate
 from predictor.features import build_features
+from simulator.families import training_config
+from simulator.run import simulate
 
 T0 = pd.Timestamp("2026-05-01T00:00:00Z")
 H100 = "NVIDIA H100 80GB HBM3"
@@ -140,3 +144,22 @@ def test_where_the_frame_knows_the_bus_ids_the_slot_is_the_bus_id() -> None:
         frame.attrs[BUS_IDS_ATTR] = {"GPU-old": "00000000:41:00.0", "GPU-new": new_bus}
         got = build_features(frame, CUT).set_index("gpu_uuid").loc["GPU-new", SURPRISE].astype(float)
         assert (got < 1.0).all() if inherits else got.equals(alone.rename("GPU-new")), (new_index, got)
+
+
+def test_the_simulator_replaces_gpus_in_their_slot_and_exercises_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A simulated fleet replaces a failed GPU with a new UUID in the same slot (`FleetSim._repairs`), its
+    flaky link staying with the slot: the replacements' habit is their slots', and two slots lose two GPUs
+    within 60 days (noisy-links, seed 7, 32 nodes x 8 GPUs, 60 days at 8x the field's failure rate)."""
+    slots = importlib.import_module("predictor.features.slots")
+    frame, fails = simulate(training_config("noisy-links", 7, nodes=32, acceleration=8.0), 60)
+    per_slot = frame.groupby(["hostname", "gpu_index"], observed=True)["gpu_uuid"].nunique()
+    assert (per_slot > 1).sum() >= 20
+    cuts = pd.date_range(frame["timestamp"].min() + pd.Timedelta(days=10), frame["timestamp"].max(), freq="1D")
+    x = build_features(frame, cuts, failures=fails)
+    monkeypatch.setattr(slots, "predecessors", lambda f, q: slots.NONE)
+    own = build_features(frame, cuts, failures=fails)
+    changed = (x[SURPRISE] != own[SURPRISE]).any(axis=1)
+    assert x.loc[changed, "gpu_uuid"].nunique() >= 10
+    assert x.drop(columns=SURPRISE).equals(own.drop(columns=SURPRISE))
+    lost = x.loc[x["slot_gpus_failed_60d"] >= 2, ["hostname", "gpu_index"]].drop_duplicates()
+    assert len(lost) >= 2
