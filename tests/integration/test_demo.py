@@ -49,6 +49,10 @@ def test_demo_moves_gpus_to_watch_demote_drain_and_rma(tmp_path: Path) -> None:
 
         poll("demo node findings", node_reasons, lambda got: {"fabric not ready", "InfiniBand rail flapping"} <= got,
              deadline_s=DEMO_DEADLINE_S)  # fmt: skip
+        # The rail's GPUs (sim-node-02's 4 and 5) name its port, as the store keeps it with them.
+        rail = [x for g in json.loads(svc.get(f"{acting}&limit=1000"))["items"] for x in g["reasons"]
+                if g["hostname"] == "sim-node-02" and g["gpu_index"] in (4, 5)]  # fmt: skip
+        assert any(x.startswith("InfiniBand rail flapping: its rail mlx5_2/1 went down") for x in rail), rail
         rma = json.loads(svc.get("/v1/decisions?decision=rma"))["items"]
         assert rma and all(d["reasons"] for d in rma)
         # The actuator, on the simulated scheduler, says what it did to the node.
