@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from core import history, hourly, identity
 from core.history import HistoryError
-from core.infiniband import RAILS_ATTR
+from core.infiniband import RAILS_ATTR, Rails
 from store.engine import Database, quote
 from store.errors import StoreError
 from store.gpus import GpuSighting, upsert_gpu_rows
@@ -201,7 +201,7 @@ def _columns_frame(
         if not np.isnan(col).all():
             data[name] = col
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
-    frame.attrs[RAILS_ATTR] = {x: i[3] for x, i in zip(names, info, strict=True) if i[3]}  # the rail findings'
+    frame.attrs[RAILS_ATTR] = Rails((x, i[3]) for x, i in zip(names, info, strict=True) if i[3])  # the rail findings'
     frame.attrs[history.BUS_IDS_ATTR] = {x: i[4] for x, i in zip(names, info, strict=True) if i[4]}  # slots'
     return frame
 
