@@ -81,17 +81,21 @@ class HourWindow:
         t1 = utc(until, "until")
         boundary, lo = _hour(t1), _hour(t1 - self.span)
         db = self.db
-        with db.tx() as conn:
-            revision = current_revision(conn)  # first: whatever is stamped later is read again next round
-            ids = None if hostnames is None else _uuids_on(conn, [text(h, "hostname") for h in hostnames])
-            if ids is not None and not ids:
-                self.forget()
-                return history.empty(())
-            self._update(conn, lo, boundary, ids, revision)
-            over = read_hours(db, conn, lo, boundary, sorted(self._over)) if self._over else no_rows()
-            tail = read_tail(db, conn, boundary, t1, ids)
-            rows = combine([self._rows, over, tail])
-            ident = _identities(conn, sorted(rows.gpus))
+        try:
+            with db.tx() as conn:
+                revision = current_revision(conn)  # first: whatever is stamped later is read again next round
+                ids = None if hostnames is None else _uuids_on(conn, [text(h, "hostname") for h in hostnames])
+                if ids is not None and not ids:
+                    self.forget()
+                    return history.empty(())
+                self._update(conn, lo, boundary, ids, revision)
+                over = read_hours(db, conn, lo, boundary, sorted(self._over)) if self._over else no_rows()
+                tail = read_tail(db, conn, boundary, t1, ids)
+                rows = combine([self._rows, over, tail])
+                ident = _identities(conn, sorted(rows.gpus))
+        except BaseException:  # a round cut short (the database went away) may have updated half the window
+            self.forget()
+            raise
         frame = _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident)
         frame.attrs[hourly.HOURLY_ATTR] = True
         return frame

@@ -30,7 +30,7 @@ from predictor.thresholds import Thresholds
 from service.scorer import ModelMetrics, Scorer
 from simulator.fleet import SimConfig
 from simulator.run import simulate
-from store import Store
+from store import Store, StoreUnavailable
 from store.hourrows import ROW_BYTES, Rows
 from store.window import HourWindow
 from tests.postgres import postgres_server  # noqa: F401  (session fixture)
@@ -301,3 +301,32 @@ def test_the_cap_is_said_once_in_the_log_and_in_metrics(
     assert reg.get_sample_value("gpuhealth_score_window_gpus", {"held": "read"}) == 4
     assert reg.get_sample_value("gpuhealth_score_window_bytes") == scorer.window.stats.bytes > 0
     assert reg.get_sample_value("gpuhealth_score_window_full_reads_total") == 1
+
+
+def test_a_round_cut_short_leaves_no_half_updated_window(
+    tmp_path: Path, events: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away while a share grows: the next round reads the window again."""
+    import store.window as window_module
+
+    real = window_module.read_hours
+
+    def gone(*args: Any, **kw: Any) -> Rows:
+        if kw.get("after") is None:  # the GPUs newly held
+            raise StoreUnavailable("cannot reach the database: gone")
+        return real(*args, **kw)
+
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN)
+    t = events.rounds[0]
+    a, b = shares(0)
+    try:
+        store_events(store, [events.first, *events.before[0]])
+        same_frame(window, store, t, a)
+        monkeypatch.setattr(window_module, "read_hours", gone)
+        with pytest.raises(StoreUnavailable):
+            window.frame(until=t + timedelta(minutes=5), hostnames=a + b)
+        monkeypatch.setattr(window_module, "read_hours", real)
+        same_frame(window, store, t + timedelta(minutes=10), a + b)
+    finally:
+        store.close()
