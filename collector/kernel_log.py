@@ -72,9 +72,15 @@ class KernelLog(Worker, Generic[R]):
         self.last: dict[Pci, int] = {}
         """The newest XID code counted per GPU (by PCI id): the last-seen gauge the log gives (`LogXids`)."""
         self._lock = threading.Lock()
+        self._polling = threading.Lock()
+        """One read of the log at a time: its own thread and the sampler's (`LogXids`) share the cursor."""
 
     def poll(self) -> int:
         """Read what the log has now; returns how many XID/SXID lines were newly counted."""
+        with self._polling:
+            return self._poll()
+
+    def _poll(self) -> int:
         if self.readable is False:
             return 0
         try:
@@ -238,7 +244,8 @@ def attach_kernel_log(
     journal: JournalOptions | None = None,
     switches: Sequence[SwitchInfo] = (),
 ) -> KernelLog[Any] | None:
-    """Count XIDs from the kernel log (`source`: kmsg at `path`, journal, auto) into `registry` (not started).
+    """Count XIDs from the kernel log (`source`: kmsg at `path`, journal, auto) into `registry` (not started),
+    and make it the source of each reading's `xid` while it can be read (`LogXids`).
 
     None when `path` is "": the kernel log is off.
     """
@@ -253,6 +260,7 @@ def attach_kernel_log(
         return {} if snap is None else snap.xid_counts
 
     registry.register(KernelLogCollector(kl, nvml_counts, host, hostname_label))
+    sampler.augment = (*sampler.augment, LogXids({host: kl}))  # one tuple assigned: a running sampler sees it whole
     return kl
 
 

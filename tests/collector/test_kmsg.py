@@ -214,3 +214,23 @@ def test_attached_to_a_running_collector_the_log_wins_over_nvml(tmp_path: Path) 
     assert [(s.labels["gpu"], s.labels["err_code"], s.labels["source"], s.value) for s in samples] == [
         ("0", "79", "kmsg", 1.0)
     ]
+
+
+def test_attached_to_a_running_collector_the_log_gives_the_history_its_xid(tmp_path: Path) -> None:
+    """An XID only the kernel log has (NVML's events miss 79, 119 and 120: DCGM issue 162) reaches the
+    readings the history stores, at the next sample, on a live node as on a simulated one."""
+    backend = ScriptedBackend()  # its NVML events: none
+    sampler = Sampler(backend, 10.0)
+    sampler.sample_once()
+    log = tmp_path / "kmsg"
+    log.write_text("")
+    kl = attach_kernel_log(CollectorRegistry(), sampler, backend.gpus(), str(log), str(tmp_path / "cursor"))
+    assert kl is not None
+    sampler.sample_once()
+    assert [r.values.get("xid") for r in sampler.latest.readings] == [0.0, 0.0]  # the log read, no XID yet
+    log.write_text(xid_record(7, gpu_bus=0x18, code=120))
+    sampler.sample_once()
+    assert [r.values.get("xid") for r in sampler.latest.readings] == [120.0, 0.0]
+    assert total(kl) == 1  # the sampler's read and the log's own thread share one cursor: counted once
+    kl.poll()
+    assert total(kl) == 1
