@@ -486,3 +486,25 @@ def rails_at(
         if uuid and device and port:
             ports.setdefault(uuid, (_host_of(m), set()))[1].add((device, port))
     return {u: (host, rail_name(p)) for u, (host, p) in ports.items()}
+
+
+BUS_METRIC = catalog.BY_NAME["gpu_temp_c"].metric_name
+"""The metric whose labels give each GPU's PCI bus id (`bus_ids_at`): every GPU exporter has it."""
+
+
+def bus_ids_at(
+    url: str, at: datetime, *, lookback_s: float = 300.0, client: httpx.Client | None = None
+) -> dict[str, tuple[str, str]]:
+    """Each GPU's PCI bus id as its exporter labels its series at `at` (dcgm-exporter's and ours:
+    `pci_bus_id`): UUID -> (host, "00000000:41:00.0"); a GPU whose series carry none is left out."""
+    by = ", ".join(("UUID", "pci_bus_id", *HOST_LABELS))
+    query = f'group by ({by}) (last_over_time({BUS_METRIC}{{UUID!="",pci_bus_id!=""}}[{int(lookback_s)}s]))'
+    with _api(url, client) as api:
+        data = api.get("/api/v1/query", {"query": query, "time": f"{_unix(at):.3f}"}) or {}
+    out: dict[str, tuple[str, str]] = {}
+    for series in data.get("result", ()) if isinstance(data, dict) else ():
+        m = series.get("metric", {})
+        uuid, bus = str(m.get("UUID", "")), str(m.get("pci_bus_id", ""))
+        if uuid and bus:
+            out[uuid] = (_host_of(m), bus)
+    return out

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from core import identity
 from core.history import HistoryError
-from core.prom_import import NoSeries, SkippedSeries, import_history, list_hosts, rails_at, workloads_at
+from core.prom_import import NoSeries, SkippedSeries, bus_ids_at, import_history, list_hosts, rails_at, workloads_at
 from core.worker import Worker
 from service.replicas import Replica, Share
 from service.scorer import all_gpus
@@ -153,6 +153,7 @@ class PrometheusPuller(Worker):
                     self._mark_lost(new, end)
                     self._pull_workloads(end, share)
                     self._pull_rails(end, share)
+                    self._pull_bus_ids(end, share)
                 self.state.watermark = end
             if share is not None:  # pulled: what was gained is caught up with
                 self._held = share.shards
@@ -223,6 +224,17 @@ class PrometheusPuller(Worker):
             )
         except (HistoryError, StoreError) as err:
             log.warning("the GPUs' InfiniBand rails not updated this pull: %s", err)
+
+    def _pull_bus_ids(self, end: datetime, share: Share | None) -> None:
+        """Each pulled GPU's PCI bus id (its series' `pci_bus_id`), kept with the GPU: with the host, its slot,
+        whose link habit a replacement inherits (decision 0089); a failure costs only the ids, asked again next pull."""
+        try:
+            found = bus_ids_at(self.url, end, client=self.client)
+            self.store.gpus.set_bus_ids(
+                {u: bus for u, (host, bus) in found.items() if share is None or share.has(host)}
+            )
+        except (HistoryError, StoreError) as err:
+            log.warning("the GPUs' PCI bus ids not updated this pull: %s", err)
 
     def _check_future(self, end: datetime) -> None:
         """Note (log, /healthz, a metric) samples in the store dated past our clock."""

@@ -337,6 +337,25 @@ class Gpus:
         with self.db.tx(write=True) as conn:
             return int(conn.execute(stmt, rows).rowcount or 0)
 
+    def set_bus_ids(self, buses: Mapping[str, str]) -> int:
+        """Keep each GPU's PCI bus id (UUID -> "00000000:41:00.0"), as fleet mode reads it from its series'
+        `pci_bus_id` label: with the host, the GPU's slot. GPUs the store does not know are left out.
+        Returns the GPUs changed."""
+        rows = [
+            {"u": text(u, "uuid", max_len=64), "b": text(b, f"GPU {u}: pci_bus_id", max_len=32)}
+            for u, b in buses.items()
+        ]
+        if not rows:
+            return 0
+        g = T_GPUS.c
+        stmt = (
+            sa.update(T_GPUS)
+            .where(g.uuid == sa.bindparam("u"), sa.or_(g.pci_bus_id.is_(None), g.pci_bus_id != sa.bindparam("b")))
+            .values(pci_bus_id=sa.bindparam("b"))
+        )
+        with self.db.tx(write=True) as conn:
+            return int(conn.execute(stmt, rows).rowcount or 0)
+
     def find(
         self,
         *,

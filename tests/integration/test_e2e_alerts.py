@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import sys
 import urllib.parse
 import urllib.request
@@ -493,6 +494,18 @@ def test_fleet_mode_sees_every_gpu_and_every_lost_one(ripe: Stack) -> None:
     )  # fmt: skip
     wrongly = {u for u, st in fleet.items() if st == "lost" and local.get(u) == "active"}
     assert not wrongly, f"lost in fleet mode only: {wrongly}"
+
+    # Each GPU's PCI bus id, its slot's (decision 0089): fleet mode reads it from its series' label and keeps
+    # what the local service's collector recorded (both stores beside their logs; the replayed GPUs have none).
+    def buses(svc: Service) -> dict[str, str | None]:
+        with sqlite3.connect(svc.log_path.parent / ("fleet.db" if svc is ripe.fleet else "gpuhealth.db")) as db:
+            return dict(db.execute("SELECT uuid, pci_bus_id FROM gpus").fetchall())
+
+    sim = {u: bus for u, bus in buses(ripe.serve).items() if u in seen}
+    assert sim and all(sim.values())
+    pulled = poll("the fleet-mode store keeping each GPU's PCI bus id", lambda: buses(ripe.fleet),
+                  lambda f: all(f.get(u) for u in sim), deadline_s=30)  # fmt: skip
+    assert {u: pulled[u] for u in sim} == sim
 
 
 def test_every_rule_expression_returns_data(ripe: Stack) -> None:
