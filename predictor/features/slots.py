@@ -34,19 +34,26 @@ class Predecessors:
 NONE = Predecessors(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 
 
-def _slot_codes(f: OrderedFrame, rows: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+def _bus_codes(f: OrderedFrame) -> np.ndarray | None:
+    """Per GPU (positions into `f.gpu_codes`): a code of its PCI bus id (the frame's `history.BUS_IDS_ATTR`),
+    -1 where unknown; None when the frame knows none."""
+    buses = f.frame.attrs.get(BUS_IDS_ATTR) or {}
+    if not buses:
+        return None
+    bus = pd.Series(f.uuids[f.gpu_codes]).map(buses)
+    codes, _ = pd.factorize(bus.str.upper())  # NaN (unknown): -1
+    return codes.astype(np.int64)
+
+
+def _slot_codes(f: OrderedFrame, rows: np.ndarray, gpu: np.ndarray, bus: np.ndarray | None) -> np.ndarray:
     """A code per slot at rows in (GPU, time) order of GPUs `gpu` (positions into `f.gpu_codes`): (host, PCI
-    bus id) where the frame knows the GPU's (`history.BUS_IDS_ATTR`), else (host, GPU index); -1 where
-    neither is known (no slot)."""
+    bus id) where `bus` (`_bus_codes`) knows the GPU's, else (host, GPU index); -1 where neither is known."""
     host = f.label_codes("hostname")[f.frame_rows(rows)].astype(np.int64)
     index = f.frame["gpu_index"].to_numpy()[f.frame_rows(rows)].astype(np.int64)
     slot = np.where(index >= 0, index & 0x7FFFFFFF, -1)
-    buses = f.frame.attrs.get(BUS_IDS_ATTR) or {}
-    if buses:
-        bus = pd.Series(f.uuids[f.gpu_codes[gpu]]).map(buses).to_numpy(dtype=object)
-        known = pd.notna(bus)
-        codes, _ = pd.factorize(pd.Series(bus[known]).str.upper())
-        slot[known] = (1 << 31) | codes  # a bus id and an index never match
+    if bus is not None:
+        b = bus[gpu]
+        slot = np.where(b >= 0, (1 << 31) | b, slot)  # a bus id and an index never match
     return np.where(slot >= 0, (host << 32) | slot, -1)
 
 
@@ -54,11 +61,12 @@ def predecessors(f: OrderedFrame, q: Queries) -> Predecessors:
     """The GPUs that held each query GPU's slot before it (none, as a rule: then nothing is read
     beyond one code per GPU)."""
     every = np.arange(len(f.gpu_codes))
-    gpu_slot = _slot_codes(f, f.gpu_end - 1, every)  # a GPU's slot: where it last reported
+    bus = _bus_codes(f)
+    gpu_slot = _slot_codes(f, f.gpu_end - 1, every, bus)  # a GPU's slot: where it last reported
     known = gpu_slot[gpu_slot >= 0]
     if len(np.unique(known)) == len(known):
         return NONE  # no slot has held two GPUs
-    q_slot = _slot_codes(f, q.end_row, q.gpu_pos)  # the query GPU's slot at its cutoff
+    q_slot = _slot_codes(f, q.end_row, q.gpu_pos, bus)  # the query GPU's slot at its cutoff
     shared = np.isin(q_slot, known[pd.Series(known).duplicated(keep=False).to_numpy()])
     if not shared.any():
         return NONE

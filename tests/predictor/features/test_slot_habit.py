@@ -163,3 +163,23 @@ def test_the_simulator_replaces_gpus_in_their_slot_and_exercises_both(monkeypatc
     assert x.drop(columns=SURPRISE).equals(own.drop(columns=SURPRISE))
     lost = x.loc[x["slot_gpus_failed_60d"] >= 2, ["hostname", "gpu_index"]].drop_duplicates()
     assert len(lost) >= 2
+
+
+def test_bus_ids_match_however_the_gpus_are_ordered() -> None:
+    """Three slots by bus id, the queries' GPUs in another order than the frame's: each new GPU finds its
+    own predecessor only (a slot's code is the same for the GPUs and for the queries)."""
+    now = recent((1, 4))
+    # A GPU long gone, first in the frame's order: its bus id is known, it is no query.
+    parts, buses = [gpu("GPU-0-gone", 7, 0, 5 * DAY_H, habit(2))], {"GPU-0-gone": "00000000:99:00.0"}
+    for k, (bus, every) in enumerate((("00000000:C1:00.0", 0), ("00000000:41:00.0", 4), ("00000000:18:00.0", 0))):
+        if every:
+            parts.append(gpu(f"GPU-z-old{k}", k, 0, 20 * DAY_H, habit(every)))
+        else:
+            parts.append(gpu(f"GPU-z-old{k}", k, 0, 20 * DAY_H, np.zeros(31 * DAY_H, dtype=bool)))
+        parts.append(gpu(f"GPU-a-new{k}", k, 21 * DAY_H, 30 * DAY_H, now))
+        buses |= {f"GPU-z-old{k}": bus, f"GPU-a-new{k}": bus}
+    frame = validate(pd.concat(parts), source="test")
+    frame.attrs[BUS_IDS_ATTR] = buses
+    got = build_features(frame, CUT).set_index("gpu_uuid")[SURPRISE]
+    assert (got.loc["GPU-a-new1"] < 1.0).all(), got
+    assert (got.loc[["GPU-a-new0", "GPU-a-new2"]] > 2.0).all().all(), got
