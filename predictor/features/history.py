@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from core.history import BUS_IDS_ATTR
 from predictor.features.context import Columns, FeatureContext, family
 
 DAY_NS = 86_400 * 1_000_000_000
@@ -43,11 +44,17 @@ def repeat_offenders(ctx: FeatureContext) -> Columns:
     cut = pd.DatetimeIndex(ident["cutoff"]).as_unit("ns").asi8
     q_host = ident["hostname"].astype(str).to_numpy()
     q_slot = (pd.Series(q_host) + "#" + ident["gpu_index"].astype(str)).to_numpy()
+    # The GPUs a slot lost: by its PCI bus id where the history knows it (`features.slots`), else by index.
+    bus = ctx.f.frame.attrs.get(BUS_IDS_ATTR) or {}
+    q_uuid = ident["gpu_uuid"].astype(str).to_numpy()
+    by_bus = np.array([f"{h}/{bus[u]}" if u in bus else k for h, u, k in zip(host, uuid, slot, strict=True)], object)
+    q_by_bus = np.array([f"{h}/{bus[u]}" if u in bus else k for h, u, k in zip(q_host, q_uuid, q_slot, strict=True)],
+                        dtype=object)  # fmt: skip
     return {
         "node_failures_30d": _count_before(host, at, q_host, cut, 30),
         "node_failures_180d": _count_before(host, at, q_host, cut, 180),
         "slot_failures_180d": _count_before(slot, at, q_slot, cut, 180),
-        "slot_gpus_failed_60d": _gpus_before(slot, uuid, at, q_slot, cut, SLOT_WINDOW_DAYS),
+        "slot_gpus_failed_60d": _gpus_before(by_bus, uuid, at, q_by_bus, cut, SLOT_WINDOW_DAYS),
     }
 
 

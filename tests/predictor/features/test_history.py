@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core.history import validate
+from core.history import BUS_IDS_ATTR, validate
 from predictor.features import build_features
 
 T0 = pd.Timestamp("2026-06-01T00:00:00Z")
@@ -152,3 +152,14 @@ def test_a_slot_counts_each_gpu_it_lost_once_within_60_days() -> None:
     f = build_features(fleet(), CUT, failures=fails).set_index("gpu_uuid")["slot_gpus_failed_60d"]
     assert f.to_dict() == {"GPU-new": 2, "GPU-a1": 0, "GPU-b0": 1, "GPU-b1": 0}
     assert (build_features(fleet(), CUT)["slot_gpus_failed_60d"] == 0).all()
+
+
+def test_where_the_bus_ids_are_known_the_slot_that_lost_gpus_is_the_bus_id() -> None:
+    """GPU-new at GPU-a1's index after a renumbering: by bus id it is GPU-old's slot that lost two GPUs."""
+    frame = fleet()
+    frame.attrs[BUS_IDS_ATTR] = {"GPU-old": "00000000:41:00.0", "GPU-new": "00000000:41:00.0",
+                                 "GPU-a1": "00000000:18:00.0"}  # fmt: skip
+    frame["gpu_index"] = frame["gpu_index"].where(frame["gpu_uuid"] != "GPU-new", 1)
+    fails = failures(("GPU-old", "node-a", T0 + 1 * DAY), ("GPU-new", "node-a", CUT - HOUR))
+    f = build_features(frame, CUT, failures=fails).set_index("gpu_uuid")["slot_gpus_failed_60d"]
+    assert (f["GPU-new"], f["GPU-a1"]) == (2, 0)
