@@ -202,7 +202,7 @@ def _columns_frame(
             data[name] = col
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
     frame.attrs[RAILS_ATTR] = Rails((x, i[3]) for x, i in zip(names, info, strict=True) if i[3])  # the rail findings'
-    frame.attrs[history.BUS_IDS_ATTR] = {x: i[4] for x, i in zip(names, info, strict=True) if i[4]}  # slots'
+    frame.attrs[history.BUS_IDS_ATTR] = history.BusIds((x, i[4]) for x, i in zip(names, info, strict=True) if i[4])
     return frame
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from core import hourly
-from core.history import BUS_IDS_ATTR, HistoryError
+from core.history import BUS_IDS_ATTR, BusIds, HistoryError
 from predictor.features.context import Family, FeatureContext
 from predictor.features.errors import (
     XID_FEATURES,
@@ -349,6 +349,7 @@ def build_features(
     hours = hourly.to_hours(frame, until=cuts.max() if len(cuts) == 1 else None) if len(frame) else frame
     buses = frame.attrs.get(BUS_IDS_ATTR)  # the GPUs' bus ids: their slots (`features.slots`), and the reasons'
     if buses:
+        buses = buses if isinstance(buses, BusIds) else BusIds(buses)  # shared, never deep-copied by pandas
         hours.attrs[BUS_IDS_ATTR] = buses
     f = OrderedFrame(hours)
     cut_s = (cuts.asi8 - f.t0_ns) // 1_000_000_000
