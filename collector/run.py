@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 from collector.backends.base import Backend, GpuInfo, ProbeRunner
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector
 from collector.infiniband import InfinibandCollector, RailCounts
-from collector.kernel_log import LogXids, simulated_kernel_logs
+from collector.kernel_log import FleetKernelLogs, LogXids, simulated_kernel_logs
 from collector.nvlink import NvlinkCollector, link_reader
 from collector.nvswitch import NvswitchCollector, switch_reader
 from collector.sampler import Sampler
@@ -118,6 +118,8 @@ def build_sampling(
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GpuCollector(lambda: sampler.latest, fields, hostname_label, label_fields))
+    if logs:  # a simulated fleet's XIDs and SXIDs, as a live node's `attach_kernel_log` exports them
+        registry.register(FleetKernelLogs(logs, lambda: _xid_counts(sampler), hostname_label))
     extra = []
     if sysfs_root is not None:
         # Registered before SelfCollector, which reports the status of this scrape's read.
@@ -147,6 +149,11 @@ def build_sampling(
         if scheduler is not None:
             registry.register(ProbeCollector(scheduler, hostname_label))
     return Sampling(sampler, registry, scheduler)
+
+
+def _xid_counts(sampler: Sampler) -> Mapping[str, Mapping[int, int]]:
+    snap = sampler.latest
+    return {} if snap is None else snap.xid_counts
 
 
 def _infos(sampler: Sampler) -> list[GpuInfo]:

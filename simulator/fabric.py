@@ -19,6 +19,8 @@ drawn from the fleet's generator: a seed's fleet is the same with or without the
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,6 +38,22 @@ GPUS_PER_RAIL = 2
 """GPUs behind one PCIe switch and its NIC: two per switch, as on an HGX H100 board's four switches."""
 FABRIC_COMPLETED, FABRIC_NOT_STARTED = 3.0, 1.0
 """NVML_GPU_FABRIC_STATE_COMPLETED and _NOT_STARTED (core.nvlink.FABRIC_STATES)."""
+CLIQUE_ID = 1
+"""Each simulated node is its own NVLink domain (an HGX board): one clique, its cluster named by the node."""
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """One GPU's NVLink links and fabric registration on a node with a fabric (the sim backend's read_links)."""
+
+    state: int
+    """NVML_GPU_FABRIC_STATE_*, the `gpu_fabric_state` field's value."""
+    up: list[bool]
+    """Per link 0..n-1 (the model's NVLink count): up; as many down as `nvlink_links_down` says."""
+    crc_flit: list[int]
+    """Per link: CRC flit errors, the GPU's `nvlink_crc_flit_errors` split over its links."""
+    clique_id: int
+    cluster_uuid: str
 
 
 class Fabric:
@@ -77,3 +95,26 @@ class Fabric:
             ),
             "ib_rail_link_downed": np.where(self.has_rail, flaps, np.nan),
         }
+
+    def links(self, fleet: FleetSim) -> list[GpuFabric | None]:
+        """Per GPU its links and fabric registration, as `values` gives their fields now; None on a node
+        without a fabric (NVML answers NOT_SUPPORTED there). The other three NVLink counters stay 0, as
+        the fleet's per-GPU totals do."""
+        vals = self.values(fleet)
+        out: list[GpuFabric | None] = []
+        for i in range(len(self.has_fabric)):
+            if not self.has_fabric[i]:
+                out.append(None)
+                continue
+            n, down, crc = int(fleet.m["nvlinks"][i]), int(vals["nvlink_links_down"][i]), int(fleet.nvlink_crc[i])
+            cluster = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"node-{int(fleet.node[i])}.fabric.sim"))
+            out.append(
+                GpuFabric(
+                    state=int(vals["gpu_fabric_state"][i]),
+                    up=[k >= down for k in range(n)],
+                    crc_flit=[crc // n + (1 if k < crc % n else 0) for k in range(n)],
+                    clique_id=CLIQUE_ID,
+                    cluster_uuid=cluster,
+                )
+            )
+        return out

@@ -19,6 +19,8 @@ from collector.backends.base import (
     ResetFacts,
     XidEvent,
 )
+from collector.backends.nvml_links import FabricReading, GpuLinks, LinkReading
+from core.nvlink import COUNTERS, NVML_SUCCESS
 from kernels import expected as exp
 from kernels.runner import ProbeResult, judge
 from simulator.fleet import FaultMode, FaultSpec, FleetSim, SimConfig
@@ -154,6 +156,22 @@ class SimBackend:
         for host, text in lines.items():
             with open(self.kernel_logs[host], "a") as f:
                 f.writelines(text)
+
+    def read_links(self) -> list[GpuLinks]:
+        """Each GPU's NVLink links and fabric registration now, as NVML answers on the simulated node
+        (simulator.fabric): the model's links (18 on an H100), its CRC flit count split over them; none on
+        a node without a fabric (NOT_SUPPORTED) nor for a GPU off the bus, as collector.backends.nvml_links."""
+        out = []
+        for i, (info, fab) in enumerate(zip(self._infos, self.fleet.fabric.links(self.fleet), strict=True)):
+            if fab is None or self.fleet.lost[i]:
+                continue
+            crc = "NVML_NVLINK_ERROR_DL_CRC_FLIT"
+            links = [
+                LinkReading(k, up, {name: n if name == crc else 0 for name in COUNTERS})
+                for k, (up, n) in enumerate(zip(fab.up, fab.crc_flit, strict=True))
+            ]
+            out.append(GpuLinks(info, links, FabricReading(fab.state, NVML_SUCCESS, fab.clique_id, fab.cluster_uuid)))
+        return out
 
     def drain_xid_events(self) -> list[XidEvent]:
         return [XidEvent(self._infos[i].uuid, code, t) for i, code, t in self.fleet.drain_events()]

@@ -18,8 +18,11 @@ from collector import exporter
 from collector.backends.base import XidEvent
 from collector.backends.sim import SimBackend
 from collector.exporter import ExporterServer, GpuCollector, SelfCollector, accepts_gzip, render
+from collector.kernel_log import FleetKernelLogs, LogXids, simulated_kernel_logs
+from collector.nvlink import NvlinkCollector
 from collector.sampler import Sampler
 from core import catalog
+from core.labels import HOSTNAME
 from simulator.fleet import FaultMode, FaultSpec
 from tests.collector.helpers import FakeClock, ScriptedBackend, gpu_labels, registry
 
@@ -158,16 +161,22 @@ def test_http_endpoints() -> None:
         srv.stop()
 
 
-def test_golden_metrics_of_simulated_node(golden) -> None:
-    """The whole per-GPU /metrics text of the sim backend at a fixed seed."""
+def test_golden_metrics_of_simulated_node(golden, tmp_path: Path) -> None:
+    """The whole per-GPU /metrics text of the sim backend at a fixed seed, on a node with an NVLink fabric
+    (failing at 18 s: Fabric Manager stops) and a kernel log (GPU 3's XID 79), as `collect` exports it
+    (collector.run.build_sampling) less its own timings."""
     b = SimBackend(
-        nodes=1, gpus_per_node=8, seed=7, step_s=10.0,
-        faults=[FaultSpec(3, FaultMode.OFFBUS, 0.001), FaultSpec(1, FaultMode.ECC, 0.01)],
+        nodes=1, gpus_per_node=8, seed=7, step_s=10.0, kernel_log=tmp_path / "kmsg",
+        faults=[FaultSpec(3, FaultMode.OFFBUS, 0.001), FaultSpec(1, FaultMode.ECC, 0.01),
+                FaultSpec(5, FaultMode.FABRIC, 0.005)],
     )  # fmt: skip
-    s = Sampler(b, 10.0, clock=FakeClock())
+    logs = simulated_kernel_logs(b)
+    s = Sampler(b, 10.0, clock=FakeClock(), augment=(LogXids(logs),))
     for _ in range(3):
         s.sample_once()
     reg = registry(s, fields=catalog.select())
+    reg.register(FleetKernelLogs(logs, lambda: s.latest.xid_counts if s.latest else {}, HOSTNAME))
+    reg.register(NvlinkCollector(b.read_links))
     golden(GOLDEN / "sim_metrics.txt", render(reg.collect()).decode())
 
 
