@@ -30,7 +30,7 @@ from predictor.thresholds import Thresholds
 from service.scorer import ModelMetrics, Scorer
 from simulator.fleet import SimConfig
 from simulator.run import simulate
-from store import Store, StoreUnavailable
+from store import Retention, Store, StoreUnavailable
 from store.hourrows import ROW_BYTES, Rows
 from store.window import HourWindow
 from tests.postgres import postgres_server  # noqa: F401  (session fixture)
@@ -328,5 +328,21 @@ def test_a_round_cut_short_leaves_no_half_updated_window(
             window.frame(until=t + timedelta(minutes=5), hostnames=a + b)
         monkeypatch.setattr(window_module, "read_hours", real)
         same_frame(window, store, t + timedelta(minutes=10), a + b)
+    finally:
+        store.close()
+
+
+def test_hours_the_retention_deleted_leave_the_window(tmp_path: Path, events: Scenario) -> None:
+    """An hourly retention shorter than the window: the hours it deleted are gone from the next round."""
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN)
+    t = events.rounds[0]
+    short = timedelta(hours=30)
+    try:
+        store_events(store, [events.first, *events.before[0]])
+        same_frame(window, store, t)
+        done = store.pruner.apply(t, Retention(samples=short, scores=short, hourly=short))
+        assert done["sample_hours_deleted"] > 0
+        same_frame(window, store, t + timedelta(minutes=5))
     finally:
         store.close()
