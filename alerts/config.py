@@ -18,7 +18,8 @@ SERVICE_SELECTOR = 'job="gpuhealth-service"'
 """Scrape job of the central `gpuhealth serve` (risk, decisions, store health)."""
 SAMPLER_SELECTOR = 'job=~"gpuhealth|gpuhealth-service"'
 """Jobs whose targets sample GPUs: the collectors, and `gpuhealth serve` with its in-process collector
-(the small install), whose stalled or failing sampler must alert too (GpuCollectorFailing/Stale)."""
+(the small install), whose stalled or failing sampler must alert too (GpuCollectorFailing/Stale), as must
+what only a sampler exports: the NVLink fabric and links, NVSwitches, InfiniBand ports, the kernel log."""
 
 RUNBOOK_BASE_URL = "https://github.com/gpuhealth/gpuhealth/blob/main/docs/runbooks"
 """Where docs/runbooks/ is published; each alert's runbook_url is <base>/<AlertName>.md."""

@@ -14,7 +14,7 @@ _NODE = {HOSTNAME: "node-a", **collector_target()}
 _G0 = {**_NODE, "gpu": "0", "UUID": "GPU-00000000-0000-4000-8000-000000000000"}
 _G1 = {**_NODE, "gpu": "1", "UUID": "GPU-00000001-0000-4000-8000-000000000001"}
 _G2 = {**_NODE, "gpu": "2", "UUID": "GPU-00000002-0000-4000-8000-000000000002"}
-_SEL = f"{{{c.COLLECTOR_SELECTOR}}}"
+_SEL = f"{{{c.SAMPLER_SELECTOR}}}"
 _SW8 = {**_NODE, "nvswitch": "8"}
 _NODE_B = {HOSTNAME: "node-b", **collector_target("node-b")}
 

@@ -17,7 +17,7 @@ _JOURNAL = "`journalctl -k | grep -E 'NVRM: Xid|SXid'` (or `dmesg -T | grep -E '
 
 
 def _xids(codes: tuple[str, ...]) -> str:
-    sel = f'{XID}{{{c.COLLECTOR_SELECTOR}, err_code=~"{"|".join(codes)}", {_FROM_LOG}}}'
+    sel = f'{XID}{{{c.SAMPLER_SELECTOR}, err_code=~"{"|".join(codes)}", {_FROM_LOG}}}'
     return new_events(sel, c.KERNEL_XID_WINDOW)
 
 
@@ -99,7 +99,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GpuNvswitchFatalSxid",
         group=GROUP_XID,
-        expr=new_events(f'{SXID}{{{c.COLLECTOR_SELECTOR}, severity="{SXID_FATAL}"}}', c.KERNEL_XID_WINDOW),
+        expr=new_events(f'{SXID}{{{c.SAMPLER_SELECTOR}, severity="{SXID_FATAL}"}}', c.KERNEL_XID_WINDOW),
         for_="0m",
         severity="critical",
         action="drain",

@@ -20,20 +20,20 @@ ON_PORT = f"{HOST} rail {label('device')} port {label('port')}"
 """`node-a rail mlx5_0 port 1` in a summary."""
 _SERVES_GPUS = (
     f"and on (instance, device, port)\ngroup by (instance, device, port) ({metric('port_gpu_info')}"
-    f"{{{c.COLLECTOR_SELECTOR}}})"
+    f"{{{c.SAMPLER_SELECTOR}}})"
 )
 """Only ports tied to a GPU (by PCIe switch or NUMA node): a GPU's rail, not a spare port."""
 
 
 def _increase(suffix: str) -> str:
-    return f"increase({metric(suffix)}{{{c.COLLECTOR_SELECTOR}}}[1h])"
+    return f"increase({metric(suffix)}{{{c.SAMPLER_SELECTOR}}}[1h])"
 
 
 ALERTS: tuple[Alert, ...] = (
     Alert(
         name="GpuInfinibandPortDown",
         group=GROUP_NETWORK,
-        expr=f"{metric('state_id')}{{{c.COLLECTOR_SELECTOR}}} != {STATE_ACTIVE}\n{_SERVES_GPUS}",
+        expr=f"{metric('state_id')}{{{c.SAMPLER_SELECTOR}}} != {STATE_ACTIVE}\n{_SERVES_GPUS}",
         for_=c.IB_PORT_DOWN_FOR,
         severity="warning",
         action="demote",

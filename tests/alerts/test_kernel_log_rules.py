@@ -14,8 +14,8 @@ from tests.alerts.conftest import REPO_ROOT, promtool_fails_on
 RULES = REPO_ROOT / build.RULES_PATH
 TESTS = REPO_ROOT / build.TESTS_PATH
 _CODES = "|".join(config.KERNEL_XID_RESET)
-_RESET_SEL = f'{XID}{{{config.COLLECTOR_SELECTOR}, err_code=~"{_CODES}", source!="nvml"}}'
-_FATAL_SEL = f'{SXID}{{{config.COLLECTOR_SELECTOR}, severity="fatal"}}'
+_RESET_SEL = f'{XID}{{{config.SAMPLER_SELECTOR}, err_code=~"{_CODES}", source!="nvml"}}'
+_FATAL_SEL = f'{SXID}{{{config.SAMPLER_SELECTOR}, severity="fatal"}}'
 
 
 @pytest.mark.parametrize(
@@ -24,7 +24,7 @@ _FATAL_SEL = f'{SXID}{{{config.COLLECTOR_SELECTOR}, severity="fatal"}}'
         # Counting NVML's XIDs too: GpuXidFatal's events would alert twice.
         (', source!="nvml"}', "}", "GpuKernelXidResetRequired"),
         # Any SXID, not only the fatal ones.
-        (_FATAL_SEL, f"{SXID}{{{config.COLLECTOR_SELECTOR}}}", "GpuNvswitchFatalSxid"),
+        (_FATAL_SEL, f"{SXID}{{{config.SAMPLER_SELECTOR}}}", "GpuNvswitchFatalSxid"),
         # increase() alone: the first XID of a code, a new series, never fires.
         (f"\n      or\n      (({_RESET_SEL} unless {_RESET_SEL} offset 10m) >= 1)", "", "GpuKernelXidResetRequired"),
     ],
