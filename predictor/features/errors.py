@@ -105,8 +105,7 @@ def pcie_replays(ctx: FeatureContext) -> Columns:
     rep = ctx.counter("pcie_replay_count", windows=(6 * HOUR, DAY, WEEK, MONTH))
     if rep is None:
         return {}
-    resets = [f.resets(x) for c in RESET_COUNTERS if (x := f.col(c)) is not None]
-    reset_rows = np.unique(np.concatenate(resets)) if resets else np.empty(0, dtype=np.int64)
+    reset_rows = f.resets_of(RESET_COUNTERS)
     # The replays of the settling rows, taken off the counter's window sums (they are few).
     settle = _settling_rows(f, reset_rows)
     # Only those rows and the ones before them are read, not the whole column.

@@ -127,7 +127,7 @@ class OrderedFrame:
                 x = self.raw(name)
                 if x is None:
                     return None
-                ordered = x.view() if self.identity else np.take(x, self.order)
+                ordered = x.view() if self.identity else gather(x, self.order)
                 ordered.flags.writeable = False
                 self._native[name] = ordered
             return self._native[name]
@@ -136,7 +136,7 @@ class OrderedFrame:
             return None
         if self.identity:
             return x.astype(np.float64)  # a copy: callers may write to it
-        return np.take(x, self.order).astype(np.float64, copy=False)
+        return np.take(x.astype(np.float64, copy=False), self.order)
 
     def codes(self, name: str) -> np.ndarray:
         """A label column's category codes in (GPU, time) order (-1 where missing): the hostname or
@@ -239,6 +239,50 @@ class OrderedFrame:
         drop = (v[1:] < v[:-1]) & (code[1:] == code[:-1])
         return vi[1:][drop]
 
+    def resets_of(self, names: tuple[str, ...]) -> np.ndarray:
+        """Positions (sorted) of the rows where any of the named counters the frame has fell below
+        its GPU's previous reading: `resets` of each, together.
+
+        A counter with a value in every row is not put in (GPU, time) order whole: each row is
+        compared in the frame's own order with its GPU's previous row, which in a history in time
+        order lies about an hour of rows back, so that gather reads nearly in sequence (a third
+        of the time of one into (GPU, time) order, whose reads are an hour of rows apart)."""
+        present = [c for c in names if c in self.columns]
+        parts = [self.resets(x) for c in present if self.nan_state(c)[0] and (x := self.col(c)) is not None]
+        whole = [c for c in present if not self.nan_state(c)[0]]
+        if whole and self.identity:
+            parts += [self.resets(x) for c in whole if (x := self.col(c)) is not None]
+        elif whole:
+            prev = self._previous_rows()
+            dropped = np.zeros(self.n, dtype=bool)
+            for c in whole:
+                x = self.raw(c)
+                assert x is not None
+                dropped |= x < np.take(x, prev)
+            del prev
+            parts.append(self._positions_of(np.flatnonzero(dropped)))
+        return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+
+    def _previous_rows(self) -> np.ndarray:
+        """Per row of the frame's own order, the frame row of its GPU's previous row (its own for a
+        GPU's first row, so that no counter falls there)."""
+        order = self.order
+        prev = np.empty(self.n, dtype=np.int64)
+        prev[order[1:]] = order[:-1]
+        first = order[self.gpu_start]
+        prev[first] = first
+        return prev
+
+    def _positions_of(self, frame_rows: np.ndarray) -> np.ndarray:
+        """Positions in (GPU, time) order of rows given in the frame's order (sorted), exactly: by their
+        (GPU, time) keys, or where two rows share a key, by inverting the order."""
+        pos = self.sorted_positions(frame_rows)
+        if not np.array_equal(self.frame_rows(pos), frame_rows):  # a repeated (GPU, time): invert
+            inverse = np.empty(self.n, dtype=np.int64)
+            inverse[self.order] = np.arange(self.n)
+            pos = inverse[frame_rows]
+        return np.sort(pos)
+
     def _increments_in_place(self, x: np.ndarray, block: int = 1 << 20) -> np.ndarray:
         """increments() of a column without NaN, written over it block by block from the end
         (a block needs the values just before it, which are still unchanged)."""
@@ -251,3 +295,12 @@ class OrderedFrame:
         x[self.gpu_start] = 0.0
         x[0] = 0.0
         return x
+
+
+def gather(x: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """`np.take(x, order)`, the same values: a float32 column is widened to float64 first and
+    narrowed back (exact both ways), since numpy's gather of 7 M float32 rows in (GPU, time)
+    order measured 23-28 ms against 15-19 ms through float64 (decision 0085)."""
+    if x.dtype != np.float32:
+        return np.take(x, order)
+    return np.take(x.astype(np.float64), order).astype(np.float32)

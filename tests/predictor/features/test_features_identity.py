@@ -18,6 +18,8 @@ import pytest
 
 from predictor import score as score_mod
 from predictor.features import build_features
+from predictor.features.errors import RESET_COUNTERS
+from predictor.features.frame import OrderedFrame
 from predictor.features.medians import group_medians
 from predictor.model import RiskModel
 from simulator.fleet import SimConfig
@@ -144,3 +146,58 @@ def test_group_medians_are_pandas_medians() -> None:
         by = pd.Series(v).groupby(key)
         want = np.where(by.transform("count") >= min_count, by.transform("median"), np.nan)
         assert np.array_equal(group_medians(key.astype(np.int64), v, min_count), want, equal_nan=True), trial
+
+
+def resets_one_by_one(f: OrderedFrame, names: tuple[str, ...]) -> np.ndarray:
+    """`OrderedFrame.resets_of` as it was: each counter put in (GPU, time) order whole."""
+    resets = [f.resets(x) for c in names if (x := f.col(c)) is not None]
+    return np.unique(np.concatenate(resets)) if resets else np.empty(0, dtype=np.int64)
+
+
+def with_resets(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """The frame with a few counters falling (a GPU reset), each in one counter only."""
+    out = frame.copy()
+    rng = np.random.default_rng(seed)
+    for col in RESET_COUNTERS:
+        rows = rng.choice(len(out), 3, replace=False)
+        out.loc[rows, col] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("fleet", ["hourly", "15min"])
+@pytest.mark.parametrize("order", ["as read", "in time order", "in GPU order"])
+def test_resets_found_in_the_frames_order_are_those_one_by_one(
+    fleets: dict[str, pd.DataFrame], fleet: str, order: str
+) -> None:
+    """Counters with a value in every row are compared in the frame's own order (`resets_of`); those
+    with NaN, and a frame already in (GPU, time) order, one by one: the same rows either way, and a
+    repeated (GPU, time) row is placed by the frame's order."""
+    frame = with_resets(fleets[fleet], 5)
+    if order != "as read":
+        keys = ["timestamp"] if order == "in time order" else ["gpu_uuid", "timestamp"]
+        frame = frame.sort_values(keys, kind="stable", ignore_index=True)
+    assert frame["pcie_replay_count"].isna().any() and not frame["energy_mj"].isna().any()
+    f = OrderedFrame(frame)
+    assert f.identity == (order == "in GPU order")
+    want = resets_one_by_one(f, RESET_COUNTERS)
+    assert len(want) >= len(RESET_COUNTERS)
+    assert np.array_equal(f.resets_of(RESET_COUNTERS), want)
+    again = frame.iloc[[10, 500]].assign(energy_mj=0.0)  # two (GPU, time) rows again, their counter reset
+    twice = OrderedFrame(pd.concat([frame, again], ignore_index=True))
+    want = resets_one_by_one(twice, RESET_COUNTERS)
+    assert np.isin(twice.sorted_positions(np.arange(len(frame), len(frame) + 2)) + 1, want).all()
+    assert np.array_equal(twice.resets_of(RESET_COUNTERS), want)
+
+
+@pytest.mark.parametrize("fleet", ["hourly", "15min"])
+def test_features_with_resets_equal_those_found_one_by_one(
+    fleets: dict[str, pd.DataFrame], fleet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frame = with_resets(fleets[fleet], 6)
+    for cut in cutoffs(frame).values():
+        fast = build_features(frame, cut)
+        with monkeypatch.context() as m:
+            m.setattr(OrderedFrame, "resets_of", resets_one_by_one)
+            before = build_features(frame, cut)
+        assert fast["link_retrained_1d"].gt(0).any() or isinstance(cut, pd.Timestamp)
+        pd.testing.assert_frame_equal(fast, before, check_exact=True)
