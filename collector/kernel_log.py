@@ -23,9 +23,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from collector.backends.base import GpuInfo, GpuReading
 from collector.exporter import LABELS, gpu_labels
-from collector.kernel_log_source import JournalOptions, LogCursor, LogReader, R, open_reader
+from collector.kernel_log_source import JournalOptions, KernelLogOptions, LogCursor, LogReader, R, open_reader
 from collector.kmsg import KmsgCursor, KmsgError, KmsgReader
-from collector.nvswitch import SwitchInfo
+from collector.nvswitch import SwitchInfo, list_switches
 from collector.sampler import Sampler
 from collector.xid_log import XidLine, parse_line, pci_key, xid_message
 from core.kernel_log import OVERRUNS, READABLE, SXID, SXID_LABELS, XID, family
@@ -287,6 +287,25 @@ def attach_kernel_log(
     registry.register(KernelLogCollector(kl, nvml_counts, host, hostname_label))
     sampler.augment = (*sampler.augment, LogXids({host: kl}))  # one tuple assigned: a running sampler sees it whole
     return kl
+
+
+def attach_for_backend(
+    registry: CollectorRegistry,
+    sampler: Sampler,
+    backend: Any,
+    options: KernelLogOptions,
+    hostname_label: str = HOSTNAME,
+    sysfs_root: Path | None = None,
+) -> KernelLog[Any] | None:
+    """`attach_kernel_log` for live GPUs (`collect`, and `serve` with its in-process collector); None for a
+    simulated or replayed fleet, whose logs are its own (`simulated_kernel_logs`). An SXID names its switch
+    as the backend lists it (dcgm), else as `sysfs_root` shows it (nvml)."""
+    if backend.name in ("sim", "replay"):
+        return None
+    return attach_kernel_log(
+        registry, sampler, backend.gpus(), options.path, options.cursor_path, hostname_label,
+        source=options.source, journal=options.journal, switches=list_switches(backend, sysfs_root),
+    )  # fmt: skip
 
 
 class LogXids:

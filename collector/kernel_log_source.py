@@ -69,6 +69,18 @@ class JournalOptions:
     """"": the system journal; else journalctl -D (the host's journal mounted into a container)."""
 
 
+@dataclass(frozen=True)
+class KernelLogOptions:
+    """Which kernel log to read and where its place is kept (GPUHEALTH_KERNEL_LOG*: `collect` and `serve` alike)."""
+
+    path: str
+    """/dev/kmsg (or a file of its records); "": the kernel log is off."""
+    cursor_path: str = ""
+    source: str = "kmsg"
+    """kmsg, journal, or auto (kmsg when it can be read, else the journal)."""
+    journal: JournalOptions | None = None
+
+
 class Unreadable:
     """Neither log can be read: the first poll raises why, once, with what each needs."""
 

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -18,6 +20,8 @@ from actuate.target import Target
 from collector.attribution import Attributor
 from collector.backends.base import Backend
 from collector.exporter import render
+from collector.kernel_log import KernelLog, attach_for_backend
+from collector.kernel_log_source import KernelLogOptions
 from collector.probes import ProbeConfig, ProbeScheduler, snapshot_util
 from collector.records import XidIntervals, snapshot_workloads
 from collector.remediate import RemedyAgent, RemedyCollector
@@ -64,6 +68,10 @@ class LoopConfig:
     """With the remediation loop on, the in-process node agent may reset GPUs (`collect --allow-reset`)."""
     remedy_poll_s: float = 30.0
     """How often the in-process node agent looks for its remedies."""
+    kernel_log: KernelLogOptions | None = None
+    """The kernel log the in-process collector reads on live GPUs (XIDs, SXIDs); None: none."""
+    sysfs_root: Path | None = None
+    """Where the in-process collector reads InfiniBand/RoCE ports (/sys on a node); None: none."""
 
 
 @dataclass
@@ -90,6 +98,8 @@ class Loops:
     """What they were built with."""
     agent: RemedyAgent | None = None
     """The in-process node agent carrying out the remediation loop's resets and verifications."""
+    kernel_log: KernelLog[Any] | None = None
+    """The in-process collector's reader of the node's kernel log (live GPUs)."""
 
     def data_now(self) -> datetime:
         """The time the newest readings describe: simulated/replayed time, or the wall clock."""
@@ -99,6 +109,8 @@ class Loops:
         """Start the background threads (the app's lifespan calls this)."""
         if self.buffer is not None:
             self.buffer.start()
+        if self.kernel_log is not None:
+            self.kernel_log.start()
         if self.sampler is not None:
             self.sampler.start()
         if self.probes is not None:
@@ -138,6 +150,8 @@ class Loops:
             self.probes.stop()
         if self.sampler is not None:
             self.sampler.stop()
+        if self.kernel_log is not None:
+            self.kernel_log.stop()
         if self.buffer is not None:
             self.buffer.stop()  # writes what is left when the database is there
         if self.backend is not None:
@@ -169,14 +183,19 @@ def build_loops(
     extra: Callable[[], bytes] | None = None
     health: Callable[[], tuple[bool, str]] | None = None
     probe_scheduler = None
+    kernel_log = None
     if backend is not None:
         simulated = backend.data_time() is not None  # its own clock, ahead of ours by design
         buffer = IngestBuffer(store, capacity=config.buffer_samples, clock=None if simulated else _wall_clock)
         sampling = build_sampling(
             backend, config.fields, config.interval_s, config.hostname_label, probes=config.probes,
-            on_probe_results=buffer.add_probes, attributors=config.attributors,
+            on_probe_results=buffer.add_probes, attributors=config.attributors, sysfs_root=config.sysfs_root,
         )  # fmt: skip
         sampler, registry, probe_scheduler = sampling.sampler, sampling.registry, sampling.probes
+        if config.kernel_log is not None:
+            kernel_log = attach_for_backend(
+                registry, sampler, backend, config.kernel_log, config.hostname_label, config.sysfs_root
+            )
         xids = XidIntervals()  # the history keeps each interval's XID, the readings DCGM's last-seen gauge
         sampler.subscribe(lambda snap: buffer.add(*xids.rows(snap)))
         sampler.subscribe(lambda snap: buffer.add_workloads(*snapshot_workloads(snap)))
@@ -214,7 +233,7 @@ def build_loops(
                             poll_s=config.remedy_poll_s)  # fmt: skip
         registry.register(RemedyCollector(agent))
     return Loops(store, backend, sampler, registry, buffer, scorer, probe_scheduler, puller, health,
-                 _with_model_metrics(extra, scorer), replica, actuator, config, agent)  # fmt: skip
+                 _with_model_metrics(extra, scorer), replica, actuator, config, agent, kernel_log)  # fmt: skip
 
 
 def _share_of(replica: Replica) -> Callable[[], Callable[[str], bool]]:

@@ -38,7 +38,8 @@ from gpuhealth.cli.backend import (
     open_from_flags,
     setup_logging,
 )
-from gpuhealth.cli.serve import probe_config
+from gpuhealth.cli.serve import kernel_log_options, probe_config
+from gpuhealth.cli.serve import sysfs_root as sysfs_root_of
 
 if TYPE_CHECKING:  # imported when `evaluate` runs: the CLI loads the predictor only for its commands
     from collector.attribution import Attributor
@@ -187,13 +188,13 @@ def collect(
         running = build_collector(
             b, opened.fields, interval_s, host, port, opened.hostname_label, probes=probe_config(s),
             web=web, nfd=nfd, attributors=attributors, label_fields=opened.labels,
-            sysfs_root=_sysfs_root(sysfs_root, b.name),
+            sysfs_root=sysfs_root_of(sysfs_root, b.name),
         )  # fmt: skip
         running.resetter = _resetter(b, allow_reset or s.allow_reset, s)
         if agent_flags is not None:
             sentinel = s.reboot_sentinel if reboot_sentinel is None else reboot_sentinel
             running.remedies = _remedy_agent(running, agent_flags, sentinel, opened.interval_s, s)
-        kernel_log = _kernel_log(running, b, s, opened.hostname_label, _sysfs_root(sysfs_root, b.name))
+        kernel_log = _kernel_log(running, b, s, opened.hostname_label, sysfs_root_of(sysfs_root, b.name))
     except typer.Exit:
         b.close()
         raise
@@ -229,20 +230,10 @@ def collect(
 def _kernel_log(
     running: RunningCollector, backend: Backend, s: Settings, label: str, sysfs: Path | None = None
 ) -> KernelLog | None:
-    """XIDs and SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG), for live GPUs: a simulated fleet has none.
-    An SXID names its switch as the backend lists it (dcgm), else as `sysfs` shows it (nvml)."""
-    from collector.kernel_log import attach_kernel_log
-    from collector.kernel_log_source import JournalOptions
-    from collector.nvswitch import list_switches
+    """XIDs and SXIDs from the kernel log (GPUHEALTH_KERNEL_LOG), for live GPUs: a simulated fleet has its own."""
+    from collector.kernel_log import attach_for_backend
 
-    if backend.name in ("sim", "replay"):
-        return None
-    gpus = backend.gpus()
-    journal = JournalOptions(s.journalctl, s.kernel_log_journal_cursor, s.journal_directory)
-    return attach_kernel_log(
-        running.registry, running.sampler, gpus, s.kernel_log, s.kernel_log_cursor, label,
-        source=s.kernel_log_source, journal=journal, switches=list_switches(backend, sysfs),
-    )  # fmt: skip
+    return attach_for_backend(running.registry, running.sampler, backend, kernel_log_options(s), label, sysfs)
 
 
 def _resetter(backend: Backend, allow: bool, s: Settings) -> Resetter:
@@ -391,10 +382,3 @@ def _nfd_config(flags: tuple[Path, str, str | None, float], backend: Backend, ho
     directory, url, token, interval_s = flags
     node = hosts[0] if hosts else (hostname or socket.gethostname())
     return NfdConfig(directory=directory, service_url=url, hostname=node, token=token, interval_s=interval_s)
-
-
-def _sysfs_root(flag: str | None, backend: str) -> Path | None:
-    """The sysfs to read ports from: the flag's, else /sys for live GPUs (a simulated fleet has no NICs)."""
-    if flag is not None:
-        return Path(flag) if flag else None
-    return None if backend in ("sim", "replay") else Path("/sys")

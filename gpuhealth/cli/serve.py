@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from actuate.target import Target
     from api.server import ServerLimits
     from collector.backends.base import Backend
+    from collector.kernel_log_source import KernelLogOptions
     from collector.probes import ProbeConfig
     from gpuhealth.serve import Service
     from predictor.model import RiskModel
@@ -137,6 +138,21 @@ def probe_config(s: Settings, every: str | None = None) -> ProbeConfig:
         return ProbeConfig.from_settings(s if every is None else s.model_copy(update={"probe_every": every}))
     except ValueError as e:
         raise fail(f"invalid probe setting: {e}") from None
+
+
+def kernel_log_options(s: Settings) -> KernelLogOptions:
+    """Which kernel log the in-process or per-node collector reads (GPUHEALTH_KERNEL_LOG*)."""
+    from collector.kernel_log_source import JournalOptions, KernelLogOptions
+
+    journal = JournalOptions(s.journalctl, s.kernel_log_journal_cursor, s.journal_directory)
+    return KernelLogOptions(s.kernel_log, s.kernel_log_cursor, s.kernel_log_source, journal)
+
+
+def sysfs_root(flag: str | None, backend: str) -> Path | None:
+    """The sysfs to read ports from: the flag's, else /sys for live GPUs (a simulated fleet has no NICs)."""
+    if flag is not None:
+        return Path(flag) if flag else None
+    return None if backend in ("sim", "replay") else Path("/sys")
 
 
 def _open_store(url: str) -> Store:
@@ -293,6 +309,8 @@ def serve(
         probes=probe_config(s),
         retention=retention,
         attributors=attributors,
+        kernel_log=kernel_log_options(s) if opened else None,
+        sysfs_root=sysfs_root(None, opened.backend.name) if opened else None,
     )
     loops = build_loops(
         store, m, config, backend=opened.backend if opened else None, puller=puller, replica=replica,
