@@ -158,3 +158,52 @@ def replace(rows: Rows, new: Rows) -> Rows:
     new_keys = mapped * (1 << 24) + new.start // hour % (1 << 24)
     stale = np.isin(keys, new_keys[mapped >= 0])
     return combine([keep(rows, ~stale), new])
+
+
+def sort_rows(rows: Rows) -> Rows:
+    """The rows in (uuid, hour) order, GPU codes in uuid order (what `_columns_frame` makes)."""
+    by_name = np.argsort(np.asarray(rows.gpus, dtype=object))
+    rank = np.empty(len(by_name), dtype=np.int32)
+    rank[by_name] = np.arange(len(by_name), dtype=np.int32)
+    codes = rank[rows.codes]
+    order = np.lexsort((rows.start, codes))
+    return Rows(
+        codes[order],
+        [rows.gpus[k] for k in by_name],
+        rows.start[order],
+        {c: v[order] for c, v in rows.cols.items()},
+        None if rows.stamp is None else rows.stamp[order],
+    )
+
+
+def append_later(rows: Rows, later: Rows) -> Rows:
+    """Sorted `rows` with `later`'s rows put in order, each after its GPU's rows (a later hour):
+    one copy of each column, no sort of the whole."""
+    if not len(later):
+        return rows
+    later = sort_rows(later)
+    names = np.asarray(sorted(set(rows.gpus) | set(later.gpus)), dtype=object)
+    codes = rows.codes
+    if len(names) > len(rows.gpus):  # GPUs new to the rows: the codes move up past them
+        codes = np.searchsorted(names, np.asarray(rows.gpus, dtype=object)).astype(np.int32)[codes]
+    extra = np.searchsorted(names, np.asarray(later.gpus, dtype=object)).astype(np.int32)[later.codes]
+    at = np.searchsorted(codes, extra, side="right")
+    stamped = rows.stamp is not None or later.stamp is not None
+    return Rows(
+        np.insert(codes, at, extra),
+        names.tolist(),
+        np.insert(rows.start, at, later.start),
+        {c: np.insert(v, at, later.cols[c]) for c, v in rows.cols.items()},
+        np.insert(rows.stamps(), at, later.stamps()) if stamped else None,
+    )
+
+
+def fresh(rows: Rows) -> Rows:
+    """A copy of the rows' arrays (a frame may take them as they are)."""
+    return Rows(
+        rows.codes.copy(),
+        list(rows.gpus),
+        rows.start.copy(),
+        {c: v.copy() for c, v in rows.cols.items()},
+        None if rows.stamp is None else rows.stamp.copy(),
+    )

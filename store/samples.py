@@ -173,15 +173,19 @@ def _columns_frame(
     ts: np.ndarray,
     cols: dict[str, np.ndarray],
     ident: Mapping[str, tuple[str, int, str, str, str]],
+    *,
+    ordered: bool = False,
 ) -> pd.DataFrame:
     """Rows from the database (GPU codes into `gpus`, µs, one array per metric) as a history frame
-    with validate()'s dtypes, in (GPU, time) order; `cols` is emptied as each column is placed."""
+    with validate()'s dtypes, in (GPU, time) order; `cols` is emptied as each column is placed.
+    `ordered`: the rows are in (uuid, time) order already (the scorer's window), and the frame
+    takes the arrays as they are."""
     if len(codes) == 0:
         return history.empty(())
     rank = np.argsort(np.argsort(np.asarray(gpus, dtype=object)))  # codes in uuid order: GPUs sorted
     sorted_codes = rank[codes].astype(np.int64)
-    order = np.lexsort((ts, sorted_codes))
-    codes = sorted_codes[order]
+    order = None if ordered else np.lexsort((ts, sorted_codes))
+    codes = sorted_codes if order is None else sorted_codes[order]
     names = sorted(gpus)
     info = [ident.get(x, ("unknown", -1, "unknown", "", "")) for x in names]
 
@@ -190,14 +194,17 @@ def _columns_frame(
         return pd.Categorical.from_codes(c[codes], categories=pd.Index(cats, dtype=str))
 
     data: dict[str, Any] = {
-        "timestamp": pd.to_datetime(ts[order], unit="us", utc=True).astype("datetime64[ns, UTC]"),
+        "timestamp": pd.to_datetime(ts if order is None else ts[order], unit="us", utc=True).astype(
+            "datetime64[ns, UTC]"
+        ),
         "hostname": category([i[0] for i in info]),
         "gpu_uuid": pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype=str)),
         "gpu_index": np.asarray([i[1] for i in info], dtype=np.int32)[codes],
         "model_name": category([i[2] for i in info]),
     }
     for name in list(cols):
-        col = np.take(cols.pop(name), order).astype(history.metric_dtype(name), copy=False)
+        col = cols.pop(name)
+        col = (col if order is None else np.take(col, order)).astype(history.metric_dtype(name), copy=False)
         if not np.isnan(col).all():
             data[name] = col
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)

@@ -25,7 +25,20 @@ from sqlalchemy.engine import Connection
 from core import history, hourly
 from store.changes import current_revision
 from store.engine import Database
-from store.hourrows import ROW_BYTES, Rows, combine, keep, no_rows, of_gpus, read_hours, read_tail, replace
+from store.hourrows import (
+    ROW_BYTES,
+    Rows,
+    append_later,
+    combine,
+    fresh,
+    keep,
+    no_rows,
+    of_gpus,
+    read_hours,
+    read_tail,
+    replace,
+    sort_rows,
+)
 from store.samples import _columns_frame, _identities, _uuids_on
 from store.validate import text, utc
 
@@ -91,12 +104,15 @@ class HourWindow:
                 self._update(conn, lo, boundary, ids, revision)
                 over = read_hours(db, conn, lo, boundary, sorted(self._over)) if self._over else no_rows()
                 tail = read_tail(db, conn, boundary, t1, ids)
-                rows = combine([self._rows, over, tail])
-                ident = _identities(conn, sorted(rows.gpus))
+                ident = _identities(conn, sorted(set(self._rows.gpus) | set(over.gpus) | set(tail.gpus)))
         except BaseException:  # a round cut short (the database went away) may have updated half the window
             self.forget()
             raise
-        frame = _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident)
+        ordered = not len(over)  # the window is in (uuid, hour) order, and the tail comes after each GPU's
+        rows = append_later(self._rows, tail) if ordered else combine([self._rows, over, tail])
+        if rows is self._rows:
+            rows = fresh(rows)  # the frame takes the arrays: never the window's own
+        frame = _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident, ordered=ordered)
         frame.attrs[hourly.HOURLY_ATTR] = True
         return frame
 
@@ -112,7 +128,7 @@ class HourWindow:
         self._cap()
 
     def _reload(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None) -> None:
-        self._rows = read_hours(self.db, conn, lo, boundary, ids)
+        self._rows = sort_rows(read_hours(self.db, conn, lo, boundary, ids))
         self._scope = None if ids is None else frozenset(ids)
         self._over = set()
         self.stats = WindowStats(full_reads=self.stats.full_reads + 1)
@@ -135,7 +151,9 @@ class HourWindow:
         changed = self._mine(read_hours(db, conn, lo, old, held, after=self._revision))
         closed = self._mine(read_hours(db, conn, old, boundary, held)) if boundary > old else no_rows()
         joined = read_hours(db, conn, lo, boundary, newly) if newly else no_rows()
-        self._rows = combine([replace(rows, changed), closed, joined])
+        if len(changed) or len(joined):
+            rows = sort_rows(combine([replace(rows, changed), joined]))
+        self._rows = append_later(rows, closed)  # the hours that closed come after every hour held
 
     def _mine(self, rows: Rows) -> Rows:
         """The rows read for every GPU, without those of the GPUs read every round."""
