@@ -40,6 +40,8 @@ class OrderedFrame:
         # then gives (GPU, time) order, several times faster than a two-key sort.
         if in_time_order:
             order = np.argsort(codes, kind="stable")
+        elif in_gpu_order(codes, ts_ns):  # a window kept in (GPU, time) order: nothing to sort
+            order = np.arange(len(codes))
         else:
             order = np.lexsort(((ts_ns - self.t0_ns) // 1_000_000_000, codes))
         self.n = len(order)
@@ -248,11 +250,12 @@ class OrderedFrame:
         order lies about an hour of rows back, so that gather reads nearly in sequence (a third
         of the time of one into (GPU, time) order, whose reads are an hour of rows apart)."""
         present = [c for c in names if c in self.columns]
+        if self.identity:  # the frame's own columns are in order: read, not copied
+            parts = [self.resets(x) for c in present if (x := self.raw(c)) is not None]
+            return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
         parts = [self.resets(x) for c in present if self.nan_state(c)[0] and (x := self.col(c)) is not None]
         whole = [c for c in present if not self.nan_state(c)[0]]
-        if whole and self.identity:
-            parts += [self.resets(x) for c in whole if (x := self.col(c)) is not None]
-        elif whole:
+        if whole:
             prev = self._previous_rows()
             dropped = np.zeros(self.n, dtype=bool)
             for c in whole:
@@ -295,6 +298,14 @@ class OrderedFrame:
         x[self.gpu_start] = 0.0
         x[0] = 0.0
         return x
+
+
+def in_gpu_order(codes: np.ndarray, ts_ns: np.ndarray) -> bool:
+    """Whether rows are in (GPU code, time) order already: the order a sort would give (ties keep
+    their places), found in one pass instead of a sort of millions of rows (0.3 s)."""
+    later = codes[1:] > codes[:-1]
+    later |= (codes[1:] == codes[:-1]) & (ts_ns[1:] >= ts_ns[:-1])
+    return bool(later.all())
 
 
 def gather(x: np.ndarray, order: np.ndarray) -> np.ndarray:

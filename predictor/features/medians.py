@@ -28,7 +28,7 @@ def group_medians(key: np.ndarray, values: np.ndarray, min_count: int = 1) -> np
     if len(key) == 0:
         return np.empty(0)
     starts = _run_starts(key)
-    perm = None if _each_key_one_run(key[starts]) else np.argsort(key, kind="stable")
+    perm = None if _each_key_one_run(key[starts]) else stable_argsort(key)
     if perm is not None:  # a key's rows lie apart: sort them together first
         key, values = key[perm], values[perm]
         starts = _run_starts(key)
@@ -41,6 +41,24 @@ def group_medians(key: np.ndarray, values: np.ndarray, min_count: int = 1) -> np
     out = np.empty_like(rows)
     out[perm] = rows
     return out
+
+
+def stable_argsort(key: np.ndarray) -> np.ndarray:
+    """`np.argsort(key, kind="stable")` of int64 keys, the same order: keys spanning under 2**32
+    are sorted by their two 16-bit halves, low then high, each by numpy's radix sort (a history
+    in (GPU, time) order sorted by (hour, node): 7 M keys in about a third of the time)."""
+    if len(key) == 0:
+        return np.argsort(key, kind="stable")
+    least = int(key.min())
+    span = int(key.max()) - least
+    if span >= 1 << 32:
+        return np.argsort(key, kind="stable")
+    k = key - least
+    order = np.argsort((k & 0xFFFF).astype(np.uint16), kind="stable")
+    if span >= 1 << 16:
+        high = (k >> 16).astype(np.uint16)
+        order = order[np.argsort(high[order], kind="stable")]
+    return order
 
 
 def _run_starts(key: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from predictor import score as score_mod
 from predictor.features import build_features
 from predictor.features.errors import RESET_COUNTERS
 from predictor.features.frame import OrderedFrame
-from predictor.features.medians import group_medians
+from predictor.features.medians import group_medians, stable_argsort
 from predictor.model import RiskModel
 from simulator.fleet import SimConfig
 from simulator.run import simulate
@@ -201,3 +201,29 @@ def test_features_with_resets_equal_those_found_one_by_one(
             before = build_features(frame, cut)
         assert fast["link_retrained_1d"].gt(0).any() or isinstance(cut, pd.Timestamp)
         pd.testing.assert_frame_equal(fast, before, check_exact=True)
+
+
+@pytest.mark.parametrize("fleet", ["hourly", "15min"])
+def test_a_frame_in_gpu_order_is_not_sorted_again(fleets: dict[str, pd.DataFrame], fleet: str) -> None:
+    """A window kept in (GPU, time) order (the scorer's) is taken as it is, in the order a sort gives,
+    ties included, and its features are those of the same rows in any order, bit for bit."""
+    frame = fleets[fleet]
+    by_gpu = frame.sort_values(["gpu_uuid", "timestamp"], kind="stable", ignore_index=True)
+    for rows in (by_gpu, frame, frame.sort_values("timestamp", kind="stable", ignore_index=True)):
+        f = OrderedFrame(rows)
+        codes = rows["gpu_uuid"].cat.codes.to_numpy()
+        seconds = (rows["timestamp"].array.asi8 - f.t0_ns) // 1_000_000_000
+        assert np.array_equal(f.order, np.lexsort((seconds, codes)))
+    assert OrderedFrame(by_gpu).identity
+    swapped = by_gpu.iloc[[*range(5), 6, 5, *range(7, len(by_gpu))]].reset_index(drop=True)  # two rows of a GPU
+    assert not OrderedFrame(swapped).identity
+    cut = cutoffs(frame)["latest"]
+    pd.testing.assert_frame_equal(build_features(by_gpu, cut), build_features(frame, cut), check_exact=True)
+
+
+def test_stable_argsort_is_numpys() -> None:
+    rng = np.random.default_rng(8)
+    for span in (1, 7, 2**16 - 1, 2**16, 2**20, 2**32 - 1, 2**32, 2**40):
+        for n in (0, 1, 9, 5000):
+            key = rng.integers(-3, span, n, dtype=np.int64)
+            assert np.array_equal(stable_argsort(key), np.argsort(key, kind="stable")), (span, n)
