@@ -127,17 +127,22 @@ def combine(parts: Sequence[Rows]) -> Rows:
 
 
 def keep(rows: Rows, mask: np.ndarray) -> Rows:
-    """The rows where `mask` is true; GPUs left without a row are forgotten."""
+    """The rows where `mask` is true, in their order; GPUs left without a row are forgotten."""
     if mask.all():
         return rows
-    codes = rows.codes[mask]
-    used, codes = np.unique(codes, return_inverse=True)
+    at = np.flatnonzero(mask)  # a take by index: several times a boolean mask's speed on millions of rows
+    codes = rows.codes.take(at)
+    gpus = rows.gpus
+    present = np.bincount(codes, minlength=len(gpus)) > 0
+    if not present.all():
+        codes = (np.cumsum(present, dtype=np.int32) - 1).take(codes)
+        gpus = [g for g, p in zip(gpus, present.tolist(), strict=True) if p]
     return Rows(
-        codes.astype(np.int32).reshape(-1),
-        [rows.gpus[k] for k in used],
-        rows.start[mask],
-        {c: v[mask] for c, v in rows.cols.items()},
-        None if rows.stamp is None else rows.stamp[mask],
+        codes.astype(np.int32, copy=False),
+        gpus,
+        rows.start.take(at),
+        {c: v.take(at) for c, v in rows.cols.items()},
+        None if rows.stamp is None else rows.stamp.take(at),
     )
 
 
