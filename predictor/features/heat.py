@@ -365,7 +365,8 @@ def _beyond_node(f: OrderedFrame, slope: np.ndarray) -> np.ndarray:
     r = temp - slope[f.frame_gpu_pos()] * power
     node = f.label_codes("hostname").astype(np.int64)
     hour = (f.ts_ns - f.t0_ns) // (1_000_000_000 * HOUR)  # hours since t0, as the (GPU, time) key counts them
-    median = group_medians(hour * (int(node.max()) + 1) + node, r, min_count=NODE_MIN_GPUS)
+    slot = f.frame["gpu_index"].to_numpy()  # a node's GPUs have an index each: their medians need no sort
+    median = group_medians(hour * (int(node.max()) + 1) + node, r, min_count=NODE_MIN_GPUS, slot=slot)
     del hour
     median[node < 0] = np.nan
     r -= median

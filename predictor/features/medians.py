@@ -22,14 +22,23 @@ NETWORK_MAX = 16
 """The widest run (rounded up to a power of two) sorted by a network; wider ones by `np.sort`."""
 
 
-def group_medians(key: np.ndarray, values: np.ndarray, min_count: int = 1) -> np.ndarray:
+def group_medians(
+    key: np.ndarray, values: np.ndarray, min_count: int = 1, slot: np.ndarray | None = None
+) -> np.ndarray:
     """Per row, the median of `values` over the rows with its key, NaN left out; NaN where fewer
-    than `min_count` of them have a value."""
+    than `min_count` of them have a value.
+
+    `slot`: a small number per row that no two rows of a key share (a GPU's index in its node):
+    where a key's rows lie apart, each key's values are then placed by it, without a sort."""
     if len(key) == 0:
         return np.empty(0)
     starts = _run_starts(key)
-    perm = None if _each_key_one_run(key[starts]) else stable_argsort(key)
-    if perm is not None:  # a key's rows lie apart: sort them together first
+    perm = None
+    if not _each_key_one_run(key[starts]):  # a key's rows lie apart: place or sort them together first
+        placed = None if slot is None else _placed_medians(key, values, slot, min_count)
+        if placed is not None:
+            return placed
+        perm = stable_argsort(key)
         key, values = key[perm], values[perm]
         starts = _run_starts(key)
     lengths = np.diff(np.append(starts, len(key)))
@@ -41,6 +50,51 @@ def group_medians(key: np.ndarray, values: np.ndarray, min_count: int = 1) -> np
     out = np.empty_like(rows)
     out[perm] = rows
     return out
+
+
+def _placed_medians(key: np.ndarray, values: np.ndarray, slot: np.ndarray, min_count: int) -> np.ndarray | None:
+    """`group_medians` with each key's values placed in a row of a (keys x slots) table by their slot:
+    the network sorts each row's values whatever their places, so the medians are the same. None
+    where a slot is negative or too wide, the keys too sparse, or two rows of a key share a slot."""
+    if not np.issubdtype(slot.dtype, np.integer):
+        return None
+    least, width = int(key.min()), int(slot.max()) + 1
+    span = int(key.max()) - least + 1
+    if int(slot.min()) < 0 or width > NETWORK_MAX or span * width > 4 * len(key):
+        return None
+    group = key - least
+    cell = group * width + slot
+    owner = np.full(span * width, -1, dtype=np.int64)
+    owner[cell] = np.arange(len(cell))
+    if not np.array_equal(owner[cell], np.arange(len(cell))):
+        return None  # a slot taken twice in a key
+    del owner
+    nan = np.isnan(values)
+    table = np.full(span * width, np.inf)
+    table[cell] = np.where(nan, np.inf, values)
+    count = np.bincount(group[~nan], minlength=span)
+    size = 1 << (width - 1).bit_length()
+    cols = [np.ascontiguousarray(table[j::width]) for j in range(width)]
+    del table
+    cols += [np.full(span, np.inf) for _ in range(size - width)]
+    for i, j in _network(size):
+        low = np.minimum(cols[i], cols[j])
+        np.maximum(cols[i], cols[j], out=cols[j])
+        cols[i] = low
+    med = _median(lambda j: np.choose(np.clip(j, 0, size - 1), cols), count)
+    med[count < min_count] = np.nan
+    return med[group]
+
+
+def _median(pick: Callable[[np.ndarray], np.ndarray], count: np.ndarray) -> np.ndarray:
+    """Per run, its median from `pick` (its j-th smallest value): the middle value, or the two middle
+    ones' sum halved; NaN where it has no value."""
+    half = count // 2
+    upper, lower = pick(half), pick(half - 1)
+    with np.errstate(invalid="ignore"):
+        med = np.where(count % 2 == 1, upper, (upper + lower) / 2)
+    med[count == 0] = np.nan
+    return med
 
 
 def stable_argsort(key: np.ndarray) -> np.ndarray:
@@ -85,13 +139,7 @@ def run_medians(v: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple
     else:
         count = lengths
     del nan
-    pick = _sorted_runs(v, starts, lengths)
-    half = count // 2
-    upper, lower = pick(half), pick(half - 1)
-    with np.errstate(invalid="ignore"):
-        med = np.where(count % 2 == 1, upper, (upper + lower) / 2)
-    med[count == 0] = np.nan
-    return med, count
+    return _median(_sorted_runs(v, starts, lengths), count), count
 
 
 def _sorted_runs(v: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:

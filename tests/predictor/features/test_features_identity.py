@@ -28,6 +28,7 @@ from tests.predictor.features import reference_heat
 
 HEAT = importlib.import_module("predictor.features.heat")  # the attribute is the family of the same name
 SLOTS = importlib.import_module("predictor.features.slots")
+MEDIANS = importlib.import_module("predictor.features.medians")
 MIX = {"NVIDIA A100-SXM4-80GB": 0.5, "NVIDIA H100 80GB HBM3": 0.5}
 
 
@@ -227,3 +228,28 @@ def test_stable_argsort_is_numpys() -> None:
         for n in (0, 1, 9, 5000):
             key = rng.integers(-3, span, n, dtype=np.int64)
             assert np.array_equal(stable_argsort(key), np.argsort(key, kind="stable")), (span, n)
+
+
+def test_medians_placed_by_slot_are_the_sorted_ones() -> None:
+    """Keys whose rows lie apart, each row with a slot of its own in its key: the values placed by
+    slot give the medians a sort gives (and pandas'); a slot taken twice falls back to the sort."""
+    rng = np.random.default_rng(9)
+    for trial in range(300):
+        width = int(rng.integers(1, 17))
+        cells = [(k, j) for k in range(int(rng.integers(1, 40))) for j in range(width) if rng.random() < 0.7]
+        if not cells:
+            continue
+        key, slot = np.array(cells, dtype=np.int64)[rng.permutation(len(cells))].T
+        v = rng.normal(size=len(key)).round(int(rng.integers(0, 3)))  # ties too
+        v[rng.random(len(key)) < 0.2] = np.nan
+        v[rng.random(len(key)) < 0.03] = np.inf
+        min_count = int(rng.integers(1, 4))
+        sorted_ = group_medians(key, v, min_count)
+        assert np.array_equal(group_medians(key, v, min_count, slot=slot), sorted_, equal_nan=True), trial
+        placed = MEDIANS._placed_medians(key, v, slot, min_count)
+        assert placed is not None and np.array_equal(placed, sorted_, equal_nan=True), trial
+        by = pd.Series(v).groupby(key)
+        want = np.where(by.transform("count") >= min_count, by.transform("median"), np.nan)
+        assert np.array_equal(sorted_, want, equal_nan=True), trial
+    twice = np.array([0, 0, 1, 1, 1])
+    assert MEDIANS._placed_medians(np.array([0, 0, 0, 1, 1]), np.arange(5.0), twice, 1) is None
