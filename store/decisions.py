@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from core.decisions import DECISIONS, OUT_OF_SERVICE, REMEDIES, REMEDY_WHEN
+from store import round_rows
 from store.engine import Database, not_closed
 from store.errors import NotFound, StoreError
 from store.gpus import GpuSighting, require_gpu, upsert_gpu_rows
@@ -158,6 +159,16 @@ def _insert_scores(db: Database, conn: Connection, rows: list[dict[str, Any]], a
         if r["gpu_uuid"] not in known
     ]  # fmt: skip
     upsert_gpu_rows(db, conn, fresh, explicit_state=False)
+    if db.dialect == "postgresql":  # through the driver: Core's insert-many-values costs seconds a round
+        ids = round_rows.insert_scores(conn, rows, at)
+        round_rows.point_latest(conn, uuids, ids, at)
+    else:
+        _insert_scores_core(conn, rows, at)
+
+
+def _insert_scores_core(conn: Connection, rows: list[dict[str, Any]], at: datetime) -> None:
+    """`_insert_scores`'s rows and pointers through SQLAlchemy Core (SQLite; PostgreSQL's the same
+    through `store.round_rows`)."""
     ids = (
         conn.execute(
             sa.insert(T_SCORES).returning(T_SCORES.c.id, sort_by_parameter_order=True),
@@ -242,6 +253,20 @@ def _decision_rows(
          "closed_at": r["closed_at"], "risk": r["risk"], "remedy": r["remedy"], "remedy_when": r["remedy_when"]}
         for r in conn.execute(q).mappings()
     ]  # fmt: skip
+
+
+def _rounds_core(
+    conn: Connection, uuids: list[str], lo: datetime, hi: datetime, of: Sequence[str]
+) -> list[tuple[str, datetime, tuple[float | None, ...]]]:
+    """`Decisions.recent_rounds` of a bounded list of GPUs through SQLAlchemy Core (SQLite;
+    PostgreSQL's the same through `store.round_rows.read_rounds`)."""
+    s = T_SCORES.c
+    q = (
+        sa.select(s.gpu_uuid, s.scored_at, *(s[c] for c in of))
+        .where(s.gpu_uuid.in_(uuids), s.scored_at >= lo, s.scored_at < hi)
+        .order_by(s.gpu_uuid, s.scored_at)
+    )
+    return [(str(r[0]), utc(r[1], "scored_at"), tuple(r[2:])) for r in conn.execute(q)]
 
 
 class Decisions:
@@ -403,17 +428,16 @@ class Decisions:
             raise StoreError(f"recent_rounds reads {', '.join(ROUND_VALUES)}; not {wrong}")
         if not uuids:
             return []
-        s = T_SCORES.c
         lo, hi = utc(since, "since"), utc(until, "until")
         out: list[tuple[str, datetime, tuple[float | None, ...]]] = []
         with self.db.tx() as conn:
             for i in range(0, len(uuids), 1000):  # bounded IN lists
-                q = (
-                    sa.select(s.gpu_uuid, s.scored_at, *(s[c] for c in of))
-                    .where(s.gpu_uuid.in_(list(uuids[i : i + 1000])), s.scored_at >= lo, s.scored_at < hi)
-                    .order_by(s.gpu_uuid, s.scored_at)
+                part = list(uuids[i : i + 1000])
+                out += (
+                    round_rows.read_rounds(conn, part, lo, hi, of)
+                    if self.db.dialect == "postgresql"  # without Core's per-row result types
+                    else _rounds_core(conn, part, lo, hi, of)
                 )
-                out += [(str(r[0]), utc(r[1], "scored_at"), tuple(r[2:])) for r in conn.execute(q)]
         return out
 
     def risk_history(

@@ -1,0 +1,105 @@
+"""PostgreSQL's round rows through the driver (`store.round_rows`) are the rows, ids and answers
+SQLAlchemy Core gives (`store.decisions`' SQLite path): the same rounds written both ways compare
+equal, row by row, and the rounds read back both ways too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from predictor.policy import decision_changes
+from store import Store, decisions, round_rows
+from store.decisions import ROUND_VALUES, ScoreRecord
+from tests.postgres import PostgresServer
+
+T0 = datetime(2026, 1, 5, tzinfo=UTC)
+pytestmark = pytest.mark.integration
+
+
+def _records(k: int) -> list[ScoreRecord]:
+    out: list[ScoreRecord] = []
+    for i in range(7 - (k % 2)):  # GPU 6 only in even rounds
+        bad = (i + k) % 3 == 0
+        out.append(
+            {"gpu_uuid": f"GPU-{(5 * i) % 7}", "hostname": f"node-{i // 2}", "model_name": None if i == 3 else "H100",
+             "risk": None if i == 2 else 0.1 * i + k / 100, "risk_ecc": 1e-300 if i == 1 else 0.5,
+             "risk_thermal": float("nan") if i == 4 else -0.0, "risk_pcie": 1 / 3, "heat_z": None,
+             "heat_vs_node_z": 2.5 if bad else None, "decision": "demote" if bad else "ok",
+             "reasons": ['heat "high" é', "risk"] if bad else [], "remedy": "reset" if bad else None,
+             "remedy_when": "now" if bad else None}
+        )  # fmt: skip
+    return out
+
+
+# Round 2 is written after round 3 but scored before it: a GPU's latest score stays round 3's.
+ROUNDS = [(0, T0), (1, T0 + timedelta(minutes=5)), (3, T0 + timedelta(minutes=15)), (2, T0 + timedelta(minutes=10))]
+
+
+@pytest.fixture
+def two_stores(pg_template: PostgresServer) -> Iterator[tuple[Store, Store]]:
+    names = ("rr_driver", "rr_core")
+    stores = [Store.open(pg_template.create_database(n, template="gpuhealth_template")) for n in names]
+    try:
+        yield stores[0], stores[1]
+    finally:
+        for s, n in zip(stores, names, strict=True):
+            s.close()
+            pg_template.drop_database(n)
+
+
+def _dump(store: Store) -> dict[str, list[Any]]:
+    with store.decisions.db.tx() as conn:
+        return {
+            t: [tuple(r) for r in conn.execute(sa.text(q))]
+            for t, q in {
+                "risk_scores": "SELECT id, gpu_uuid, scored_at, risk, risk_ecc, risk_thermal, risk_pcie, heat_z,"
+                " heat_vs_node_z, decision, reasons::text, remedy, remedy_when FROM risk_scores ORDER BY id",
+                "gpus": "SELECT uuid, hostname, model_name, latest_score_id FROM gpus ORDER BY uuid",
+                "decisions": "SELECT id, gpu_uuid, decision, reasons::text, state, created_at, closed_at"
+                " FROM decisions ORDER BY id",
+            }.items()
+        }
+
+
+def _core_insert(conn: Any, rows: Any, at: datetime) -> list[int]:
+    decisions._insert_scores_core(conn, rows, at)
+    return []
+
+
+def test_rounds_written_through_the_driver_equal_cores(
+    two_stores: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    driver, core = two_stores
+    opened = [driver.decisions.write_scores(_records(k), at, rule=decision_changes) for k, at in ROUNDS]
+    with monkeypatch.context() as m:
+        m.setattr(round_rows, "insert_scores", _core_insert)
+        m.setattr(round_rows, "point_latest", lambda *_: None)
+        opened_core = [core.decisions.write_scores(_records(k), at, rule=decision_changes) for k, at in ROUNDS]
+    assert opened == opened_core
+    got, want = _dump(driver), _dump(core)
+    assert len(got["risk_scores"]) == 26
+    assert got == want
+    # Each GPU points at its newest round's score (round 3's, not round 2's written after it).
+    newest = {r[1]: r[0] for r in sorted(got["risk_scores"], key=lambda r: r[2])}
+    assert {r[0]: r[3] for r in got["gpus"]} == newest
+    assert newest["GPU-0"] == next(r[0] for r in got["risk_scores"] if r[1] == "GPU-0" and r[2] == ROUNDS[2][1])
+
+
+def test_rounds_read_through_the_driver_equal_cores(two_stores: tuple[Store, Store]) -> None:
+    store = two_stores[0]
+    for k, at in ROUNDS:
+        store.decisions.write_scores(_records(k), at, rule=decision_changes)
+    uuids = ["GPU-5", "GPU-0", "GPU-missing", "GPU-3", "GPU-1", "GPU-6"]
+    lo, hi = T0 + timedelta(minutes=5), T0 + timedelta(minutes=15)
+    with store.decisions.db.tx() as conn:
+        for of in [("risk",), ROUND_VALUES, ("heat_vs_node_z", "risk_ecc")]:
+            got = round_rows.read_rounds(conn, uuids, lo, hi, of)
+            want = decisions._rounds_core(conn, uuids, lo, hi, of)
+            assert got == want and len(got) == 10
+            assert [type(x) for r in got for x in (*r[:2], *r[2])] == [type(x) for r in want for x in (*r[:2], *r[2])]
+            assert {r[1].tzinfo for r in got} == {UTC}
+    assert store.decisions.recent_rounds(uuids, lo, hi, of=("risk",))[0][:2] == ("GPU-0", lo)
