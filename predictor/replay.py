@@ -56,11 +56,19 @@ def stored_run_began(
     left out: its run begins now."""
     if not stored or not uuids:
         return {}
-    gpu = np.asarray([r[0] for r in stored] + list(uuids), dtype=object)
-    at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored] + [pd.Timestamp(now)] * len(uuids))
-    counted = np.r_[np.asarray(high, dtype=bool), np.ones(len(uuids), dtype=bool)]
-    since = high_since(gpu, at, counted)[len(stored) :]
+    at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored])
+    return run_began(np.asarray([r[0] for r in stored], dtype=object), at, high, uuids, now)
+
+
+def run_began(gpu: np.ndarray, at: Any, high: Any, uuids: Sequence[str], now: pd.Timestamp) -> dict[str, pd.Timestamp]:
+    """`stored_run_began` of stored rounds given as columns: their GPUs and times (aware or naive UTC)."""
+    if not len(gpu) or not uuids:
+        return {}
+    every = np.concatenate([np.asarray(gpu, dtype=object), np.asarray(list(uuids), dtype=object)])
     now_naive = naive_utc([now])[0]
+    times = np.concatenate([naive_utc(at), np.full(len(uuids), now_naive)])
+    counted = np.r_[np.asarray(high, dtype=bool), np.ones(len(uuids), dtype=bool)]
+    since = high_since(every, times, counted)[len(gpu) :]
     return {str(u): pd.Timestamp(t).tz_localize("UTC") for u, t in zip(uuids, since, strict=True) if t < now_naive}
 
 
@@ -187,10 +195,17 @@ def recently_wore(
     rounds (gpu_uuid, scored_at; the risk of each, NaN where unknown) less than `remap_hold_clear_s`
     before `now`: what `ecc_wore` reads from the rows before this round, for the service and
     `gpuhealth score`, whose pending remap's drain then stands (`policy.decide`'s `drained`)."""
-    if not stored or thresholds.remap_hold_risk <= 0 or thresholds.remap_hold_clear_s <= 0:
+    if not stored:
         return set()
-    gpu = np.asarray([r[0] for r in stored], dtype=object)
     at = pd.DatetimeIndex([pd.Timestamp(r[1]) for r in stored])
+    return wore_recently(np.asarray([r[0] for r in stored], dtype=object), at, risk_ecc, now, thresholds)
+
+
+def wore_recently(gpu: np.ndarray, at: Any, risk_ecc: Any, now: pd.Timestamp, thresholds: Thresholds) -> set[str]:
+    """`recently_wore` of stored rounds given as columns: their GPUs and times (aware or naive UTC)."""
+    if not len(gpu) or thresholds.remap_hold_risk <= 0 or thresholds.remap_hold_clear_s <= 0:
+        return set()
+    gpu = np.asarray(gpu, dtype=object)
     recent = naive_utc(at) > naive_utc([now])[0] - as_ns(thresholds.remap_hold_clear_s)
     return {str(u) for u in gpu[_wore_rows(gpu, at, risk_ecc, thresholds) & recent]}
 

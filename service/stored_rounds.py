@@ -2,7 +2,7 @@
 `PastRounds` (`gpuhealth score` rebuilds the same from a history's hours, `predictor.history_rounds`).
 
 The runs (of the risk at the demote level, of the heat alone, of the ECC risk at the remap hold's
-level) are read from the stored rounds (`Decisions.recent_rounds`); the probation, the hold and whether a
+level) are read from the stored rounds (`Decisions.round_columns`); the probation, the hold and whether a
 drain stands from the standing decisions. A restart or another replica therefore keeps every clock.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.conditions import HEAT_COLUMNS, heat_counts
-from predictor.replay import recently_wore, stored_run_began
+from predictor.replay import run_began, wore_recently
 from predictor.thresholds import Thresholds
 from store import Store
 
@@ -53,11 +53,10 @@ class StoredRounds:
         stands = set(self.store.decisions.drained(uuids))
         if th.remap_hold_clear_s > 0:
             span = pd.Timedelta(seconds=th.remap_hold_clear_s + th.remap_hold_for_s) + pd.Timedelta(hours=1)
-            stored = self.store.decisions.recent_rounds(
+            gpu, at, risk = self.store.decisions.round_columns(
                 uuids, (cutoff - span).to_pydatetime(), cutoff.to_pydatetime(), of=("risk_ecc",)
             )
-            risk = np.array([np.nan if r[2][0] is None else r[2][0] for r in stored], dtype=float)
-            stands |= recently_wore([r[:2] for r in stored], risk, cutoff, th)
+            stands |= wore_recently(gpu, at, risk[:, 0], cutoff, th)
         return stands
 
     def released(self, uuids: list[str], cutoff: pd.Timestamp) -> dict[str, pd.Timestamp]:
@@ -77,9 +76,10 @@ class StoredRounds:
         of: tuple[str, ...],
         counts: Callable[[np.ndarray], np.ndarray],
     ) -> dict[str, pd.Timestamp]:
-        """When each GPU's run of stored rounds that `counts` (by their `of`, `Decisions.recent_rounds`, one
+        """When each GPU's run of stored rounds that `counts` (by their `of`, `Decisions.round_columns`, one
         column each, NaN where null) began, read over `span` and an hour before the cutoff."""
         lookback = cutoff - span - pd.Timedelta(hours=1)
-        stored = self.store.decisions.recent_rounds(uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of)
-        values = np.array([[np.nan if v is None else v for v in r[2]] for r in stored], dtype=float)
-        return stored_run_began([r[:2] for r in stored], counts(values.reshape(len(stored), len(of))), uuids, cutoff)
+        gpu, at, values = self.store.decisions.round_columns(
+            uuids, lookback.to_pydatetime(), cutoff.to_pydatetime(), of=of
+        )
+        return run_began(gpu, at, counts(values), uuids, cutoff)

@@ -9,14 +9,18 @@ seconds a round (docs/decisions/0090).
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pv_csv
 from sqlalchemy.engine import Connection
 
-from store.engine import quote
+from store.engine import Sql, quote
 
 _VALUES = ("risk", "risk_ecc", "risk_thermal", "risk_pcie", "heat_z", "heat_vs_node_z")
 _TEXTS = ("decision", "reasons", "remedy", "remedy_when")
@@ -78,3 +82,38 @@ def read_rounds(
     with _cursor(conn) as cur:
         cur.execute(stmt, [list(uuids), lo, hi])
         return [(r[0], r[1].astimezone(UTC), tuple(r[2:])) for r in cur.fetchall()]
+
+
+def read_round_columns(
+    conn: Connection, uuids: Sequence[str], lo: datetime, hi: datetime, of: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`read_rounds`' rows as columns: the GPUs (objects), the times (naive UTC datetime64[us]) and
+    the values (float64, one column per `of`, NaN where null), in the same order.
+
+    The server joins the rows into one CSV text (a GPU's position in `uuids`, µs, the values as
+    float8's exact text) that pyarrow parses: one value over the wire, not one message a row."""
+    part = list(dict.fromkeys(uuids))  # an IN list's semantics: a GPU named twice is read once
+    values = ", ".join(f"coalesce(s.{quote(c)}::text, '')" for c in of)
+    stmt = (
+        f"SELECT string_agg(concat_ws(',', q.k, {Sql('postgresql').ts_us('s.scored_at')}, {values}), E'\\n' "
+        "ORDER BY s.gpu_uuid, s.scored_at) "
+        "FROM risk_scores AS s JOIN unnest(%s::text[]) WITH ORDINALITY AS q(u, k) ON s.gpu_uuid = q.u "
+        "WHERE s.scored_at >= %s AND s.scored_at < %s"
+    )
+    with _cursor(conn) as cur:
+        cur.execute(stmt, [part, lo, hi])
+        text = cur.fetchone()[0]
+    if not text:
+        return np.empty(0, dtype=object), np.empty(0, dtype="datetime64[us]"), np.empty((0, len(of)))
+    names = ["k", "ts", *of]
+    table = pv_csv.read_csv(
+        io.BytesIO(text.encode()),
+        read_options=pv_csv.ReadOptions(column_names=names),
+        convert_options=pv_csv.ConvertOptions(column_types={"k": pa.int64(), "ts": pa.int64()}
+                                              | dict.fromkeys(of, pa.float64())),
+    )  # fmt: skip
+    k = table.column("k").to_numpy() - 1
+    gpu = np.asarray(part, dtype=object)[k]
+    at = table.column("ts").to_numpy().astype("datetime64[us]")
+    vals = np.column_stack([table.column(c).to_numpy(zero_copy_only=False) for c in of]).astype(np.float64)
+    return gpu, at, vals

@@ -26,6 +26,7 @@ from predictor.thresholds import Thresholds
 from service.scorer import Scorer
 from service.stored_rounds import StoredRounds
 from store import Store
+from tests.postgres import postgres_server  # noqa: F401  (session fixture)
 from tests.service.tiny_model import schedule_model
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -89,11 +90,18 @@ def asked(past: PastRounds, cutoff: pd.Timestamp) -> dict[str, Any]:
     return out
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, dict[int, dict[str, Any]], list[str]]:
-    """The history; what the service's stored rounds answered before each of its rounds; its decisions."""
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[pd.DataFrame, dict[int, dict[str, Any]], list[str]]:
+    """The history; what the service's stored rounds answered before each of its rounds; its decisions
+    (on SQLite, and on PostgreSQL, whose stored rounds are read through the driver: `store.round_rows`)."""
     frame = samples()
-    store = Store.open(f"sqlite:///{Path(tmp_path_factory.mktemp('past')) / 'p.db'}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{Path(tmp_path_factory.mktemp('past')) / 'p.db'}"
+    else:
+        url = request.getfixturevalue("postgres_server").create_database("past_rounds")
+    store = Store.open(url)
     store.samples.ingest(frame)
     scorer = Scorer(store, MODEL, TH, 300)
     answers, decisions = {}, []

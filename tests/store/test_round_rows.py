@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 
 from predictor.policy import decision_changes
 from store import Store, decisions, round_rows
 from store.decisions import ROUND_VALUES, ScoreRecord
+from store.errors import StoreError
 from tests.postgres import PostgresServer
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
@@ -103,3 +105,23 @@ def test_rounds_read_through_the_driver_equal_cores(two_stores: tuple[Store, Sto
             assert [type(x) for r in got for x in (*r[:2], *r[2])] == [type(x) for r in want for x in (*r[:2], *r[2])]
             assert {r[1].tzinfo for r in got} == {UTC}
     assert store.decisions.recent_rounds(uuids, lo, hi, of=("risk",))[0][:2] == ("GPU-0", lo)
+
+
+def test_round_columns_are_recent_rounds_as_columns(two_stores: tuple[Store, Store]) -> None:
+    store = two_stores[0]
+    for k, at in ROUNDS:
+        store.decisions.write_scores(_records(k), at, rule=decision_changes)
+    uuids = ["GPU-5", "GPU-0", "GPU-missing", "GPU-3", "GPU-0", "GPU-1", "GPU-6", "GPU-4"]
+    lo, hi = T0, T0 + timedelta(minutes=15)
+    for of in [("risk",), ROUND_VALUES, ("heat_vs_node_z", "risk_ecc")]:
+        rows = store.decisions.recent_rounds(uuids, lo, hi, of=of)
+        gpu, at, values = store.decisions.round_columns(uuids, lo, hi, of=of)
+        assert gpu.tolist() == [r[0] for r in rows] and len(rows) == 18
+        assert at.dtype == np.dtype("datetime64[us]")
+        assert at.tolist() == [r[1].replace(tzinfo=None) for r in rows]
+        want = np.array([[np.nan if v is None else v for v in r[2]] for r in rows], dtype=np.float64)
+        assert values.shape == (len(rows), len(of)) and values.tobytes() == want.tobytes()
+    empty = store.decisions.round_columns(["GPU-missing"], lo, hi, of=ROUND_VALUES)
+    assert [x.shape for x in empty] == [(0,), (0,), (0, len(ROUND_VALUES))]
+    with pytest.raises(StoreError, match="not 'gpu_uuid'"):
+        store.decisions.round_columns(uuids, lo, hi, of=("gpu_uuid",))
