@@ -10,7 +10,8 @@ store does on PostgreSQL) and the next through SQLAlchemy Core (`store.decisions
 PostgreSQL path before 0090's follow-up), each beside a bare COPY of the same rows into a scratch
 table; and the stored rounds read back by `recent_rounds` (the risk, as `StoredRounds.risk_since`
 does) both ways, beside a bare COPY … TO STDOUT of the same rows. Each line prints the time over
-the bare driver's.
+the bare driver's. Last, the scorer's four questions of the rounds before (`StoredRounds`), read
+as columns (after) or as `recent_rounds`' tuples through `replay.stored_run_began` (before).
 """
 
 from __future__ import annotations
@@ -27,9 +28,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from predictor.conditions import HEAT_COLUMNS
 from predictor.policy import decision_changes
+from predictor.replay import recently_wore, stored_run_began
+from predictor.thresholds import Thresholds
+from service.stored_rounds import StoredRounds
 from store import Store, decisions, round_rows
 from store.decisions import ScoreRecord
 
@@ -112,6 +120,37 @@ def bare_read(store: Store, since: datetime, until: datetime) -> float:
         raw.close()
 
 
+def rounds_before(store: Store, uuids: list[str], cutoff: pd.Timestamp, *, tuples: bool) -> float:
+    """Seconds for the scorer's four questions of the rounds before (`StoredRounds`: risk, heat,
+    ECC runs and the remap drains), or with `tuples` as they were asked before 0090's follow-up:
+    `recent_rounds`' tuples through `replay.stored_run_began` / `recently_wore`."""
+    th = Thresholds()
+    t = time.perf_counter()
+    if not tuples:
+        asked = StoredRounds(store, th)
+        asked.risk_since(uuids, cutoff), asked.heat_since(uuids, cutoff), asked.ecc_since(uuids, cutoff)
+        asked.drained(uuids, cutoff)
+        return time.perf_counter() - t
+    hold = pd.Timedelta(seconds=th.remap_hold_for_s)
+    clear = pd.Timedelta(seconds=th.remap_hold_clear_s) + hold
+    for span, of in [
+        (th.longest_wait, ("risk",)),
+        (th.heat_hold, HEAT_COLUMNS),
+        (hold, ("risk_ecc",)),
+        (clear, ("risk_ecc",)),
+    ]:
+        lo = (cutoff - span - pd.Timedelta(hours=1)).to_pydatetime()
+        stored = store.decisions.recent_rounds(uuids, lo, cutoff.to_pydatetime(), of=of)
+        values = np.array([[np.nan if v is None else v for v in r[2]] for r in stored], dtype=float)
+        values = values.reshape(len(stored), len(of))
+        if span is clear:
+            recently_wore([r[:2] for r in stored], values[:, 0], cutoff, th)
+        else:
+            with np.errstate(invalid="ignore"):
+                stored_run_began([r[:2] for r in stored], values[:, 0] >= th.demote, uuids, cutoff)
+    return time.perf_counter() - t
+
+
 @contextmanager
 def core_path(on: bool) -> Iterator[None]:
     """With `on`: `write_scores` and `recent_rounds` go through SQLAlchemy Core on PostgreSQL too."""
@@ -147,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             uuids = [f"GPU-{i:08d}" for i in range(args.gpus)]
             times: dict[str, list[float]] = {"driver": [], "core": []}
             reads: dict[str, list[float]] = {"driver": [], "core": []}
+            before: dict[str, list[float]] = {"driver": [], "core": []}
             for j in range(2 * args.repeat):
                 k, way = args.rounds + j, ("driver", "core")[j % 2]
                 at = T0 + k * STEP
@@ -158,21 +198,25 @@ def main(argv: list[str] | None = None) -> int:
                     t = time.perf_counter()
                     got = store.decisions.recent_rounds(uuids, T0, at + STEP, of=("risk",))
                     r = time.perf_counter() - t
+                    b = rounds_before(store, uuids, pd.Timestamp(at + STEP), tuples=way == "core")
                 times[way].append(w)
                 reads[way].append(r)
                 bw, br = bare_write(store, recs, at), bare_read(store, T0, at + STEP)
+                before[way].append(b)
                 print(f"round {j} ({way:>6}): write {w:.2f} s ({w / bw:.1f}x COPY), read {len(got):,} rows"
-                      f" {r:.2f} s ({r / br:.1f}x COPY out)", flush=True)  # fmt: skip
+                      f" {r:.2f} s ({r / br:.1f}x COPY out), the rounds before {b:.2f} s", flush=True)  # fmt: skip
             store.close()
         finally:
             if server is not None:
                 server.stop()
     for way in ("driver", "core"):
-        w, r = statistics.median(times[way]), statistics.median(reads[way])
-        print(f"median, {way:>6}: write_scores {w:.2f} s, recent_rounds {r:.2f} s ({args.gpus:,} GPUs)")
+        w, r, b = (statistics.median(x[way]) for x in (times, reads, before))
+        print(f"median, {way:>6}: write_scores {w:.2f} s, recent_rounds {r:.2f} s, the rounds before {b:.2f} s"
+              f" ({args.gpus:,} GPUs)")  # fmt: skip
     w = statistics.median(times["driver"]) / statistics.median(times["core"])
     r = statistics.median(reads["driver"]) / statistics.median(reads["core"])
-    print(f"driver over core: write {w:.2f}x, read {r:.2f}x")
+    b = statistics.median(before["driver"]) / statistics.median(before["core"])
+    print(f"driver over core: write {w:.2f}x, read {r:.2f}x, the rounds before (columns over tuples) {b:.2f}x")
     return 0
 
 
