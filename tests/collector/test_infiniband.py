@@ -14,7 +14,7 @@ from collector.infiniband import InfinibandCollector, read_ports, shares_switch,
 from collector.run import build_sampling
 from core import infiniband as core_ib
 from core.labels import HOSTNAME
-from gpuhealth.cli.collect import _sysfs_root
+from gpuhealth.cli.serve import sysfs_root
 from tests.collector import sysfs_ib
 from tests.collector.helpers import ScriptedBackend, info
 
@@ -145,8 +145,8 @@ def test_scrape_health_names_the_infiniband_collector(tmp_path: Path) -> None:
 
 
 def test_the_cli_reads_sys_for_live_gpus_only() -> None:
-    assert _sysfs_root(None, "nvml") == Path("/sys") and _sysfs_root(None, "sim") is None
-    assert _sysfs_root("", "nvml") is None and _sysfs_root("/x", "sim") == Path("/x")
+    assert sysfs_root(None, "nvml") == Path("/sys") and sysfs_root(None, "sim") is None
+    assert sysfs_root("", "nvml") is None and sysfs_root("/x", "sim") == Path("/x")
 
 
 def test_every_series_is_named_in_the_shared_table(tmp_path: Path) -> None:
