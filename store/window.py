@@ -37,6 +37,7 @@ from store.hourrows import (
     read_hours,
     read_tail,
     replace,
+    slide,
     sort_rows,
 )
 from store.samples import _columns_frame, _identities, _uuids_on
@@ -146,11 +147,17 @@ class HourWindow:
             self._over &= now
             self._scope = now
         held = None if self._scope is None else sorted(self._scope - set(newly) - self._over)
-        if boundary > old:
-            rows = keep(rows, rows.start >= int(lo.timestamp()) * 1_000_000)
+        lo_us = int(lo.timestamp()) * 1_000_000
         changed = self._mine(read_hours(db, conn, lo, old, held, after=self._revision))
         closed = self._mine(read_hours(db, conn, old, boundary, held)) if boundary > old else no_rows()
         joined = read_hours(db, conn, lo, boundary, newly) if newly else no_rows()
+        if boundary > old and not len(changed) and not len(joined):
+            slid = slide(rows, lo_us, closed)  # an hour closed over every GPU held: one copy, not two
+            if slid is not None:
+                self._rows = slid
+                return
+        if boundary > old:
+            rows = keep(rows, rows.start >= lo_us)
         if len(changed) or len(joined):
             rows = sort_rows(combine([replace(rows, changed), joined]))
         self._rows = append_later(rows, closed)  # the hours that closed come after every hour held

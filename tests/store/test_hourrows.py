@@ -1,0 +1,58 @@
+"""Hour rows as columns (`store.hourrows`): the window's one-copy slide equals dropping and appending."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core import hourly
+from store.hourrows import Rows, append_later, keep, slide, sort_rows
+
+H = hourly.HOUR_US
+
+
+def _rows(hours_of: dict[str, list[int]], seed: int = 0) -> Rows:
+    rng = np.random.default_rng(seed)
+    gpus = sorted(hours_of)
+    codes = np.concatenate([np.full(len(hours_of[g]), k, np.int32) for k, g in enumerate(gpus)])
+    start = np.concatenate([np.asarray(hours_of[g], np.int64) * H for g in gpus])
+    n = len(codes)
+    cols: dict[str, np.ndarray] = {
+        "gpu_temp_c": rng.normal(60, 5, n).astype(np.float32),
+        "energy_mj": rng.uniform(0, 1e6, n),
+    }
+    return sort_rows(Rows(codes, gpus, start, cols))
+
+
+def _same(a: Rows, b: Rows) -> None:
+    assert a.gpus == b.gpus
+    assert a.codes.tobytes() == b.codes.tobytes() and a.start.tobytes() == b.start.tobytes()
+    assert a.cols.keys() == b.cols.keys()
+    for c in a.cols:
+        assert a.cols[c].dtype == b.cols[c].dtype and a.cols[c].tobytes() == b.cols[c].tobytes(), c
+
+
+def test_an_hour_closed_over_every_gpu_is_one_slide() -> None:
+    held = _rows({"GPU-b": list(range(10, 20)), "GPU-a": list(range(12, 20)), "GPU-c": [19]})
+    closed = _rows({"GPU-c": [20], "GPU-a": [20], "GPU-b": [20]}, seed=1)
+    lo = 13 * H  # GPU-a's 12, GPU-b's 10-12 would go: more than one row of b, so not a slide
+    assert slide(held, lo, closed) is None
+    held = _rows({"GPU-b": list(range(12, 20)), "GPU-a": list(range(12, 20)), "GPU-c": [12, 19]})
+    got = slide(held, lo, closed)
+    assert got is not None
+    _same(got, append_later(keep(held, held.start >= lo), closed))
+
+
+@pytest.mark.parametrize(
+    ("closed_hours", "lo_hour"),
+    [
+        ({"GPU-a": [20], "GPU-b": [20]}, 13),  # GPU-c has no closed hour
+        ({"GPU-a": [20], "GPU-b": [20], "GPU-c": [20], "GPU-d": [20]}, 13),  # a GPU new to the window
+        ({"GPU-a": [20], "GPU-b": [20], "GPU-c": [20]}, 12),  # nothing left the window
+        ({"GPU-a": [20, 21], "GPU-b": [20], "GPU-c": []}, 13),  # two hours of one GPU, none of another
+    ],
+)
+def test_anything_else_is_not_a_slide(closed_hours: dict[str, list[int]], lo_hour: int) -> None:
+    held = _rows({"GPU-a": list(range(12, 20)), "GPU-b": list(range(12, 20)), "GPU-c": [12, 19]})
+    closed = _rows({g: h for g, h in closed_hours.items() if h}, seed=2)
+    assert slide(held, lo_hour * H, closed) is None
