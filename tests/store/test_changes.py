@@ -41,9 +41,8 @@ def test_each_write_stamps_its_hour_rows_with_the_next_revision(store: Store) ->
 
 
 @pytest.mark.integration
-def test_a_second_writer_takes_its_revision_after_the_first_commits(backend: str, store: Store) -> None:
-    if backend != "postgresql":
-        pytest.skip("SQLite has one writer at a time anyway (BEGIN IMMEDIATE)")
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)  # SQLite has one writer at a time anyway
+def test_a_second_writer_takes_its_revision_after_the_first_commits(store: Store) -> None:
     db = store.samples.db
     took: list[int] = []
     with db.tx(write=True) as first:
