@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from core import catalog
 from core.catalog import IDENTITY_COLUMNS
+from core.shared_map import SharedMap
 
 log = logging.getLogger(__name__)
 
@@ -31,31 +32,8 @@ BUS_IDS_ATTR = "gpuhealth_pci_bus_ids"
 knows it (the store's GPU records, as `BusIds`): with the host, a GPU's slot (`predictor.features.slots`)."""
 
 
-class BusIds(Mapping[str, str]):
-    """GPU UUID -> its PCI bus id (`BUS_IDS_ATTR`), read-only. pandas deep-copies a frame's attrs into every
-    frame and column taken from it: a dict of 10,000 ids made a feature build 0.24 -> 0.43 s; this one is
-    shared (as `core.infiniband.Rails`)."""
-
-    def __init__(self, ids: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
-        self._ids = dict(ids)
-
-    def __getitem__(self, uuid: str) -> str:
-        return self._ids[uuid]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __deepcopy__(self, memo: dict[int, object]) -> BusIds:
-        return self  # immutable: shared
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or super().__eq__(other)  # pandas compares attrs at each concat: the same is equal
-
-    def __repr__(self) -> str:
-        return f"BusIds({self._ids!r})"
+class BusIds(SharedMap):
+    """GPU UUID -> its PCI bus id (`BUS_IDS_ATTR`), read-only and shared with every frame taken."""
 
 
 FAILURE_COLUMNS = ("gpu_uuid", "failed_at", "mode")

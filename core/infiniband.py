@@ -8,7 +8,9 @@ under our prefix (docs/decisions/0074-infiniband-ports-from-sysfs.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+
+from core.shared_map import SharedMap
 
 NAME = "infiniband"
 """This collector's name in gpuhealth_collector_success{collector}."""
@@ -25,30 +27,8 @@ def rail_name(ports: Iterable[tuple[str, str]]) -> str:
     return ", ".join(sorted({f"{d}/{p}" for d, p in ports}))
 
 
-class Rails(Mapping[str, str]):
-    """GPU UUID -> its rail's name (`RAILS_ATTR`), read-only. pandas deep-copies a frame's attrs into every
-    frame and column taken from it: a copy of 10,000 names costs 6 ms a column, this one nothing (shared)."""
-
-    def __init__(self, names: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
-        self._names = dict(names)
-
-    def __getitem__(self, uuid: str) -> str:
-        return self._names[uuid]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __deepcopy__(self, memo: dict[int, object]) -> Rails:
-        return self  # immutable: shared
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or super().__eq__(other)  # pandas compares attrs at each concat: the same is equal
-
-    def __repr__(self) -> str:
-        return f"Rails({self._names!r})"
+class Rails(SharedMap):
+    """GPU UUID -> its rail's name (`RAILS_ATTR`), read-only and shared with every frame taken."""
 
 
 COUNTERS: Mapping[str, tuple[str, str]] = {

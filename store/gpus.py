@@ -323,35 +323,26 @@ class Gpus:
     def set_rails(self, rails: Mapping[str, str]) -> int:
         """Keep each GPU's InfiniBand/RoCE ports (UUID -> "mlx5_3/1"), as fleet mode reads them from
         `gpuhealth_infiniband_port_gpu_info`; GPUs the store does not know are left out. Returns the GPUs changed."""
-        rows = [
-            {"u": text(u, "uuid", max_len=64), "r": text(r, f"GPU {u}: ib_rail", max_len=255)} for u, r in rails.items()
-        ]
-        if not rows:
-            return 0
-        g = T_GPUS.c
-        stmt = (
-            sa.update(T_GPUS)
-            .where(g.uuid == sa.bindparam("u"), sa.or_(g.ib_rail.is_(None), g.ib_rail != sa.bindparam("r")))
-            .values(ib_rail=sa.bindparam("r"))
-        )
-        with self.db.tx(write=True) as conn:
-            return int(conn.execute(stmt, rows).rowcount or 0)
+        return self._set_text(T_GPUS.c.ib_rail, rails, max_len=255)
 
     def set_bus_ids(self, buses: Mapping[str, str]) -> int:
         """Keep each GPU's PCI bus id (UUID -> "00000000:41:00.0"), as fleet mode reads it from its series'
         `pci_bus_id` label: with the host, the GPU's slot. GPUs the store does not know are left out.
         Returns the GPUs changed."""
+        return self._set_text(T_GPUS.c.pci_bus_id, buses, max_len=32)
+
+    def _set_text(self, column: sa.Column[Any], values: Mapping[str, str], *, max_len: int) -> int:
+        """Set `column` of each known GPU (UUID -> its text) where it differs; returns the GPUs changed."""
         rows = [
-            {"u": text(u, "uuid", max_len=64), "b": text(b, f"GPU {u}: pci_bus_id", max_len=32)}
-            for u, b in buses.items()
+            {"u": text(u, "uuid", max_len=64), "v": text(v, f"GPU {u}: {column.name}", max_len=max_len)}
+            for u, v in values.items()
         ]
         if not rows:
             return 0
-        g = T_GPUS.c
         stmt = (
             sa.update(T_GPUS)
-            .where(g.uuid == sa.bindparam("u"), sa.or_(g.pci_bus_id.is_(None), g.pci_bus_id != sa.bindparam("b")))
-            .values(pci_bus_id=sa.bindparam("b"))
+            .where(T_GPUS.c.uuid == sa.bindparam("u"), sa.or_(column.is_(None), column != sa.bindparam("v")))
+            .values({column.name: sa.bindparam("v")})
         )
         with self.db.tx(write=True) as conn:
             return int(conn.execute(stmt, rows).rowcount or 0)
