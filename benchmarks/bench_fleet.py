@@ -20,13 +20,16 @@ Hour rows are generated inside PostgreSQL (generate_series): plausible gauges an
 grow, so every feature computes; the raw tail is the two pulled steps. Targets (issue 60): steady
 round at 10,000 GPUs <= 5 s, hour-closed <= 1.5x steady. Prints ratios; never fails on timings.
 
-    python benchmarks/bench_fleet.py [--sizes 1000,10000,30000] [--days 31] [--pg-url URL] [--no-full]
+    python benchmarks/bench_fleet.py [--sizes 1000,10000,30000] [--days 31] [--pg-url URL] [--no-full] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import sys
 import tempfile
 import threading
@@ -157,7 +160,16 @@ def timed_round(scorer: Scorer, at: pd.Timestamp, gpus: int) -> tuple[float, flo
     return took, mem.peak
 
 
-def one_size(url: str, gpus: int, days: float, full: bool) -> dict[str, float]:
+def profiled(scorer: Scorer, at: pd.Timestamp) -> None:
+    """Print where one more steady round spends its time (cProfile, by cumulative time)."""
+    prof = cProfile.Profile()
+    prof.runcall(scorer.run_once, at=at.to_pydatetime())
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
+    print(out.getvalue(), flush=True)
+
+
+def one_size(url: str, gpus: int, days: float, full: bool, profile: bool = False) -> dict[str, float]:
     print(f"{gpus:,} GPUs: building {days:g} days of hour rows …", flush=True)
     store, pull_s, rows = build(url, gpus, days)
     until = pd.Timestamp(T0 + timedelta(seconds=2 * STEP_S + 30))
@@ -176,6 +188,8 @@ def one_size(url: str, gpus: int, days: float, full: bool) -> dict[str, float]:
     closed = until.floor("h") + pd.Timedelta(hours=1, seconds=30)  # the pulled hour closed: read it
     out["closed_s"], closed_peak = timed_round(scorer, closed, gpus)
     out["closed_mb"] = closed_peak - base_mb
+    if profile:
+        profiled(scorer, closed + pd.Timedelta(seconds=30))
     del scorer
     if full:  # the round before the window: the whole window read every round
         old = Scorer(store, load_model(), Thresholds(), 300)
@@ -203,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=31.0)
     parser.add_argument("--pg-url", default=None, help="an empty database to use (default: a throwaway server)")
     parser.add_argument("--no-full", action="store_true", help="leave out the round that re-reads the whole window")
+    parser.add_argument("--profile", action="store_true", help="print a cProfile listing of one more steady round")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     reuse_freed_memory()  # as every `gpuhealth` command runs (core.memory)
@@ -216,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for n in sizes:
                 url = server.create_database(f"fleet_{n}") if server is not None else args.pg_url
-                results.append(one_size(url, n, args.days, full=not args.no_full))
+                results.append(one_size(url, n, args.days, full=not args.no_full, profile=args.profile))
         finally:
             if server is not None:
                 server.stop()
