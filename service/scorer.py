@@ -25,11 +25,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from core.worker import Worker
+from predictor.fabric import COLUMNS as FINDING_COLUMNS
 from predictor.fabric import with_node_findings
 from predictor.findings import with_lost_gpus, with_probe_findings
 from predictor.model import RiskModel
 from predictor.policy import DECISIONS, decision_changes
-from predictor.score import score, to_records
+from predictor.score import SCORE_COLUMNS, score, to_records
 from predictor.thresholds import Thresholds
 from service.remediation import forget_before_return
 from service.replicas import Replica, Share, round_of, until_next_round
@@ -44,6 +45,9 @@ PROBE_WINDOW = timedelta(days=7)
 PRUNE_EVERY = timedelta(hours=1)
 SCORE_WINDOW = timedelta(days=31)
 """History read for one scoring round: the longest feature window (30 d) and a margin."""
+ROUND_COLUMNS = (*SCORE_COLUMNS, *FINDING_COLUMNS)
+"""The history columns a round reads: `score`'s (the XIDs `forget_before_return` clears among them) and the
+node findings' (`with_node_findings`). The window holds only these."""
 
 
 @dataclass
@@ -106,7 +110,9 @@ class Scorer(Worker):
         self.replica = replica
         """Several replicas: score only this one's share, in rounds aligned on the database's clock."""
         self._pruned_at: datetime | None = None
-        self.window = HourWindow(store.samples.db, SCORE_WINDOW, None if window_mb is None else int(window_mb * 1e6))
+        self.window = HourWindow(
+            store.samples.db, SCORE_WINDOW, None if window_mb is None else int(window_mb * 1e6), ROUND_COLUMNS
+        )
         """The hour rows kept between rounds, in `window_mb` MB (None: no bound): a round reads what changed."""
         self.state = ScoreState()
         self.model_state = ModelState(meta=dict(model.meta))

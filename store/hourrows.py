@@ -1,14 +1,14 @@
 """Hour rows as columns, the scorer's window's unit (`store.window`): read, combined, kept, replaced.
 
-A `Rows` holds hour rows (GPU, hour start) with their HOUR_VALUES in the dtype the history frame
-gives them (`core.history.metric_dtype`: float32 for gauges), so a frame made from them is the
-frame `Samples.scoring_history` makes from the same rows, bit for bit. The reads go through the
-same SQL and the same driver paths (`store.rawsql`).
+A `Rows` holds hour rows (GPU, hour start) with their HOUR_VALUES (or those a round reads:
+`values_of`) in the dtype the history frame gives them (`core.history.metric_dtype`: float32 for
+gauges), so a frame made from them is the frame `Samples.scoring_history` makes from the same rows,
+bit for bit. The reads go through the same SQL and the same driver paths (`store.rawsql`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,14 +17,30 @@ import pandas as pd
 from sqlalchemy.engine import Connection
 
 from core import history, hourly
-from store.engine import Sql, quote
+from store.engine import Sql
 from store.rawsql import copy_columns, fetch_block, metric_select
 from store.rollup import HOUR_VALUES, rollup_samples
 
-_READ = ("n", "last_at", *HOUR_VALUES)
-_DTYPES = [np.dtype(np.float64)] * 2 + [history.metric_dtype(c) for c in HOUR_VALUES]
-ROW_BYTES = 4 + 8 + sum(d.itemsize for d in _DTYPES[2:])
-"""Memory of one hour row held: its GPU code, its hour, its values."""
+
+def values_of(columns: Iterable[str] | None) -> tuple[str, ...]:
+    """The HOUR_VALUES a frame of these columns holds (None: every one), in HOUR_VALUES order."""
+    if columns is None:
+        return HOUR_VALUES
+    wanted = set(columns)
+    return tuple(c for c in HOUR_VALUES if c in wanted)
+
+
+def _dtypes(values: Sequence[str]) -> list[np.dtype]:
+    return [history.metric_dtype(c) for c in values]
+
+
+def row_bytes(values: Sequence[str]) -> int:
+    """Memory of one hour row held: its GPU code, its hour, these values."""
+    return 4 + 8 + sum(d.itemsize for d in _dtypes(values))
+
+
+ROW_BYTES = row_bytes(HOUR_VALUES)
+"""Memory of one hour row held with every value."""
 
 
 @dataclass
@@ -35,7 +51,7 @@ class Rows:
     gpus: list[str]
     start: np.ndarray
     cols: dict[str, np.ndarray]
-    """HOUR_VALUES, each in its history dtype."""
+    """HOUR_VALUES (or some: `values_of`), each in its history dtype."""
     stamp: np.ndarray | None = None
     """The frame's timestamp of each row; None: the hour's end (every whole hour)."""
 
@@ -43,16 +59,21 @@ class Rows:
         return len(self.codes)
 
     @property
+    def row_bytes(self) -> int:
+        """Memory of one row: its GPU code, its hour, its stamp if it has one, its values."""
+        return 12 + (0 if self.stamp is None else 8) + sum(v.itemsize for v in self.cols.values())
+
+    @property
     def nbytes(self) -> int:
-        return len(self.codes) * ROW_BYTES
+        return len(self.codes) * self.row_bytes
 
     def stamps(self) -> np.ndarray:
         return self.start + hourly.HOUR_US if self.stamp is None else self.stamp
 
 
-def no_rows() -> Rows:
-    """Rows with no row."""
-    cols = {c: np.empty(0, d) for c, d in zip(_READ[2:], _DTYPES[2:], strict=True)}
+def no_rows(values: Sequence[str] = HOUR_VALUES) -> Rows:
+    """Rows with no row (of these values)."""
+    cols = {c: np.empty(0, d) for c, d in zip(values, _dtypes(values), strict=True)}
     return Rows(np.empty(0, np.int32), [], np.empty(0, np.int64), cols)
 
 
@@ -62,41 +83,59 @@ def read_hours(
     lo: datetime,
     hi: datetime,
     ids: Sequence[str] | None,
+    values: Sequence[str] = HOUR_VALUES,
     *,
     after: int | None = None,
 ) -> Rows:
-    """The stored hour rows of [lo, hi) (of `ids`; None: every GPU), as `scoring_history` reads them;
-    `after`: only those stamped with a later revision (`store.changes`)."""
+    """The stored hour rows of [lo, hi) (of `ids`; None: every GPU), as `scoring_history` reads them, with
+    these values; `after`: only those stamped with a later revision (`store.changes`)."""
     if ids is not None and not ids:
-        return no_rows()
-    extra = ("n", db.ts_us(quote("last_at")))
-    sql, params = metric_select(db, "samples_hourly", "hour", extra, lo, hi, ids, HOUR_VALUES, until_inclusive=False)
+        return no_rows(values)
+    # No count or newest sample: a whole hour's row is stamped at its end (`scoring_history`).
+    sql, params = metric_select(db, "samples_hourly", "hour", (), lo, hi, ids, values, until_inclusive=False)
     if after is not None:
         sql += f" AND revision > {db.ph}"  # the WHERE always has the hour bounds
         params.append(after)
+    dtypes = _dtypes(values)
     if db.dialect == "postgresql":
-        codes, gpus, start, cols = copy_columns(conn, sql, params, _READ, _DTYPES)
+        codes, gpus, start, cols = copy_columns(conn, sql, params, values, dtypes)
     else:
-        hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+        hu, start, hv = fetch_block(db, conn, sql, params, 0, stream=True, n_values=len(values))
         codes, uniq = pd.factorize(hu)
         gpus = [str(x) for x in uniq]
-        cols = {c: hv[:, k].astype(d) for k, (c, d) in enumerate(zip(_READ, _DTYPES, strict=True)) if k >= 2}
-    for c in _READ[:2]:
-        cols.pop(c, None)
+        cols = {c: hv[:, k].astype(d) for k, (c, d) in enumerate(zip(values, dtypes, strict=True))}
     return Rows(codes.astype(np.int32), gpus, start.astype(np.int64), cols)
 
 
-def read_tail(db: Sql, conn: Connection, boundary: datetime, until: datetime, ids: Sequence[str] | None) -> Rows:
+def hour_gpus(db: Sql, conn: Connection) -> list[str]:
+    """Every GPU with a stored hour row, in uuid order: one probe of the key's index per GPU (a loose
+    index scan), not a pass over the rows."""
+    sql = (
+        "WITH RECURSIVE u(id) AS (SELECT min(gpu_uuid) FROM samples_hourly UNION ALL "
+        "SELECT (SELECT min(gpu_uuid) FROM samples_hourly WHERE gpu_uuid > u.id) FROM u WHERE u.id IS NOT NULL) "
+        "SELECT id FROM u WHERE id IS NOT NULL"
+    )
+    return sorted(str(r[0]) for r in conn.exec_driver_sql(sql))
+
+
+def read_tail(
+    db: Sql,
+    conn: Connection,
+    boundary: datetime,
+    until: datetime,
+    ids: Sequence[str] | None,
+    values: Sequence[str] = HOUR_VALUES,
+) -> Rows:
     """The raw samples of (boundary, until] rolled up as the stored hours were, stamped as
     `scoring_history` stamps them: at the hour's end if it is over by `until`, else at its newest sample."""
     sql, params = metric_select(db, "samples", "timestamp", (), boundary, until, ids, since_inclusive=False)
     ru, rts, rv = fetch_block(db, conn, sql, params, 0, stream=True)
     if not len(ru):
-        return no_rows()
+        return no_rows(values)
     tail = rollup_samples(ru, rts, rv)
     codes, uniq = pd.factorize(tail["gpu_uuid"].to_numpy(dtype=object))
     start = tail["hour"].to_numpy(np.int64)
-    cols = {c: tail[c].to_numpy(np.float64).astype(d) for c, d in zip(_READ[2:], _DTYPES[2:], strict=True)}
+    cols = {c: tail[c].to_numpy(np.float64).astype(d) for c, d in zip(values, _dtypes(values), strict=True)}
     last_at = tail["last_at"].to_numpy(np.float64).astype(np.int64)
     end = start + hourly.HOUR_US
     until_us = int(until.timestamp()) * 1_000_000 + until.microsecond
@@ -124,6 +163,23 @@ def combine(parts: Sequence[Rows]) -> Rows:
         {c: np.concatenate([p.cols[c] for p in parts]) for c in parts[0].cols},
         np.concatenate([p.stamps() for p in parts]) if stamped else None,
     )
+
+
+def join_sorted(parts: list[Rows], values: Sequence[str] = HOUR_VALUES) -> Rows:
+    """Sorted whole hours (`sort_rows`), each part's GPUs after the part before's (uuid order), as one,
+    in order without a sort. Each column is joined and its parts let go before the next (memory: the
+    rows and one column more, not twice the rows): the parts give up their values."""
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else no_rows(values)
+    if any(p.stamp is not None for p in parts):
+        raise ValueError("join_sorted joins whole hours, not a tail")
+    first = np.cumsum([0] + [len(p.gpus) for p in parts[:-1]])
+    codes = np.concatenate([p.codes + np.int32(k) for p, k in zip(parts, first.tolist(), strict=True)])
+    gpus = [g for p in parts for g in p.gpus]
+    start = np.concatenate([p.start for p in parts])
+    cols = {c: np.concatenate([p.cols.pop(c) for p in parts]) for c in list(parts[0].cols)}
+    return Rows(codes, gpus, start, cols)
 
 
 def keep(rows: Rows, mask: np.ndarray) -> Rows:

@@ -377,13 +377,15 @@ class Samples:
         until: datetime,
         hostnames: Sequence[str] | None = None,
         uuids: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
     ) -> pd.DataFrame:
         """What the scorer reads: the stored hours of (since, until] and the raw tail of the hour
         `until` falls in rolled up the same way, as a history frame of hour rows (`core.hourly`).
 
         A whole hour is stamped at its end, the tail at its newest sample. `hostnames`: only the
         GPUs whose current record names one of them (a replica's share); `uuids`: only these
-        GPUs (training reads a fleet in batches). Reads GPUs × hours
+        GPUs (training reads a fleet in batches); `columns`: only these metric columns (the
+        identity columns always), the frame of every column without the others. Reads GPUs × hours
         rows, not GPUs × samples: the cost does not grow with the sampling rate.
         """
         t0, t1 = None if since is None else utc(since, "since"), utc(until, "until")
@@ -398,15 +400,16 @@ class Samples:
                 return history.empty(())
             lo = None if t0 is None else t0.replace(minute=0, second=0, microsecond=0)
             extra = ("n", db.ts_us(quote("last_at")))
+            values = HOUR_VALUES if columns is None else tuple(c for c in HOUR_VALUES if c in set(columns))
             sql, params = metric_select(
-                db, "samples_hourly", "hour", extra, lo, boundary, ids, HOUR_VALUES, until_inclusive=False
+                db, "samples_hourly", "hour", extra, lo, boundary, ids, values, until_inclusive=False
             )
-            names = ["n", "last_at", *HOUR_VALUES]
-            dtypes = [np.dtype(np.float64)] * 2 + [history.metric_dtype(c) for c in HOUR_VALUES]
+            names = ["n", "last_at", *values]
+            dtypes = [np.dtype(np.float64)] * 2 + [history.metric_dtype(c) for c in values]
             if db.dialect == "postgresql":  # fleet size: COPY parsed by pyarrow, column by column
                 codes, gpus, start, cols = copy_columns(conn, sql, params, names, dtypes)
             else:
-                hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(HOUR_VALUES))
+                hu, start, hv = fetch_block(db, conn, sql, params, 2, stream=True, n_values=len(values))
                 codes, uniq = pd.factorize(hu)
                 codes, gpus = codes.astype(np.int32), [str(x) for x in uniq]
                 cols = {c: hv[:, k] for k, c in enumerate(names)}  # views: _columns_frame casts each once

@@ -7,6 +7,10 @@ sample merged into its hour, `db import`: `store.changes`), and the raw tail of 
 It reads the whole window only at start-up, for the GPUs newly in its share when a shard changes
 hands (and forgets those given up), and when time goes back or jumps past the window.
 
+It holds, and its frame has, only the columns a round reads (`columns`: the scorer's
+`ROUND_COLUMNS`), as `scoring_history(columns=...)` gives them. A whole window is read READ_GPUS
+GPUs at a time, so the read's own memory is one part's, not the window's again.
+
 Memory is bounded by `max_bytes`: past it the window holds the GPUs that fit, in uuid order, and
 reads the others' hours every round, as `scoring_history` does (`WindowStats` says how many).
 """
@@ -14,7 +18,7 @@ reads the others' hours every round, as `scoring_history` does (`WindowStats` sa
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,11 +30,12 @@ from core import history, hourly
 from store.changes import current_revision
 from store.engine import Database
 from store.hourrows import (
-    ROW_BYTES,
     Rows,
     append_later,
     combine,
     fresh,
+    hour_gpus,
+    join_sorted,
     keep,
     no_rows,
     of_gpus,
@@ -39,11 +44,16 @@ from store.hourrows import (
     replace,
     slide,
     sort_rows,
+    values_of,
 )
 from store.samples import _columns_frame, _identities, _uuids_on
 from store.validate import text, utc
 
 log = logging.getLogger(__name__)
+
+READ_GPUS = 2000
+"""GPUs whose whole window one read takes (start-up, GPUs newly held): 1.5 M hour rows of 31 days,
+a part of the read's memory, enough rows per query that the parts cost no more than one read."""
 
 
 def _hour(t: datetime) -> datetime:
@@ -67,13 +77,24 @@ class WindowStats:
 class HourWindow:
     """What the scorer reads each round (`Samples.scoring_history`'s frame), from a window kept in memory."""
 
-    def __init__(self, db: Database, span: timedelta, max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        span: timedelta,
+        max_bytes: int | None = None,
+        columns: Iterable[str] | None = None,
+        read_gpus: int = READ_GPUS,
+    ) -> None:
         self.db = db
         self.span = span
         self.max_bytes = max_bytes
         """Memory for the hour rows held; None: no bound."""
+        self.values = values_of(columns)
+        """The hour values held and framed: those among `columns` (None: every one)."""
+        self.read_gpus = read_gpus
+        """GPUs per read of a whole window."""
         self.stats = WindowStats()
-        self._rows = no_rows()
+        self._rows = no_rows(self.values)
         self._scope: frozenset[str] | None = None
         """The GPUs asked for when the rows were read (None: every GPU)."""
         self._over: set[str] = set()
@@ -86,15 +107,15 @@ class HourWindow:
 
     def forget(self) -> None:
         """Hold nothing: the next round reads the whole window."""
-        self._rows, self._scope, self._over, self._boundary = no_rows(), None, set(), None
+        self._rows, self._scope, self._over, self._boundary = no_rows(self.values), None, set(), None
         self.stats = WindowStats(full_reads=self.stats.full_reads)
 
     def frame(self, *, until: datetime, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
-        """`store.samples.scoring_history(since=until - span, until=until, hostnames=hostnames)`, from memory
-        and what changed since the last round."""
+        """`store.samples.scoring_history(since=until - span, until=until, hostnames=hostnames, columns=...)`,
+        from memory and what changed since the last round."""
         t1 = utc(until, "until")
         boundary, lo = _hour(t1), _hour(t1 - self.span)
-        db = self.db
+        db, values = self.db, self.values
         try:
             with db.tx() as conn:
                 revision = current_revision(conn)  # first: whatever is stamped later is read again next round
@@ -103,8 +124,8 @@ class HourWindow:
                     self.forget()
                     return history.empty(())
                 self._update(conn, lo, boundary, ids, revision)
-                over = read_hours(db, conn, lo, boundary, sorted(self._over)) if self._over else no_rows()
-                tail = read_tail(db, conn, boundary, t1, ids)
+                over = read_hours(db, conn, lo, boundary, sorted(self._over), values) if self._over else no_rows(values)
+                tail = read_tail(db, conn, boundary, t1, ids, values)
                 ident = _identities(conn, sorted(set(self._rows.gpus) | set(over.gpus) | set(tail.gpus)))
         except BaseException:  # a round cut short (the database went away) may have updated half the window
             self.forget()
@@ -129,11 +150,23 @@ class HourWindow:
         self._cap()
 
     def _reload(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None) -> None:
-        self._rows = sort_rows(read_hours(self.db, conn, lo, boundary, ids))
+        self._rows = no_rows(self.values)  # what was held goes before the new window is read
+        self._rows = self._read_whole(conn, lo, boundary, hour_gpus(self.db, conn) if ids is None else ids)
         self._scope = None if ids is None else frozenset(ids)
         self._over = set()
         self.stats = WindowStats(full_reads=self.stats.full_reads + 1)
         log.info("score window: read %d hour rows of %d GPUs", len(self._rows), len(self._rows.gpus))
+
+    def _read_whole(self, conn: Connection, lo: datetime, hi: datetime, ids: Sequence[str]) -> Rows:
+        """The hour rows of [lo, hi) of these GPUs in (uuid, hour) order (`sort_rows`), read `read_gpus`
+        GPUs at a time: the read and its sort take one part's memory, the join one column's."""
+        ids = sorted(set(ids))
+        step = max(1, self.read_gpus)
+        parts = [
+            sort_rows(read_hours(self.db, conn, lo, hi, ids[k : k + step], self.values))
+            for k in range(0, len(ids), step)
+        ]
+        return join_sorted(parts, self.values)
 
     def _advance(
         self, conn: Connection, lo: datetime, boundary: datetime, old: datetime, ids: list[str] | None
@@ -148,9 +181,10 @@ class HourWindow:
             self._scope = now
         held = None if self._scope is None else sorted(self._scope - set(newly) - self._over)
         lo_us = int(lo.timestamp()) * 1_000_000
-        changed = self._mine(read_hours(db, conn, lo, old, held, after=self._revision))
-        closed = self._mine(read_hours(db, conn, old, boundary, held)) if boundary > old else no_rows()
-        joined = read_hours(db, conn, lo, boundary, newly) if newly else no_rows()
+        values = self.values
+        changed = self._mine(read_hours(db, conn, lo, old, held, values, after=self._revision))
+        closed = self._mine(read_hours(db, conn, old, boundary, held, values)) if boundary > old else no_rows(values)
+        joined = self._read_whole(conn, lo, boundary, newly)
         if boundary > old and not len(changed) and not len(joined):
             slid = slide(rows, lo_us, closed)  # an hour closed over every GPU held: one copy, not two
             if slid is not None:
@@ -158,8 +192,10 @@ class HourWindow:
                 return
         if boundary > old:
             rows = keep(rows, rows.start >= lo_us)
-        if len(changed) or len(joined):
+        if len(changed):
             rows = sort_rows(combine([replace(rows, changed), joined]))
+        elif len(joined):  # GPUs new to the rows, sorted: each put in its place, no sort of the whole
+            rows = append_later(rows, joined)
         self._rows = append_later(rows, closed)  # the hours that closed come after every hour held
 
     def _mine(self, rows: Rows) -> Rows:
@@ -178,7 +214,7 @@ class HourWindow:
         """Past `max_bytes`, read the GPUs that do not fit (the last in uuid order) every round."""
         rows = self._rows
         if self.max_bytes is not None and rows.nbytes > self.max_bytes:
-            per_gpu = np.bincount(rows.codes, minlength=len(rows.gpus)) * ROW_BYTES
+            per_gpu = np.bincount(rows.codes, minlength=len(rows.gpus)) * rows.row_bytes
             order = np.argsort(np.asarray(rows.gpus, dtype=object))
             fit = int(np.searchsorted(np.cumsum(per_gpu[order]), self.max_bytes, side="right"))
             out = {rows.gpus[k] for k in order[fit:]}

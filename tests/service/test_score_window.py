@@ -6,9 +6,11 @@ rounds the fleet's samples arrive as they are taken, and: samples of a past hour
 (round 8), a GPU is replaced by a new one on the same host (round 20), `db import` brings past
 hours of a GPU that had a gap and of a GPU never seen before (round 30), and a host moves from
 one replica's share to the other's (round 36). Each round's frame is compared with
-`Samples.scoring_history`'s, and the records a scorer stores with those of a scorer that reads
-the whole window (a second store with the same events); a window capped below the fleet's size
-(the rest read per round) is compared too. Without the change log the comparison fails.
+`Samples.scoring_history`'s of the columns a round reads (`ROUND_COLUMNS`, all the window holds),
+and the records a scorer stores with those of a scorer that reads the whole window with every
+column (a second store with the same events); a window capped below the fleet's size (the rest
+read per round) is compared too, and windows read a few GPUs at a time. Without the change log
+the comparison fails.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from prometheus_client import CollectorRegistry
 
 from core import history
 from predictor.thresholds import Thresholds
-from service.scorer import ModelMetrics, Scorer
+from service.scorer import ROUND_COLUMNS, ModelMetrics, Scorer
 from simulator.fleet import SimConfig
 from simulator.run import simulate
 from store import Retention, Store, StoreUnavailable
-from store.hourrows import ROW_BYTES, Rows
+from store.hourrows import Rows, row_bytes, values_of
 from store.window import HourWindow
 from tests.postgres import postgres_server  # noqa: F401  (session fixture)
 from tests.service.tiny_model import tiny_model
@@ -42,6 +44,8 @@ STEP = timedelta(minutes=30)
 ROUNDS = 48
 LATE, REPLACED, IMPORTED, MOVED = 8, 20, 30, 36
 _names = count()
+ROUND_ROW_BYTES = row_bytes(values_of(ROUND_COLUMNS))
+"""An hour row as the scorer's window holds it."""
 
 
 @dataclass
@@ -136,24 +140,29 @@ def store_events(store: Store, frames: list[pd.DataFrame]) -> None:
             store.samples.ingest(f.reset_index(drop=True))  # what ingest, the puller and `db import` call
 
 
-def full_read(store: Store) -> Callable[..., pd.DataFrame]:
-    """What the scorer read before the window: the whole window every round."""
+def full_read(store: Store, columns: tuple[str, ...] | None = None) -> Callable[..., pd.DataFrame]:
+    """What the scorer read before the window: the whole window every round (every column: None)."""
 
     def read(*, until: datetime, hostnames: list[str] | None = None) -> pd.DataFrame:
-        return store.samples.scoring_history(since=until - SPAN, until=until, hostnames=hostnames)
+        return store.samples.scoring_history(since=until - SPAN, until=until, hostnames=hostnames, columns=columns)
 
     return read
 
 
-def same_frame(window: HourWindow, store: Store, at: datetime, hostnames: list[str] | None = None) -> None:
-    got = window.frame(until=at, hostnames=hostnames)
-    want = full_read(store)(until=at, hostnames=hostnames)
+def bit_for_bit(got: pd.DataFrame, want: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(got, want, check_exact=True)
     assert got.attrs == want.attrs
     for c in got.columns:  # float32 stays float32, NaN where NaN, bit for bit
         a, b = got[c].to_numpy(), want[c].to_numpy()
         if a.dtype.kind == "f":
             assert a.tobytes() == b.tobytes(), c
+
+
+def same_frame(window: HourWindow, store: Store, at: datetime, hostnames: list[str] | None = None) -> None:
+    """The window's frame is the full read's of the columns it holds."""
+    bit_for_bit(
+        window.frame(until=at, hostnames=hostnames), full_read(store, window.values)(until=at, hostnames=hostnames)
+    )
 
 
 def play(stores: list[Store], sc: Scenario, each_round: Callable[[int, datetime], None]) -> None:
@@ -175,13 +184,17 @@ def test_every_round_is_the_full_reads_frame_and_records(two_stores: tuple[Store
     a, b = two_stores
     model = tiny_model()
     kept, full = (Scorer(s, model, Thresholds(), STEP.total_seconds(), window_mb=None) for s in (a, b))
-    kept.window.span = SPAN
-    full.window.frame = full_read(b)  # type: ignore[method-assign]
-    replicas = [HourWindow(a.samples.db, SPAN), HourWindow(a.samples.db, SPAN)]
-    capped = HourWindow(a.samples.db, SPAN, max_bytes=int(2.5 * 48 * ROW_BYTES))  # 2.5 GPUs of 48 hours
-    over: list[int] = []
+    kept.window.span, kept.window.read_gpus = SPAN, 3  # the whole window read three GPUs at a time
+    assert kept.window.values == values_of(ROUND_COLUMNS) and len(kept.window.values) < len(values_of(None))
+    full.window.frame = full_read(b)  # type: ignore[method-assign]  # every column: the decisions are the same
+    replicas = [HourWindow(a.samples.db, SPAN, columns=ROUND_COLUMNS, read_gpus=g) for g in (1, 2)]
+    capped = HourWindow(a.samples.db, SPAN, max_bytes=int(2.5 * 48 * ROUND_ROW_BYTES), columns=ROUND_COLUMNS)
+    over: list[int] = []  # the cap above: 2.5 GPUs of 48 hours
 
     def each_round(k: int, t: datetime) -> None:
+        if k % 12 == 0:  # the columns a round reads are the full frame's, bit for bit
+            whole = full_read(a)(until=t)
+            bit_for_bit(full_read(a, ROUND_COLUMNS)(until=t), whole[[c for c in whole if c in ROUND_COLUMNS]])
         same_frame(capped, a, t)
         over.append(capped.stats.read_gpus)
         for w, hosts in zip(replicas, shares(k), strict=True):
@@ -284,7 +297,7 @@ def test_the_cap_is_said_once_in_the_log_and_in_metrics(
     tmp_path: Path, events: Scenario, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
-    scorer = Scorer(store, tiny_model(), Thresholds(), STEP.total_seconds(), window_mb=2.5 * 48 * ROW_BYTES / 1e6)
+    scorer = Scorer(store, tiny_model(), Thresholds(), STEP.total_seconds(), window_mb=2.5 * 48 * ROUND_ROW_BYTES / 1e6)
     scorer.window.span = SPAN
     reg = CollectorRegistry()
     reg.register(ModelMetrics(scorer))
@@ -346,3 +359,34 @@ def test_hours_the_retention_deleted_leave_the_window(tmp_path: Path, events: Sc
         same_frame(window, store, t + timedelta(minutes=5))
     finally:
         store.close()
+
+
+def test_a_window_read_in_parts_is_the_window_read_at_once(
+    tmp_path: Path, events: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Start-up reads two GPUs at a time (three reads of six GPUs): the same rows, in the same order, as one read."""
+    import store.window as window_module
+
+    real, reads = window_module.read_hours, []
+
+    def counted(*args: Any, **kw: Any) -> Rows:
+        rows = real(*args, **kw)
+        reads.append(len(rows.gpus))
+        return rows
+
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    at_once, in_parts = (HourWindow(store.samples.db, SPAN, columns=ROUND_COLUMNS, read_gpus=g) for g in (10_000, 2))
+    t = events.rounds[0]
+    try:
+        store_events(store, [events.first, *events.before[0]])
+        want = at_once.frame(until=t)
+        monkeypatch.setattr(window_module, "read_hours", counted)
+        got = in_parts.frame(until=t)
+    finally:
+        store.close()
+    assert reads == [2, 2, 2]
+    bit_for_bit(got, want)
+    a, b = in_parts._rows, at_once._rows
+    assert a.gpus == b.gpus and a.codes.tobytes() == b.codes.tobytes() and a.start.tobytes() == b.start.tobytes()
+    assert list(a.cols) == list(b.cols) == list(values_of(ROUND_COLUMNS))
+    assert all(a.cols[c].tobytes() == b.cols[c].tobytes() for c in a.cols)

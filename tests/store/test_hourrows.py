@@ -1,4 +1,5 @@
-"""Hour rows as columns (`store.hourrows`): the window's one-copy slide equals dropping and appending."""
+"""Hour rows as columns (`store.hourrows`): the window's one-copy slide equals dropping and appending, and
+parts read apart join into what one read and sort make."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import numpy as np
 import pytest
 
 from core import hourly
-from store.hourrows import Rows, append_later, keep, slide, sort_rows
+from store.hourrows import Rows, append_later, combine, join_sorted, keep, row_bytes, slide, sort_rows, values_of
+from store.rollup import HOUR_VALUES
 
 H = hourly.HOUR_US
 
@@ -56,3 +58,22 @@ def test_anything_else_is_not_a_slide(closed_hours: dict[str, list[int]], lo_hou
     held = _rows({"GPU-a": list(range(12, 20)), "GPU-b": list(range(12, 20)), "GPU-c": [12, 19]})
     closed = _rows({g: h for g, h in closed_hours.items() if h}, seed=2)
     assert slide(held, lo_hour * H, closed) is None
+
+
+def test_parts_of_gpus_in_uuid_order_join_as_one_sorted_read() -> None:
+    hours = {"GPU-a": [3, 1, 2], "GPU-b": [5], "GPU-c": [1, 2], "GPU-d": [7, 6], "GPU-e": [2]}
+    parts = [
+        _rows({g: hours[g] for g in names}, seed=k)
+        for k, names in enumerate([["GPU-a", "GPU-b"], ["GPU-c"], ["GPU-d", "GPU-e"]])
+    ]
+    want = sort_rows(combine([Rows(p.codes, p.gpus, p.start, dict(p.cols)) for p in parts]))
+    got = join_sorted(parts, ("gpu_temp_c", "energy_mj"))
+    _same(got, want)
+    assert list(got.codes) == [0, 0, 0, 1, 2, 2, 3, 3, 4] and got.gpus == sorted(hours)
+    assert all(not p.cols for p in parts)  # each part's values let go as its column was joined
+
+
+def test_the_values_held_are_those_of_the_columns_asked_in_hour_order() -> None:
+    assert values_of(None) == HOUR_VALUES
+    assert values_of(["timestamp", "energy_mj", "gpu_temp_c", "not_a_column"]) == ("gpu_temp_c", "energy_mj")
+    assert row_bytes(("gpu_temp_c", "energy_mj")) == 4 + 8 + 4 + 8  # a gauge is float32, a counter float64
