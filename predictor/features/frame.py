@@ -15,6 +15,8 @@ from core.history import HistoryError
 
 KEY_SHIFT = 40  # key = gpu code << 40 | seconds since t0: 2**40 s is 34,000 years
 T_MASK = (1 << KEY_SHIFT) - 1
+DROP_BLOCK = 1 << 18
+"""Rows per block where counters are compared with their GPU's previous row (`OrderedFrame._dropped`)."""
 
 
 class OrderedFrame:
@@ -254,17 +256,23 @@ class OrderedFrame:
             parts = [self.resets(x) for c in present if (x := self.raw(c)) is not None]
             return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
         parts = [self.resets(x) for c in present if self.nan_state(c)[0] and (x := self.col(c)) is not None]
-        whole = [c for c in present if not self.nan_state(c)[0]]
+        whole = [x for c in present if not self.nan_state(c)[0] and (x := self.raw(c)) is not None]
         if whole:
-            prev = self._previous_rows()
-            dropped = np.zeros(self.n, dtype=bool)
-            for c in whole:
-                x = self.raw(c)
-                assert x is not None
-                dropped |= x < np.take(x, prev)
-            del prev
-            parts.append(self._positions_of(np.flatnonzero(dropped)))
+            parts.append(self._positions_of(np.flatnonzero(self._dropped(whole))))
         return np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+
+    def _dropped(self, columns: list[np.ndarray], block: int = DROP_BLOCK) -> np.ndarray:
+        """Per row of the frame's own order, whether any of `columns` (frame order, no NaN) is below
+        its value in the GPU's previous row. Block by block: each block of previous rows is read
+        once for every column, and no temporary is a column long (7 M rows, 6 counters: 0.10 s,
+        against 0.25 s a column at a time; decision 0085)."""
+        prev = self._previous_rows()
+        dropped = np.zeros(self.n, dtype=bool)
+        for lo in range(0, self.n, block):
+            before, out = prev[lo : lo + block], dropped[lo : lo + block]
+            for x in columns:
+                out |= x[lo : lo + block] < np.take(x, before)
+        return dropped
 
     def _previous_rows(self) -> np.ndarray:
         """Per row of the frame's own order, the frame row of its GPU's previous row (its own for a

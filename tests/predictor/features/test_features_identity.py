@@ -190,6 +190,21 @@ def test_resets_found_in_the_frames_order_are_those_one_by_one(
     assert np.array_equal(twice.resets_of(RESET_COUNTERS), want)
 
 
+@pytest.mark.parametrize("block", [1, 7, 1000, 1 << 18])
+def test_counters_compared_block_by_block_are_compared_whole(fleets: dict[str, pd.DataFrame], block: int) -> None:
+    """`OrderedFrame._dropped` compares each row with its GPU's previous row a block of rows at a time:
+    the rows it finds are those of one comparison of each whole column, whatever the block."""
+    frame = with_resets(fleets["hourly"], 5)
+    f = OrderedFrame(frame)
+    columns = [x for c in RESET_COUNTERS if not f.nan_state(c)[0] and (x := f.raw(c)) is not None]
+    prev = f._previous_rows()
+    whole = np.zeros(f.n, dtype=bool)
+    for x in columns:
+        whole |= x < np.take(x, prev)
+    assert len(columns) >= 3 and 0 < whole.sum() < f.n
+    assert np.array_equal(f._dropped(columns, block=block), whole)
+
+
 @pytest.mark.parametrize("fleet", ["hourly", "15min"])
 def test_features_with_resets_equal_those_found_one_by_one(
     fleets: dict[str, pd.DataFrame], fleet: str, monkeypatch: pytest.MonkeyPatch
