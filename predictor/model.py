@@ -235,26 +235,32 @@ class RiskModel:
             mine = rows[risk[[f"risk_{m}" for m in MODES]].to_numpy()[rows].argmax(axis=1) == MODES.index(mode)]
             if len(mine) == 0:
                 continue
-            base = risk[f"risk_{mode}"].to_numpy()[mine]
-            sub = features.iloc[mine]
             names = list(head_features(mode))
-            # Every what-if of every GPU in one predict call: per-call overhead dominates small batches.
-            alts = []
-            for name in names:
-                alt = sub.copy()
-                alt[name] = usual[name].iloc[mine].to_numpy()
-                alts.append(alt)
-            what_if = self.heads[mode].predict_proba(pd.concat(alts, ignore_index=True))[:, 1]
-            matrix = base[:, None] - what_if.reshape(len(names), len(mine)).T
-            # An unknown value (NaN: a young GPU's heat, a memory sensor that reads nothing) is no reason.
-            matrix = np.where(sub[names].isna().to_numpy(), -np.inf, matrix)
-            for j, pos in enumerate(mine):
-                order = np.argsort(-matrix[j])
-                picked = [names[k] for k in order[:top] if matrix[j, k] > 0.01] or [names[order[0]]]
-                reasons[int(pos)] = [
-                    _describe(n, features[n].iloc[pos], usual[n].iloc[pos], features.iloc[pos]) for n in picked
-                ]
+            matrix = self._drops(mode, names, features, usual, mine, risk[f"risk_{mode}"].to_numpy()[mine])
+            reasons.update(_reasons(names, mine, matrix, features, usual, top))
         return reasons
+
+    def _drops(
+        self, mode: str, names: list[str], features: pd.DataFrame, usual: pd.DataFrame, mine: np.ndarray,
+        base: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """How much `mode`'s risk of each row `mine` (`base`) drops with each feature set to its usual value.
+
+        Every what-if in one predict call (per-call overhead dominates small batches), and only the
+        what-ifs that change the row: a value already the usual one drops nothing (0), and an unknown
+        value (NaN: a young GPU's heat, a memory sensor that reads nothing) is no reason (-inf). The
+        heads see float64 (the trees convert their input), so the what-if rows are built in it."""
+        own = features[names].to_numpy(dtype=np.float64)[mine]
+        alt = usual[names].to_numpy(dtype=np.float64)[mine]
+        unknown = np.isnan(own)
+        j, k = np.nonzero(~unknown & ~(own == alt))
+        matrix = np.where(unknown, -np.inf, (base - base)[:, None])  # NaN where the risk is unknown
+        if len(j):
+            rows = own[j]
+            rows[np.arange(len(j)), k] = alt[j, k]
+            what_if = self.heads[mode].predict_proba(pd.DataFrame(rows, columns=names))[:, 1]
+            matrix[j, k] = base[j] - what_if
+        return matrix
 
     # -- persistence ---------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -349,14 +355,39 @@ def _fmt(v: float, unit: str) -> str:
     return f"{v:.1f}{unit}" if v != int(v) else f"{int(v)}{unit}"
 
 
-def _describe(name: str, value: float, usual: float, row: pd.Series) -> str:
+_WEEK_OF = {"sbe_rate_1d": "sbe_rate_7d", "replay_rate_1d": "replay_rate_7d"}
+"""A daily rate shown against its 7-day average."""
+
+
+def _reasons(
+    names: list[str], mine: np.ndarray, matrix: np.ndarray, features: pd.DataFrame, usual: pd.DataFrame, top: int
+) -> dict[int, list[str]]:
+    """The reasons of the rows `mine` from their what-if drops (`matrix`, one row each, a column per name):
+    the `top` biggest drops over 0.01, else the biggest one. Values are read as arrays, not rows."""
+    order = np.argsort(-matrix, axis=1, kind="quicksort")
+    value = {n: features[n].to_numpy() for n in names}
+    fleet = {n: usual[n].to_numpy() for n in names}
+    week = {w: features[w].to_numpy() for w in _WEEK_OF.values() if w in features.columns}
+    out: dict[int, list[str]] = {}
+    for j, pos in enumerate(mine.tolist()):
+        ranked = order[j]
+        picked = [names[k] for k in ranked[:top] if matrix[j, k] > 0.01] or [names[ranked[0]]]
+        out[pos] = [_describe(n, value[n][pos], fleet[n][pos], _week(week, n, pos)) for n in picked]
+    return out
+
+
+def _week(week: dict[str, np.ndarray], name: str, pos: int) -> float:
+    """The 7-day average `name` is shown against at row `pos` (0 when it has none)."""
+    w = _WEEK_OF.get(name)
+    return 0.0 if w is None or w not in week else week[w][pos]
+
+
+def _describe(name: str, value: float, usual: float, week: float = 0) -> str:
     """One reason, e.g. "SBE rate 340/day, 12x its 7-day average (fleet usual 0/day)"."""
     spec = feature_label(name)
     text = f"{spec.label} {_fmt(float(value), spec.unit)}"
-    if name == "sbe_rate_1d" and row.get("sbe_rate_7d", 0) > 0:
-        text += f", {value / row['sbe_rate_7d']:.1f}x its 7-day average"
-    if name == "replay_rate_1d" and row.get("replay_rate_7d", 0) > 0:
-        text += f", {value / row['replay_rate_7d']:.1f}x its 7-day average"
+    if name in _WEEK_OF and week > 0:
+        text += f", {value / week:.1f}x its 7-day average"
     return f"{text} (fleet usual {_fmt(float(usual), spec.unit)})"
 
 
