@@ -3,21 +3,25 @@ and the rounds before (`Decisions.recent_rounds`, as `StoredRounds` reads them),
 
 Usage: python benchmarks/bench_decisions.py [--gpus 10000] [--rounds 24] [--repeat 3] [--pg-url URL]
 
-A store with `--gpus` GPUs and `--rounds` stored rounds at a 5-minute step (seeded by COPY), then,
-`--repeat` times, alternating: one more round written by `write_scores` (the policy's
-`decision_changes`, a few GPUs changing decision) through the driver (`store.round_rows`, as the
-store does on PostgreSQL) and the next through SQLAlchemy Core (`store.decisions`' SQLite path, the
-PostgreSQL path before 0090's follow-up), each beside a bare COPY of the same rows into a scratch
-table; and the stored rounds read back by `recent_rounds` (the risk, as `StoredRounds.risk_since`
-does) both ways, beside a bare COPY … TO STDOUT of the same rows. Each line prints the time over
-the bare driver's. Last, the scorer's four questions of the rounds before (`StoredRounds`), read
-as columns (after) or as `recent_rounds`' tuples through `replay.stored_run_began` (before).
+A store with `--gpus` GPUs (one in a thousand lost) and `--rounds` stored rounds at a 5-minute step
+(seeded by COPY), then, `--repeat` times, in turn: one more round written by `write_scores` (the
+policy's `decision_changes`, a few GPUs changing decision) through the driver (`store.round_rows`,
+as the store does on PostgreSQL), the next as run 5 left that path (one Python list per column,
+Core's IN lists; "before"), and the next through SQLAlchemy Core (`store.decisions`' SQLite path,
+the PostgreSQL path before 0090's follow-up), each beside a bare COPY of the same rows into a
+scratch table; and the stored rounds read back by `recent_rounds` (the risk, as
+`StoredRounds.risk_since` does), beside a bare COPY … TO STDOUT of the same rows. Each line prints
+the time over the bare driver's. Then the scorer's four questions of the rounds before
+(`StoredRounds`), read as columns or, for "core", as `recent_rounds`' tuples through
+`replay.stored_run_began`; and the GPUs a round reads: `Gpus.identities` ("driver") or every
+GPU's `find` listing (`all_gpus`, as run 5 read them).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import statistics
 import sys
 import tempfile
@@ -30,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -37,9 +42,11 @@ from predictor.conditions import HEAT_COLUMNS
 from predictor.policy import decision_changes
 from predictor.replay import recently_wore, stored_run_began
 from predictor.thresholds import Thresholds
+from service.scorer import all_gpus
 from service.stored_rounds import StoredRounds
 from store import Store, decisions, round_rows
 from store.decisions import ScoreRecord
+from store.schema import T_GPUS
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)
 STEP = timedelta(minutes=5)
@@ -63,6 +70,12 @@ def records(n: int, k: int) -> list[ScoreRecord]:
 def seed(store: Store, n: int, rounds: int) -> None:
     """`rounds` stored rounds of `n` GPUs, copied straight in (the write under test is timed later)."""
     store.decisions.write_scores(records(n, 0), T0, rule=decision_changes)  # the GPUs, the first round
+    store.gpus.upsert(
+        [
+            {"uuid": f"GPU-{i:08d}", "hostname": f"node-{i // 8:05d}", "state": "lost", "seen_at": T0}
+            for i in range(0, n, 1000)
+        ]
+    )  # a few GPUs off the bus: `Gpus.identities` orders them as `find` does
     raw: Any = store.decisions.db.engine.raw_connection()
     try:
         with (
@@ -151,18 +164,60 @@ def rounds_before(store: Store, uuids: list[str], cutoff: pd.Timestamp, *, tuple
     return time.perf_counter() - t
 
 
+def _before_store_round(db: Any, conn: Any, rows: list[dict[str, Any]], at: datetime) -> dict[str, tuple[int, str]]:
+    """`decisions._store_round` on PostgreSQL as run 5 left it: the known GPUs and the active decisions
+    asked through Core's IN lists of every GPU, the rows sent as one Python list per column."""
+    uuids = [r["gpu_uuid"] for r in rows]
+    known = {x[0] for x in conn.execute(sa.select(T_GPUS.c.uuid).where(T_GPUS.c.uuid.in_(uuids)))}
+    decisions._add_unknown_gpus(db, conn, rows, set(uuids) - known, at)
+    names = ("gpu_uuid", *round_rows._VALUES, *round_rows._TEXTS)
+    arrays: list[list[Any]] = [[r["gpu_uuid"] for r in rows]]
+    arrays += [[r[c] for r in rows] for c in round_rows._VALUES]
+    arrays += [[r["decision"] for r in rows], [json.dumps(r["reasons"]) for r in rows]]
+    arrays += [[r["remedy"] for r in rows], [r["remedy_when"] for r in rows]]
+    casts = ["text[]", *["float8[]"] * len(round_rows._VALUES), *["text[]"] * len(round_rows._TEXTS)]
+    alias = [f"c{i}" for i in range(len(names))]
+    picked = [f"{a}::json" if n == "reasons" else a for a, n in zip(alias, names, strict=True)]
+    insert = (
+        f"INSERT INTO risk_scores (scored_at, {', '.join(names)}) SELECT %s, {', '.join(picked)} "
+        f"FROM unnest({', '.join(f'%s::{c}' for c in casts)}) WITH ORDINALITY AS t({', '.join(alias)}, i) "
+        "ORDER BY i RETURNING id, gpu_uuid"
+    )
+    point = (
+        "UPDATE gpus AS g SET latest_score_id = t.sid FROM unnest(%s::text[], %s::int8[]) AS t(u, sid) "
+        "WHERE g.uuid = t.u AND (g.latest_score_id IS NULL OR "
+        "(SELECT s.scored_at FROM risk_scores AS s WHERE s.id = g.latest_score_id) <= %s)"
+    )
+    with conn.connection.driver_connection.cursor() as cur:
+        cur.execute(insert, [at, *arrays])
+        by_uuid = dict((u, i) for i, u in cur.fetchall())
+        cur.execute(point, [uuids, [by_uuid[u] for u in uuids], at])
+    return decisions._active_decisions(conn, uuids)
+
+
 @contextmanager
-def core_path(on: bool) -> Iterator[None]:
-    """With `on`: `write_scores` and `recent_rounds` go through SQLAlchemy Core on PostgreSQL too."""
-    saved = round_rows.insert_scores, round_rows.point_latest, round_rows.read_rounds
-    if on:
-        round_rows.insert_scores = lambda conn, rows, at: (decisions._insert_scores_core(conn, rows, at), [])[1]
-        round_rows.point_latest = lambda *_: None
+def way_of(way: str) -> Iterator[None]:
+    """ "core": `write_scores` and `recent_rounds` through SQLAlchemy Core on PostgreSQL too; "before":
+    `write_scores` as run 5 left it (`_before_store_round`); "driver": as the store does now."""
+    saved = decisions._store_round, round_rows.read_rounds
+    if way == "core":
+        decisions._store_round = decisions._store_round_core
         round_rows.read_rounds = decisions._rounds_core  # type: ignore[assignment]
+    elif way == "before":
+        decisions._store_round = _before_store_round
     try:
         yield
     finally:
-        round_rows.insert_scores, round_rows.point_latest, round_rows.read_rounds = saved
+        decisions._store_round, round_rows.read_rounds = saved
+
+
+def gpus_read(store: Store, way: str) -> float:
+    """Seconds to read the GPUs a round needs: `Gpus.identities` now, `all_gpus` (`find`) before."""
+    t = time.perf_counter()
+    got = store.gpus.identities() if way == "driver" else all_gpus(store)
+    took = time.perf_counter() - t
+    assert len(got) == store.gpus.find(limit=1)[1]
+    return took
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,14 +239,16 @@ def main(argv: list[str] | None = None) -> int:
             store = Store.open(url)
             seed(store, args.gpus, args.rounds)
             uuids = [f"GPU-{i:08d}" for i in range(args.gpus)]
-            times: dict[str, list[float]] = {"driver": [], "core": []}
-            reads: dict[str, list[float]] = {"driver": [], "core": []}
-            before: dict[str, list[float]] = {"driver": [], "core": []}
-            for j in range(2 * args.repeat):
-                k, way = args.rounds + j, ("driver", "core")[j % 2]
+            ways = ("driver", "before", "core")
+            times: dict[str, list[float]] = {w: [] for w in ways}
+            reads: dict[str, list[float]] = {w: [] for w in ways}
+            before: dict[str, list[float]] = {w: [] for w in ways}
+            gpus: dict[str, list[float]] = {w: [] for w in ways}
+            for j in range(len(ways) * args.repeat):
+                k, way = args.rounds + j, ways[j % len(ways)]
                 at = T0 + k * STEP
                 recs = records(args.gpus, k)
-                with core_path(way == "core"):
+                with way_of(way):
                     t = time.perf_counter()
                     store.decisions.write_scores(recs, at, rule=decision_changes)
                     w = time.perf_counter() - t
@@ -199,24 +256,28 @@ def main(argv: list[str] | None = None) -> int:
                     got = store.decisions.recent_rounds(uuids, T0, at + STEP, of=("risk",))
                     r = time.perf_counter() - t
                     b = rounds_before(store, uuids, pd.Timestamp(at + STEP), tuples=way == "core")
+                    g = gpus_read(store, way)
                 times[way].append(w)
                 reads[way].append(r)
+                gpus[way].append(g)
                 bw, br = bare_write(store, recs, at), bare_read(store, T0, at + STEP)
                 before[way].append(b)
                 print(f"round {j} ({way:>6}): write {w:.2f} s ({w / bw:.1f}x COPY), read {len(got):,} rows"
-                      f" {r:.2f} s ({r / br:.1f}x COPY out), the rounds before {b:.2f} s", flush=True)  # fmt: skip
+                      f" {r:.2f} s ({r / br:.1f}x COPY out), the rounds before {b:.2f} s, the GPUs {g:.3f} s",
+                      flush=True)  # fmt: skip
             store.close()
         finally:
             if server is not None:
                 server.stop()
-    for way in ("driver", "core"):
-        w, r, b = (statistics.median(x[way]) for x in (times, reads, before))
-        print(f"median, {way:>6}: write_scores {w:.2f} s, recent_rounds {r:.2f} s, the rounds before {b:.2f} s"
-              f" ({args.gpus:,} GPUs)")  # fmt: skip
-    w = statistics.median(times["driver"]) / statistics.median(times["core"])
-    r = statistics.median(reads["driver"]) / statistics.median(reads["core"])
-    b = statistics.median(before["driver"]) / statistics.median(before["core"])
-    print(f"driver over core: write {w:.2f}x, read {r:.2f}x, the rounds before (columns over tuples) {b:.2f}x")
+    for way in ways:
+        w, r, b, g = (statistics.median(x[way]) for x in (times, reads, before, gpus))
+        print(f"median, {way:>6}: write_scores {w:.2f} s, recent_rounds {r:.2f} s, the rounds before {b:.2f} s,"
+              f" the GPUs {g:.3f} s ({args.gpus:,} GPUs)")  # fmt: skip
+    m = {way: [statistics.median(x[way]) for x in (times, reads, before, gpus)] for way in ways}
+    print(f"driver over core: write {m['driver'][0] / m['core'][0]:.2f}x, read {m['driver'][1] / m['core'][1]:.2f}x,"
+          f" the rounds before (columns over tuples) {m['driver'][2] / m['core'][2]:.2f}x")  # fmt: skip
+    print(f"now over run 5 (before): write {m['driver'][0] / m['before'][0]:.2f}x,"
+          f" the GPUs (identities over all_gpus) {m['driver'][3] / m['before'][3]:.2f}x")  # fmt: skip
     return 0
 
 

@@ -36,6 +36,7 @@ from service.remediation import forget_before_return
 from service.replicas import Replica, Share, round_of, until_next_round
 from service.stored_rounds import StoredRounds
 from store import GpuItem, Retention, ScoreRecord, Store, StoreError, StoreUnavailable
+from store.gpus import GpuIdentity
 from store.window import HourWindow, WindowStats
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ class Scorer(Worker):
             at = at or (self.now() if self.now else None)
             until = at or datetime.now(UTC)
             share = self.replica.share() if self.replica is not None else None
-            gpus: list[GpuItem] | None = None
+            gpus: list[GpuIdentity] | None = None
             hosts: list[str] | None = None
             if share is not None:  # the share's GPUs (lost ones, probe findings, actions: only ours), their hosts
                 gpus = self._gpus_of(share)
@@ -193,7 +194,7 @@ class Scorer(Worker):
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until
             if gpus is None:
-                gpus = all_gpus(self.store)
+                gpus = self.store.gpus.identities()
             records = with_lost_gpus(to_records(scored, heat=True), gpus)
             probes = self.store.probes.recent(scored_at - PROBE_WINDOW, scored_at)
             if share is not None:
@@ -213,9 +214,9 @@ class Scorer(Worker):
             self.prune_if_due(scored_at)
         return records
 
-    def _gpus_of(self, share: Share) -> list[GpuItem]:
+    def _gpus_of(self, share: Share) -> list[GpuIdentity]:
         """The store's GPUs on the share's hosts."""
-        return [g for g in all_gpus(self.store) if share.has(str(g["hostname"]))]
+        return [g for g in self.store.gpus.identities() if share.has(str(g["hostname"]))]
 
     def _write(self, records: list[dict[str, Any]], scored_at: datetime, share: Share | None) -> list[dict[str, Any]]:
         """Store the round (one transaction); with a share, only the shards the store still admits."""

@@ -148,28 +148,48 @@ def _optional_choice(value: Any, allowed: Sequence[str], what: str) -> str | Non
     return None if value is None else choice(value, allowed, what)
 
 
-def _insert_scores(db: Database, conn: Connection, rows: list[dict[str, Any]], at: datetime) -> None:
-    """Insert the round's scores and point each GPU at its newest; GPUs never seen here are added."""
-    # Scores may name GPUs that never sent telemetry here (scoring from Prometheus).
+def _store_round(
+    db: Database, conn: Connection, rows: list[dict[str, Any]], at: datetime
+) -> dict[str, tuple[int, str]]:
+    """Insert the round's scores and point each GPU at its newest; GPUs never seen here are added.
+    Returns the scored GPUs' active decisions, uuid -> (id, decision)."""
+    if db.dialect != "postgresql":
+        return _store_round_core(db, conn, rows, at)
+    # Through the driver: the rows copied once, then asked (Core's insert-many-values and IN lists of
+    # 10,000 GPUs cost seconds a round, docs/decisions/0090).
+    round_rows.stage_round(conn, rows)
+    _add_unknown_gpus(db, conn, rows, round_rows.unknown_gpus(conn), at)
+    round_rows.insert_staged(conn, at)
+    return round_rows.staged_active_decisions(conn)
+
+
+def _store_round_core(
+    db: Database, conn: Connection, rows: list[dict[str, Any]], at: datetime
+) -> dict[str, tuple[int, str]]:
+    """`_store_round` through SQLAlchemy Core (SQLite; PostgreSQL's the same through `store.round_rows`)."""
     uuids = [r["gpu_uuid"] for r in rows]
     known = {x[0] for x in conn.execute(sa.select(T_GPUS.c.uuid).where(T_GPUS.c.uuid.in_(uuids)))}
+    _add_unknown_gpus(db, conn, rows, set(uuids) - known, at)
+    _insert_scores_core(conn, rows, at)
+    return _active_decisions(conn, uuids)
+
+
+def _add_unknown_gpus(
+    db: Database, conn: Connection, rows: list[dict[str, Any]], unknown: set[str], at: datetime
+) -> None:
+    """Add the scored GPUs the store does not know, seen `at`: scores may name GPUs that never sent
+    telemetry here (scoring from Prometheus)."""
     fresh: list[GpuSighting] = [
         {"uuid": r["gpu_uuid"], "hostname": r["hostname"], "model_name": r["model_name"], "first_seen": at,
          "last_seen": at}
         for r in rows
-        if r["gpu_uuid"] not in known
+        if r["gpu_uuid"] in unknown
     ]  # fmt: skip
     upsert_gpu_rows(db, conn, fresh, explicit_state=False)
-    if db.dialect == "postgresql":  # through the driver: Core's insert-many-values costs seconds a round
-        ids = round_rows.insert_scores(conn, rows, at)
-        round_rows.point_latest(conn, uuids, ids, at)
-    else:
-        _insert_scores_core(conn, rows, at)
 
 
 def _insert_scores_core(conn: Connection, rows: list[dict[str, Any]], at: datetime) -> None:
-    """`_insert_scores`'s rows and pointers through SQLAlchemy Core (SQLite; PostgreSQL's the same
-    through `store.round_rows`)."""
+    """Insert the round's scores and point each GPU at its newest, through SQLAlchemy Core."""
     ids = (
         conn.execute(
             sa.insert(T_SCORES).returning(T_SCORES.c.id, sort_by_parameter_order=True),
@@ -304,8 +324,7 @@ class Decisions:
                 if not rows:
                     return []
             uuids = [r["gpu_uuid"] for r in rows]
-            _insert_scores(self.db, conn, rows, at)
-            active = _active_decisions(conn, uuids)
+            active = _store_round(self.db, conn, rows, at)
             changes = rule(active, [(r["gpu_uuid"], r["decision"], r["reasons"]) for r in rows])
             _check_changes(changes, active, set(uuids))
             opened = _persist_changes(conn, changes, at)

@@ -1,5 +1,5 @@
-"""A scoring round's score rows on PostgreSQL, through the driver: written as one statement over
-arrays, the rounds before read without SQLAlchemy's per-row result processing.
+"""A scoring round's score rows on PostgreSQL, through the driver: copied once into a temporary table
+that the round's questions ask, the rounds before read without SQLAlchemy's per-row result processing.
 
 `store.decisions` stores and reads the same rows through SQLAlchemy Core on SQLite; these give
 PostgreSQL the same rows, ids and order at a fleet's size (10,000 GPUs a round), where Core's
@@ -32,41 +32,59 @@ def _cursor(conn: Connection) -> Any:
     return raw.cursor()
 
 
-def insert_scores(conn: Connection, rows: Sequence[dict[str, Any]], at: datetime) -> list[int]:
-    """Insert the round's score rows (`store.decisions._score_rows`), all scored `at`; returns their
-    ids in the rows' order, assigned in that order (as Core's insert of the same rows assigns them).
+_STAGED = "gpuhealth_round"
+"""The temporary table a round's rows are copied into (`stage_round`), dropped at the commit."""
 
-    One INSERT … SELECT over one array per column, the reasons as the JSON text SQLAlchemy's JSON
-    type writes (`json.dumps`)."""
+
+def stage_round(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """COPY the round's score rows (`store.decisions._score_rows`) into a temporary table dropped
+    at the commit, each with its position: the questions of the round ask it, not a Python list of
+    10,000 items per column (psycopg's array dumping cost half a second a round, docs/decisions/0090).
+    The reasons as the JSON text SQLAlchemy's JSON type writes (`json.dumps`); a float as its exact
+    text (NaN and -0 included), as psycopg dumps it anywhere."""
+    cols = ", ".join(f"{quote(c)} float8" for c in _VALUES)
+    texts = ", ".join(f"{quote(c)} text" for c in _TEXTS)
+    with _cursor(conn) as cur:
+        cur.execute(f"CREATE TEMPORARY TABLE {_STAGED} (i int4, gpu_uuid text, {cols}, {texts}) ON COMMIT DROP")
+        with cur.copy(f"COPY {_STAGED} FROM STDIN") as copy:
+            for i, r in enumerate(rows):
+                copy.write_row((i, r["gpu_uuid"], *(r[c] for c in _VALUES), r["decision"], json.dumps(r["reasons"]),
+                                r["remedy"], r["remedy_when"]))  # fmt: skip
+
+
+def unknown_gpus(conn: Connection) -> set[str]:
+    """The staged round's GPUs the gpus table does not know."""
+    with _cursor(conn) as cur:
+        cur.execute(
+            f"SELECT r.gpu_uuid FROM {_STAGED} AS r WHERE NOT EXISTS (SELECT FROM gpus AS g WHERE g.uuid = r.gpu_uuid)"
+        )
+        return {str(u) for (u,) in cur.fetchall()}
+
+
+def insert_staged(conn: Connection, at: datetime) -> None:
+    """Insert the staged round's score rows, all scored `at`, with ids assigned in the rows' order (as
+    Core's insert of the same rows assigns them), and point each GPU at its new score unless its
+    latest stored score is newer. One statement; nothing comes back."""
     names = ("gpu_uuid", *_VALUES, *_TEXTS)
-    arrays: list[list[Any]] = [[r["gpu_uuid"] for r in rows]]
-    arrays += [[r[c] for r in rows] for c in _VALUES]
-    arrays += [[r["decision"] for r in rows], [json.dumps(r["reasons"]) for r in rows]]
-    arrays += [[r["remedy"] for r in rows], [r["remedy_when"] for r in rows]]
-    casts = ["text[]", *["float8[]"] * len(_VALUES), *["text[]"] * len(_TEXTS)]
-    alias = [f"c{i}" for i in range(len(names))]
-    picked = [f"{a}::json" if n == "reasons" else a for a, n in zip(alias, names, strict=True)]
+    picked = [f"r.{quote(n)}::json" if n == "reasons" else f"r.{quote(n)}" for n in names]
     stmt = (
-        f"INSERT INTO risk_scores (scored_at, {', '.join(quote(n) for n in names)}) "
-        f"SELECT %s, {', '.join(picked)} "
-        f"FROM unnest({', '.join(f'%s::{c}' for c in casts)}) WITH ORDINALITY AS t({', '.join(alias)}, i) "
-        "ORDER BY i RETURNING id, gpu_uuid"
-    )
+        f"WITH ins AS (INSERT INTO risk_scores (scored_at, {', '.join(quote(n) for n in names)}) "
+        f"SELECT %(at)s, {', '.join(picked)} FROM {_STAGED} AS r ORDER BY r.i RETURNING id, gpu_uuid) "
+        "UPDATE gpus AS g SET latest_score_id = ins.id FROM ins WHERE g.uuid = ins.gpu_uuid AND (g.latest_score_id "
+        "IS NULL OR (SELECT s.scored_at FROM risk_scores AS s WHERE s.id = g.latest_score_id) <= %(at)s)"
+    )  # the UPDATE sees the table as before the INSERT: a pointer to an older score finds its time
     with _cursor(conn) as cur:
-        cur.execute(stmt, [at, *arrays])
-        by_uuid = dict((u, i) for i, u in cur.fetchall())
-    return [int(by_uuid[r["gpu_uuid"]]) for r in rows]
+        cur.execute(stmt, {"at": at})
 
 
-def point_latest(conn: Connection, uuids: Sequence[str], ids: Sequence[int], at: datetime) -> None:
-    """Point each GPU at its score `ids` (scored `at`) unless its latest stored score is newer."""
-    stmt = (
-        "UPDATE gpus AS g SET latest_score_id = t.sid FROM unnest(%s::text[], %s::int8[]) AS t(u, sid) "
-        "WHERE g.uuid = t.u AND (g.latest_score_id IS NULL OR "
-        "(SELECT s.scored_at FROM risk_scores AS s WHERE s.id = g.latest_score_id) <= %s)"
-    )
+def staged_active_decisions(conn: Connection) -> dict[str, tuple[int, str]]:
+    """uuid -> (id, decision) of the staged round's GPUs' active decisions."""
     with _cursor(conn) as cur:
-        cur.execute(stmt, [list(uuids), list(ids), at])
+        cur.execute(
+            f"SELECT d.id, d.gpu_uuid, d.decision FROM decisions AS d JOIN {_STAGED} AS r ON d.gpu_uuid = r.gpu_uuid "
+            "WHERE d.state != 'closed'"
+        )  # the literal, as `store.engine.not_closed` writes it: the active-decision index is partial on it
+        return {str(u): (int(i), str(d)) for i, u, d in cur.fetchall()}
 
 
 def read_rounds(

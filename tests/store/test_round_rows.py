@@ -24,14 +24,15 @@ pytestmark = pytest.mark.integration
 
 def _records(k: int) -> list[ScoreRecord]:
     out: list[ScoreRecord] = []
-    for i in range(7 - (k % 2)):  # GPU 6 only in even rounds
+    for i in range(7 - (k % 2) + 2 * (k == 3)):  # GPU 2 (i = 6) only in even rounds and 3; GPU 7 new in round 3
         bad = (i + k) % 3 == 0
+        uuid = f"GPU-{(5 * i) % 7}" if i < 7 else "GPU-7\\\t"  # the text COPY escapes
         out.append(
-            {"gpu_uuid": f"GPU-{(5 * i) % 7}", "hostname": f"node-{i // 2}", "model_name": None if i == 3 else "H100",
+            {"gpu_uuid": uuid, "hostname": f"node-{i // 2}", "model_name": None if i == 3 else "H100",
              "risk": None if i == 2 else 0.1 * i + k / 100, "risk_ecc": 1e-300 if i == 1 else 0.5,
              "risk_thermal": float("nan") if i == 4 else -0.0, "risk_pcie": 1 / 3, "heat_z": None,
              "heat_vs_node_z": 2.5 if bad else None, "decision": "demote" if bad else "ok",
-             "reasons": ['heat "high" é', "risk"] if bad else [], "remedy": "reset" if bad else None,
+             "reasons": ['heat "high" é\t\\N\n', "risk"] if bad else [], "remedy": "reset" if bad else None,
              "remedy_when": "now" if bad else None}
         )  # fmt: skip
     return out
@@ -67,23 +68,17 @@ def _dump(store: Store) -> dict[str, list[Any]]:
         }
 
 
-def _core_insert(conn: Any, rows: Any, at: datetime) -> list[int]:
-    decisions._insert_scores_core(conn, rows, at)
-    return []
-
-
 def test_rounds_written_through_the_driver_equal_cores(
     two_stores: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     driver, core = two_stores
     opened = [driver.decisions.write_scores(_records(k), at, rule=decision_changes) for k, at in ROUNDS]
     with monkeypatch.context() as m:
-        m.setattr(round_rows, "insert_scores", _core_insert)
-        m.setattr(round_rows, "point_latest", lambda *_: None)
+        m.setattr(decisions, "_store_round", decisions._store_round_core)
         opened_core = [core.decisions.write_scores(_records(k), at, rule=decision_changes) for k, at in ROUNDS]
     assert opened == opened_core
     got, want = _dump(driver), _dump(core)
-    assert len(got["risk_scores"]) == 26
+    assert len(got["risk_scores"]) == 28
     assert got == want
     # Each GPU points at its newest round's score (round 3's, not round 2's written after it).
     newest = {r[1]: r[0] for r in sorted(got["risk_scores"], key=lambda r: r[2])}
