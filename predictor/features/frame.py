@@ -76,6 +76,8 @@ class OrderedFrame:
         """GPU codes in the frame's own row order."""
         self.ts_ns = ts_ns
         """Row times in the frame's own order (ns since the epoch)."""
+        self.in_time_order = in_time_order
+        """The frame's own rows are in time order (as histories are kept)."""
         self._raw: dict[str, np.ndarray] = {}
         self._nan: dict[str, tuple[bool, bool]] = {}
         self._native: dict[str, np.ndarray] = {}
@@ -153,11 +155,25 @@ class OrderedFrame:
         s = self.frame[name]
         return (s if isinstance(s.dtype, pd.CategoricalDtype) else s.astype("category")).cat.codes.to_numpy()
 
-    def frame_gpu_pos(self) -> np.ndarray:
-        """Per row of the frame's own order, its GPU's position in `gpu_codes`."""
-        pos = np.zeros(len(self.uuids), dtype=np.int64)
-        pos[self.gpu_codes] = np.arange(len(self.gpu_codes))
-        return pos[self.frame_codes]
+    def per_frame_row(self, per_gpu: np.ndarray) -> np.ndarray:
+        """A value per GPU (in `gpu_codes` order) at each row of the frame's own order (a new array):
+        one gather by the rows' GPU codes."""
+        by_code = np.zeros(len(self.uuids), dtype=per_gpu.dtype)
+        by_code[self.gpu_codes] = per_gpu
+        return np.take(by_code, self.frame_codes)
+
+    def frame_hours(self) -> np.ndarray:
+        """Per row of the frame's own order, whole hours since t0 (as the (GPU, time) key counts its
+        seconds). A frame in time order is divided once per distinct time: 720 divisions for a month
+        of hours instead of one per row."""
+        ts = self.ts_ns
+        if not self.in_time_order or len(ts) < 2:
+            return (ts - self.t0_ns) // (1_000_000_000 * 3600)
+        starts = np.flatnonzero(ts[1:] != ts[:-1])
+        starts += 1
+        starts = np.concatenate(([0], starts))
+        hours = (ts[starts] - self.t0_ns) // (1_000_000_000 * 3600)
+        return np.repeat(hours, np.diff(starts, append=len(ts)))
 
     def at_rows(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Values of a column at rows given in (GPU, time) order, as float64."""

@@ -314,12 +314,11 @@ def _node_relative_z(ctx: FeatureContext, temp: np.ndarray) -> np.ndarray:
 
 
 def _own_spread_z(f: OrderedFrame, q: Queries, d: np.ndarray) -> np.ndarray:
-    """Per query, the 6 h mean of a per-row `d` against its 30 days before the last day, in its
-    own spread there (floored at 0); NaN in the GPU's first week and a day."""
-    known = ~np.isnan(d)
-    dd = np.where(known, d, 0.0)
-    gaps = np.flatnonzero(~known)
-    sums, sqs = Sums(dd), Sums(dd * dd)
+    """Per query, the 6 h mean of a per-row `d` (float64, overwritten) against its 30 days before the
+    last day, in its own spread there (floored at 0); NaN in the GPU's first week and a day."""
+    gaps = np.flatnonzero(np.isnan(d))
+    d[gaps] = 0.0  # a row without a value adds nothing to the sums; `_present` leaves it out of the counts
+    sums, sqs = Sums(d), Sums(d * d)
     moments = {w: (_present(q, gaps, w), q.window_sum(sums, w), q.window_sum(sqs, w)) for w in (MONTH, DAY, 6 * HOUR)}
     base = _minus(moments[MONTH], moments[DAY])
     n6, s6, _ = moments[6 * HOUR]
@@ -362,9 +361,11 @@ def _beyond_node(f: OrderedFrame, slope: np.ndarray) -> np.ndarray:
     node's GPUs (`features.medians`), then put in (GPU, time) order: one gather, no group-by."""
     temp, power = f.raw("gpu_temp_c"), f.raw("power_w")
     assert temp is not None and power is not None
-    r = temp - slope[f.frame_gpu_pos()] * power
+    r = f.per_frame_row(slope)  # r = temp - slope x power, in one array
+    np.multiply(r, power, out=r)
+    np.subtract(temp, r, out=r)
     node = f.label_codes("hostname").astype(np.int64)
-    hour = (f.ts_ns - f.t0_ns) // (1_000_000_000 * HOUR)  # hours since t0, as the (GPU, time) key counts them
+    hour = f.frame_hours()
     slot = f.frame["gpu_index"].to_numpy()  # a node's GPUs have an index each: their medians need no sort
     median = group_medians(hour * (int(node.max()) + 1) + node, r, min_count=NODE_MIN_GPUS, slot=slot)
     del hour

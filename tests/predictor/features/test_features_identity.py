@@ -268,3 +268,26 @@ def test_medians_placed_by_slot_are_the_sorted_ones() -> None:
         assert np.array_equal(sorted_, want, equal_nan=True), trial
     twice = np.array([0, 0, 1, 1, 1])
     assert MEDIANS._placed_medians(np.array([0, 0, 0, 1, 1]), np.arange(5.0), twice, 1) is None
+
+
+@pytest.mark.parametrize("fleet", ["hourly", "15min"])
+@pytest.mark.parametrize("order", ["as read", "in time order"])
+def test_frame_hours_and_per_gpu_values_are_those_of_each_row(
+    fleets: dict[str, pd.DataFrame], fleet: str, order: str
+) -> None:
+    """`OrderedFrame.frame_hours` divides a frame in time order once per distinct time, and
+    `per_frame_row` gathers by GPU code: each row gets what the per-row formulas give."""
+    frame = fleets[fleet]
+    if order == "in time order":
+        frame = frame.sort_values("timestamp", kind="stable", ignore_index=True)
+    f = OrderedFrame(frame)
+    assert f.in_time_order == (order == "in time order")
+    hours = f.frame_hours()
+    assert hours.dtype == np.int64
+    assert np.array_equal(hours, (f.ts_ns - f.t0_ns) // (3600 * 10**9))
+    if fleet == "15min":  # four distinct times in an hour: one value for them all
+        assert len(np.unique(f.ts_ns)) > 3 * len(np.unique(hours))
+    per_gpu = np.arange(len(f.gpu_codes)) * 1.5 + 0.25
+    pos = {int(code): i for i, code in enumerate(f.gpu_codes)}
+    want = np.array([per_gpu[pos[int(code)]] for code in f.frame_codes])
+    assert np.array_equal(f.per_frame_row(per_gpu), want)
