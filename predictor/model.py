@@ -36,6 +36,7 @@ from sklearn.pipeline import Pipeline
 from threadpoolctl import threadpool_limits
 
 from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label, iter_specs
+from predictor.shared_arrays import share_empty_arrays
 from predictor.trusted_types import TRUSTED_TYPES, needed_types
 
 MODES = ("ecc", "thermal", "pcie")
@@ -267,6 +268,7 @@ class RiskModel:
         """The model as a skops archive in memory (what `save` writes), e.g. for the store."""
         import skops.io as sio
 
+        share_empty_arrays(self.heads)  # the trees' empty bitsets as one array: a third fewer to load
         obj = {"heads": self.heads, "meta_json": json.dumps(self.meta, sort_keys=True)}
         return bytes(sio.dumps(obj, compression=zipfile.ZIP_DEFLATED))
 
