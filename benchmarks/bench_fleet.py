@@ -13,8 +13,12 @@ For each fleet size (default 1,000, 10,000 and 30,000 GPUs, a 5-minute step):
 - **hour-closed round**: a round after the hour closed: that hour's rows are read and appended,
   the oldest hour dropped.
 - **full re-read round**: the round as it was before the window (`Samples.scoring_history`).
-- **memory**: the window's bytes, and the peak resident memory of the process during a start-up
-  round and during steady rounds over the process before the first round (sampled every 20 ms).
+- **memory**: the window's bytes; the peak resident memory of the process over the process before
+  the first round (sampled every 20 ms), during a start-up round and up to the steady rounds (the
+  process keeps what it freed, `core.memory`, so the steady rounds' resident peak is at least the
+  start-up's); and the peak memory in use (glibc's heap and pyarrow's pool) of each round apart.
+  Per 10,000 GPUs, and extrapolated to 100,000 GPUs (the slope over the sizes run, or the one
+  size's memory per GPU, plus the process before the first round) against a 32 GB machine.
 
 Hour rows are generated inside PostgreSQL (generate_series): plausible gauges and counters that
 grow, so every feature computes; the raw tail is the two pulled steps. Targets (issue 60): steady
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
+import ctypes.util
 import io
 import os
 import pstats
@@ -42,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_pull's in-proc
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import sqlalchemy as sa
 from bench_pull import STEP_S, T0, answers, client
 
@@ -56,6 +63,9 @@ from store.rollup import HOUR_VALUES
 
 GEN_BATCH = 2000
 """GPUs whose hour rows one INSERT … SELECT generates."""
+TARGET_GPUS = 100_000
+MACHINE_MB = 32e9 / 2**20
+"""Issue 60's replica: 100,000 GPUs on a machine with 32 GB of memory (MiB, as the RSS is counted)."""
 
 
 def hour_rows_sql(first: int, last: int, days: float) -> str:
@@ -127,22 +137,22 @@ def read_hours(store: Store, until: pd.Timestamp) -> float:
 
 
 class PeakRss:
-    """The process's peak resident memory while a block runs, sampled every 20 ms (MB)."""
+    """The process's peak resident memory and peak memory in use while a block runs, sampled every 20 ms (MB)."""
 
     def __enter__(self) -> PeakRss:
-        self.peak, self._stop = rss_mb(), threading.Event()
+        self.peak, self.peak_use, self._stop = rss_mb(), use_mb(), threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
         return self
 
     def _watch(self) -> None:
         while not self._stop.wait(0.02):
-            self.peak = max(self.peak, rss_mb())
+            self.peak, self.peak_use = max(self.peak, rss_mb()), max(self.peak_use, use_mb())
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_mb())
+        self.peak, self.peak_use = max(self.peak, rss_mb()), max(self.peak_use, use_mb())
 
 
 def rss_mb() -> float:
@@ -150,14 +160,40 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def timed_round(scorer: Scorer, at: pd.Timestamp, gpus: int) -> tuple[float, float]:
-    """(seconds, peak RSS MB) of one scoring round."""
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
+
+
+def _mallinfo2() -> object | None:
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):  # not glibc 2.33 or later
+        return None
+    fn.restype = _Mallinfo2
+    return fn
+
+
+_MALLINFO = _mallinfo2()
+
+
+def use_mb() -> float:
+    """Memory in use now: glibc's heap and mappings in use (what is freed and kept is not counted),
+    and pyarrow's pool (the COPY's parse); 0 without glibc's mallinfo2."""
+    if _MALLINFO is None:
+        return 0.0
+    info = _MALLINFO()  # type: ignore[operator]
+    return (info.uordblks + info.hblkhd + pa.total_allocated_bytes()) / 2**20
+
+
+def timed_round(scorer: Scorer, at: pd.Timestamp, gpus: int) -> tuple[float, float, float]:
+    """(seconds, peak RSS MB, peak memory in use MB) of one scoring round."""
     with PeakRss() as mem:
         t = time.perf_counter()
         records = scorer.run_once(at=at.to_pydatetime())
         took = time.perf_counter() - t
     assert len(records) == gpus, f"scored {len(records)} of {gpus} GPUs"
-    return took, mem.peak
+    return took, mem.peak, mem.peak_use
 
 
 def profiled(scorer: Scorer, at: pd.Timestamp) -> None:
@@ -174,20 +210,23 @@ def one_size(url: str, gpus: int, days: float, full: bool, profile: bool = False
     store, pull_s, rows = build(url, gpus, days)
     until = pd.Timestamp(T0 + timedelta(seconds=2 * STEP_S + 30))
     out: dict[str, float] = {"gpus": gpus, "hour_rows": rows, "pull_s": pull_s}
-    base_mb = rss_mb()
+    base_mb, base_use = rss_mb(), use_mb()
+    out["base_mb"] = base_mb
     warm = Scorer(store, load_model(), Thresholds(), 300)
-    _, start_peak = timed_round(warm, until, gpus)  # a first start-up: imports, the model's first call, plans
+    _, start_peak, start_use = timed_round(warm, until, gpus)  # a first start-up: imports, the model's first call
     out["start_mb"] = start_peak - base_mb  # the memory a start-up round takes, window included
+    out["start_use_mb"] = start_use - base_use
     del warm
     out["read_s"] = min(read_hours(store, until) for _ in range(2))
     scorer = Scorer(store, load_model(), Thresholds(), 300)
-    out["start_s"], _ = timed_round(scorer, until, gpus)  # start-up: the whole window read
+    out["start_s"], _, _ = timed_round(scorer, until, gpus)  # start-up: the whole window read
     out["window_mb"] = scorer.window.stats.bytes / 2**20
     steady = [timed_round(scorer, until + pd.Timedelta(seconds=30 * k), gpus) for k in (1, 2)]
-    out["steady_s"], out["steady_mb"] = min(s for s, _ in steady), max(m for _, m in steady) - base_mb
+    out["steady_s"], out["steady_mb"] = min(s for s, _, _ in steady), max(m for _, m, _ in steady) - base_mb
+    out["steady_use_mb"] = max(u for _, _, u in steady) - base_use
     closed = until.floor("h") + pd.Timedelta(hours=1, seconds=30)  # the pulled hour closed: read it
-    out["closed_s"], closed_peak = timed_round(scorer, closed, gpus)
-    out["closed_mb"] = closed_peak - base_mb
+    out["closed_s"], closed_peak, closed_use = timed_round(scorer, closed, gpus)
+    out["closed_mb"], out["closed_use_mb"] = closed_peak - base_mb, closed_use - base_use
     if profile:
         profiled(scorer, closed + pd.Timedelta(seconds=30))
     del scorer
@@ -197,7 +236,7 @@ def one_size(url: str, gpus: int, days: float, full: bool, profile: bool = False
             since=until - SCORE_WINDOW, until=until, hostnames=hostnames
         )
         old.run_once(at=until.to_pydatetime())
-        out["full_s"], _ = timed_round(old, until + pd.Timedelta(seconds=30), gpus)
+        out["full_s"], _, _ = timed_round(old, until + pd.Timedelta(seconds=30), gpus)
         del old
     store.close()
     print(
@@ -205,10 +244,45 @@ def one_size(url: str, gpus: int, days: float, full: bool, profile: bool = False
         + (f"full re-read round {out['full_s']:.1f} s | " if full else "")
         + f"start-up {out['start_s']:.1f} s | steady {out['steady_s']:.2f} s | hour closed {out['closed_s']:.2f} s "
         f"= {out['closed_s'] / out['steady_s']:.2f}x steady (target <= 1.5x) | window {out['window_mb']:.0f} MB, "
-        f"peak RSS over the process before: start-up {out['start_mb']:.0f} MB, steady {out['steady_mb']:.0f} MB",
+        f"peak RSS over the process before: start-up {out['start_mb']:.0f} MB, steady {out['steady_mb']:.0f} MB | "
+        f"peak in use: start-up {out['start_use_mb']:.0f} MB, steady {out['steady_use_mb']:.0f} MB, "
+        f"hour closed {out['closed_use_mb']:.0f} MB",
         flush=True,
     )
     return out
+
+
+def per_gpu_fit(results: list[dict[str, float]], key: str) -> tuple[float, float]:
+    """(MB per GPU, MB at no GPU) of `key` over the sizes run: a least-squares line through two sizes or
+    more, the one size's memory per GPU (nothing fixed) through one."""
+    x = np.array([r["gpus"] for r in results], dtype=np.float64)
+    y = np.array([r[key] for r in results], dtype=np.float64)
+    slope, fixed = np.polyfit(x, y, 1) if len(set(x.tolist())) > 1 else (0.0, 0.0)
+    if slope <= 0 or fixed < 0:  # one size, or sizes too small to tell apart: all of it per GPU
+        return float(y[-1] / x[-1]), 0.0
+    return float(slope), float(fixed)
+
+
+def print_memory(results: list[dict[str, float]]) -> None:
+    """Memory per 10,000 GPUs for each size, and 100,000 GPUs against a 32 GB machine."""
+    print("\nmemory per 10,000 GPUs (MB, over the process before the first round)")
+    heads = ("window", "start RSS", "steady RSS", "start in use", "steady in use", "closed in use")
+    keys = ("window_mb", "start_mb", "steady_mb", "start_use_mb", "steady_use_mb", "closed_use_mb")
+    print(f"{'GPUs':>8} " + " ".join(f"{h:>14}" for h in heads))
+    for r in results:
+        print(f"{r['gpus']:>8,} " + " ".join(f"{r[k] * 10_000 / r['gpus']:>14,.0f}" for k in keys))
+    base = max(r["base_mb"] for r in results)
+    for r in results:
+        r["peak_mb"] = max(r["start_mb"], r["steady_mb"], r["closed_mb"])
+    slope, fixed = per_gpu_fit(results, "peak_mb")
+    need = base + fixed + slope * TARGET_GPUS
+    verdict = "fits" if need <= MACHINE_MB else "does not fit"
+    print(
+        f"{TARGET_GPUS:,} GPUs: the process before the first round {base:,.0f} MB + {fixed:,.0f} MB fixed + "
+        f"{slope * 10_000:,.0f} MB per 10,000 GPUs (the peak RSS of any round) x 10 = {need:,.0f} MB: {verdict} in "
+        f"32 GB ({MACHINE_MB:,.0f} MiB)",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['window_mb'] * 10_000 / r['gpus']:.0f}",
         )  # fmt: skip
         print(f"{r['gpus']:>8,} {r['hour_rows']:>12,} " + " ".join(f"{c:>13}" for c in cells))
+    print_memory(results)
     return 0
 
 

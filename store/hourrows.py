@@ -182,8 +182,9 @@ def join_sorted(parts: list[Rows], values: Sequence[str] = HOUR_VALUES) -> Rows:
     return Rows(codes, gpus, start, cols)
 
 
-def keep(rows: Rows, mask: np.ndarray) -> Rows:
-    """The rows where `mask` is true, in their order; GPUs left without a row are forgotten."""
+def keep(rows: Rows, mask: np.ndarray, *, give_up: bool = False) -> Rows:
+    """The rows where `mask` is true, in their order; GPUs left without a row are forgotten.
+    `give_up`: `rows` lets go of each of its values once taken (memory: the rows and one column more)."""
     if mask.all():
         return rows
     at = np.flatnonzero(mask)  # a take by index: several times a boolean mask's speed on millions of rows
@@ -197,7 +198,7 @@ def keep(rows: Rows, mask: np.ndarray) -> Rows:
         codes.astype(np.int32, copy=False),
         gpus,
         rows.start.take(at),
-        {c: v.take(at) for c, v in rows.cols.items()},
+        {c: (rows.cols.pop(c) if give_up else rows.cols[c]).take(at) for c in list(rows.cols)},
         None if rows.stamp is None else rows.stamp.take(at),
     )
 
@@ -237,18 +238,24 @@ def sort_rows(rows: Rows) -> Rows:
     )
 
 
+def _places(rows: Rows, later: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(GPU names, `rows`' codes into them, sorted `later`'s codes, where each of `later`'s rows goes
+    in `rows`: `np.insert`'s positions)."""
+    names = np.asarray(sorted(set(rows.gpus) | set(later.gpus)), dtype=object)
+    codes = rows.codes
+    if len(names) > len(rows.gpus):  # GPUs new to the rows: the codes move up past them
+        codes = np.searchsorted(names, np.asarray(rows.gpus, dtype=object)).astype(np.int32)[codes]
+    extra = np.searchsorted(names, np.asarray(later.gpus, dtype=object)).astype(np.int32)[later.codes]
+    return names, codes, extra, np.searchsorted(codes, extra, side="right")
+
+
 def append_later(rows: Rows, later: Rows) -> Rows:
     """Sorted `rows` with `later`'s rows put in order, each after its GPU's rows (a later hour):
     one copy of each column, no sort of the whole."""
     if not len(later):
         return rows
     later = sort_rows(later)
-    names = np.asarray(sorted(set(rows.gpus) | set(later.gpus)), dtype=object)
-    codes = rows.codes
-    if len(names) > len(rows.gpus):  # GPUs new to the rows: the codes move up past them
-        codes = np.searchsorted(names, np.asarray(rows.gpus, dtype=object)).astype(np.int32)[codes]
-    extra = np.searchsorted(names, np.asarray(later.gpus, dtype=object)).astype(np.int32)[later.codes]
-    at = np.searchsorted(codes, extra, side="right")
+    names, codes, extra, at = _places(rows, later)
     stamped = rows.stamp is not None or later.stamp is not None
     return Rows(
         np.insert(codes, at, extra),
@@ -259,15 +266,19 @@ def append_later(rows: Rows, later: Rows) -> Rows:
     )
 
 
-def fresh(rows: Rows) -> Rows:
-    """A copy of the rows' arrays (a frame may take them as they are)."""
-    return Rows(
-        rows.codes.copy(),
-        list(rows.gpus),
-        rows.start.copy(),
-        {c: v.copy() for c, v in rows.cols.items()},
-        None if rows.stamp is None else rows.stamp.copy(),
-    )
+def with_tail(rows: Rows, tail: Rows) -> tuple[Rows, np.ndarray, np.ndarray]:
+    """`append_later(rows, tail)` of whole hours and a tail, giving up `rows`' values column by column
+    (memory: the rows and one column more, not twice the rows); the whole hours' stamps are their
+    ends, so the tail's rows are said apart: (rows, where the tail's rows are, their stamps)."""
+    if not len(tail):
+        return rows, np.empty(0, np.int64), np.empty(0, np.int64)
+    if rows.stamp is not None:
+        raise ValueError("with_tail puts a tail after whole hours, not after another tail")
+    later = sort_rows(tail)
+    names, codes, extra, at = _places(rows, later)
+    cols = {c: np.insert(rows.cols.pop(c), at, later.cols[c]) for c in list(rows.cols)}
+    out = Rows(np.insert(codes, at, extra), names.tolist(), np.insert(rows.start, at, later.start), cols)
+    return out, at + np.arange(len(at)), later.stamps()
 
 
 def slide(rows: Rows, lo_us: int, closed: Rows) -> Rows | None:

@@ -33,7 +33,6 @@ from store.hourrows import (
     Rows,
     append_later,
     combine,
-    fresh,
     hour_gpus,
     join_sorted,
     keep,
@@ -45,6 +44,7 @@ from store.hourrows import (
     slide,
     sort_rows,
     values_of,
+    with_tail,
 )
 from store.samples import _columns_frame, _identities, _uuids_on
 from store.validate import text, utc
@@ -104,10 +104,13 @@ class HourWindow:
         self._revision = 0
         """The store's revision read before the last round's reads: rows stamped later are re-read."""
         self._said_over = False
+        self._tail_at = np.empty(0, np.int64)
+        """Where the rows held have the last round's tail (the frame's rows, shared with it): let go next round."""
 
     def forget(self) -> None:
         """Hold nothing: the next round reads the whole window."""
         self._rows, self._scope, self._over, self._boundary = no_rows(self.values), None, set(), None
+        self._tail_at = np.empty(0, np.int64)
         self.stats = WindowStats(full_reads=self.stats.full_reads)
 
     def frame(self, *, until: datetime, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
@@ -123,20 +126,43 @@ class HourWindow:
                 if ids is not None and not ids:
                     self.forget()
                     return history.empty(())
+                self._rows = self._whole_hours()
                 self._update(conn, lo, boundary, ids, revision)
                 over = read_hours(db, conn, lo, boundary, sorted(self._over), values) if self._over else no_rows(values)
                 tail = read_tail(db, conn, boundary, t1, ids, values)
                 ident = _identities(conn, sorted(set(self._rows.gpus) | set(over.gpus) | set(tail.gpus)))
+            frame = self._framed(over, tail, ident)
         except BaseException:  # a round cut short (the database went away) may have updated half the window
             self.forget()
             raise
-        ordered = not len(over)  # the window is in (uuid, hour) order, and the tail comes after each GPU's
-        rows = append_later(self._rows, tail) if ordered else combine([self._rows, over, tail])
-        if rows is self._rows:
-            rows = fresh(rows)  # the frame takes the arrays: never the window's own
-        frame = _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident, ordered=ordered)
         frame.attrs[hourly.HOURLY_ATTR] = True
         return frame
+
+    def _framed(self, over: Rows, tail: Rows, ident: dict[str, tuple[str, int, str, str, str]]) -> pd.DataFrame:
+        """The frame of the rows held, the GPUs past the cap and the tail."""
+        if len(over):  # the parts joined and sorted: the frame's own arrays
+            rows = combine([self._rows, over, tail])
+            return _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident)
+        # The window is in (uuid, hour) order and the tail goes after each GPU's rows. The frame takes the
+        # window's arrays, the tail put in as they move (one copy, the window's let go column by column), and
+        # the window keeps them: during the round its rows are held once, not once more for the frame.
+        rows, self._tail_at, stamps = with_tail(self._rows, tail)
+        self._rows = rows
+        ts = rows.start + hourly.HOUR_US
+        ts[self._tail_at] = stamps
+        for v in rows.cols.values():
+            v.flags.writeable = False  # shared: a write to the frame's values raises instead of changing the window
+        return _columns_frame(rows.codes, rows.gpus, ts, dict(rows.cols), ident, ordered=True)
+
+    def _whole_hours(self) -> Rows:
+        """The rows held without the last round's tail (let go with the frame's arrays)."""
+        rows, at = self._rows, self._tail_at
+        self._tail_at = np.empty(0, np.int64)
+        if not len(at):
+            return rows
+        mask = np.ones(len(rows), dtype=bool)
+        mask[at] = False
+        return keep(rows, mask, give_up=True)
 
     def _update(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None, revision: int) -> None:
         """Bring the rows held to [lo, boundary) of `ids`' GPUs as the store has them now."""

@@ -23,6 +23,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from prometheus_client import CollectorRegistry
@@ -275,7 +276,8 @@ def test_a_round_reads_only_what_closed_or_changed(
     try:
         store_events(store, [events.first, *events.before[0]])
         window.frame(until=t)
-        assert reads == [len(window._rows)] and reads[0] > 5 * 48  # two days of six GPUs (less the gaps held back)
+        held = window.stats.bytes // row_bytes(window.values)  # the hour rows held (the frame's tail is not)
+        assert reads == [held] and held > 5 * 48  # two days of six GPUs (less the gaps held back)
         reads.clear()
         window.frame(until=t + timedelta(minutes=20))
         assert reads == [0]  # what changed before this hour: nothing
@@ -390,3 +392,22 @@ def test_a_window_read_in_parts_is_the_window_read_at_once(
     assert a.gpus == b.gpus and a.codes.tobytes() == b.codes.tobytes() and a.start.tobytes() == b.start.tobytes()
     assert list(a.cols) == list(b.cols) == list(values_of(ROUND_COLUMNS))
     assert all(a.cols[c].tobytes() == b.cols[c].tobytes() for c in a.cols)
+
+
+def test_the_frame_takes_the_windows_rows_and_cannot_change_them(tmp_path: Path, events: Scenario) -> None:
+    """The window keeps the frame's arrays (its rows are held once during a round): they are read-only, so
+    a write to the frame raises instead of changing the next round's rows."""
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN, columns=ROUND_COLUMNS)
+    t = events.rounds[0]
+    try:
+        store_events(store, [events.first, *events.before[0]])
+        frame = window.frame(until=t)
+        temp = frame["gpu_temp_c"].to_numpy()
+        assert np.shares_memory(temp, window._rows.cols["gpu_temp_c"]) and not temp.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            frame.loc[0, "gpu_temp_c"] = 1.0
+        same_frame(window, store, t + timedelta(minutes=5))  # the tail let go and read again
+        same_frame(window, store, t + timedelta(hours=1))
+    finally:
+        store.close()

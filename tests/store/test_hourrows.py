@@ -7,7 +7,18 @@ import numpy as np
 import pytest
 
 from core import hourly
-from store.hourrows import Rows, append_later, combine, join_sorted, keep, row_bytes, slide, sort_rows, values_of
+from store.hourrows import (
+    Rows,
+    append_later,
+    combine,
+    join_sorted,
+    keep,
+    row_bytes,
+    slide,
+    sort_rows,
+    values_of,
+    with_tail,
+)
 from store.rollup import HOUR_VALUES
 
 H = hourly.HOUR_US
@@ -77,3 +88,20 @@ def test_the_values_held_are_those_of_the_columns_asked_in_hour_order() -> None:
     assert values_of(None) == HOUR_VALUES
     assert values_of(["timestamp", "energy_mj", "gpu_temp_c", "not_a_column"]) == ("gpu_temp_c", "energy_mj")
     assert row_bytes(("gpu_temp_c", "energy_mj")) == 4 + 8 + 4 + 8  # a gauge is float32, a counter float64
+
+
+def test_a_tail_put_in_gives_the_rows_up_and_says_where_it_is() -> None:
+    held = _rows({"GPU-a": [10, 11], "GPU-c": [10, 11, 12]})
+    tail = _rows({"GPU-c": [13], "GPU-b": [13], "GPU-a": [13]}, seed=3)
+    tail.stamp = tail.start + H // 2  # the newest sample, half-way into the hour
+    want = append_later(Rows(held.codes, held.gpus, held.start, dict(held.cols)), tail)
+    got, at, stamps = with_tail(held, tail)
+    assert not held.cols  # each column let go as it was put in the frame's rows
+    assert list(at) == [2, 3, 7] and list(stamps) == list(want.stamp[at])
+    want.stamp = None
+    _same(got, want)
+    whole = np.ones(len(got), dtype=bool)
+    whole[at] = False
+    back = keep(got, whole, give_up=True)
+    assert not got.cols and back.gpus == ["GPU-a", "GPU-c"]
+    _same(back, _rows({"GPU-a": [10, 11], "GPU-c": [10, 11, 12]}))
