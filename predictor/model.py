@@ -250,17 +250,17 @@ class RiskModel:
         Every what-if in one predict call (per-call overhead dominates small batches), and only the
         what-ifs that change the row: a value already the usual one drops nothing (0), and an unknown
         value (NaN: a young GPU's heat, a memory sensor that reads nothing) is no reason (-inf). The
-        heads see float64 (the trees convert their input), so the what-if rows are built in it."""
+        head's features are float64 in the what-ifs (the trees convert their input to it anyway)."""
         own = features[names].to_numpy(dtype=np.float64)[mine]
         alt = usual[names].to_numpy(dtype=np.float64)[mine]
         unknown = np.isnan(own)
         j, k = np.nonzero(~unknown & ~(own == alt))
         matrix = np.where(unknown, -np.inf, (base - base)[:, None])  # NaN where the risk is unknown
         if len(j):
-            rows = own[j]
-            rows[np.arange(len(j)), k] = alt[j, k]
-            what_if = self.heads[mode].predict_proba(pd.DataFrame(rows, columns=names))[:, 1]
-            matrix[j, k] = base[j] - what_if
+            rows = features.iloc[mine[j]].reset_index(drop=True)  # a head sees what `predict` gives it
+            for c, name in enumerate(names):
+                rows[name] = np.where(k == c, alt[j, c], own[j, c])
+            matrix[j, k] = base[j] - self.heads[mode].predict_proba(rows)[:, 1]
         return matrix
 
     # -- persistence ---------------------------------------------------------
