@@ -281,10 +281,11 @@ def with_tail(rows: Rows, tail: Rows) -> tuple[Rows, np.ndarray, np.ndarray]:
     return out, at + np.arange(len(at)), later.stamps()
 
 
-def slide(rows: Rows, lo_us: int, closed: Rows) -> Rows | None:
+def slide(rows: Rows, lo_us: int, closed: Rows, *, give_up: bool = False) -> Rows | None:
     """`append_later(keep(rows, rows.start >= lo_us), closed)` in one contiguous copy of each column, when an
     hour closed as it does in a steady fleet: each GPU held loses its one oldest row and gains one row of
-    `closed` (the same GPUs). None when the rows are not so (the caller takes the general path)."""
+    `closed` (the same GPUs). None when the rows are not so (the caller takes the general path).
+    `give_up`: a slide lets go of `rows`' values column by column (memory: the rows and one column more)."""
     n_gpus = len(rows.gpus)
     if not len(rows) or len(closed) != n_gpus or rows.stamp is not None or closed.stamp is not None:
         return None
@@ -305,5 +306,5 @@ def slide(rows: Rows, lo_us: int, closed: Rows) -> Rows | None:
         out[ends] = last  # ... lands on its last row, which is the hour that closed
         return out
 
-    return Rows(rows.codes, rows.gpus, shifted(rows.start, later.start),
-                {c: shifted(v, later.cols[c]) for c, v in rows.cols.items()})  # fmt: skip
+    cols = {c: shifted(rows.cols.pop(c) if give_up else rows.cols[c], later.cols[c]) for c in list(rows.cols)}
+    return Rows(rows.codes, rows.gpus, shifted(rows.start, later.start), cols)

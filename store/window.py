@@ -212,7 +212,7 @@ class HourWindow:
         closed = self._mine(read_hours(db, conn, old, boundary, held, values)) if boundary > old else no_rows(values)
         joined = self._read_whole(conn, lo, boundary, newly)
         if boundary > old and not len(changed) and not len(joined):
-            slid = slide(rows, lo_us, closed)  # an hour closed over every GPU held: one copy, not two
+            slid = slide(rows, lo_us, closed, give_up=True)  # an hour closed over every GPU held: one copy
             if slid is not None:
                 self._rows = slid
                 return
