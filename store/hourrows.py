@@ -249,9 +249,10 @@ def _places(rows: Rows, later: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return names, codes, extra, np.searchsorted(codes, extra, side="right")
 
 
-def append_later(rows: Rows, later: Rows) -> Rows:
+def append_later(rows: Rows, later: Rows, *, give_up: bool = False) -> Rows:
     """Sorted `rows` with `later`'s rows put in order, each after its GPU's rows (a later hour):
-    one copy of each column, no sort of the whole."""
+    one copy of each column, no sort of the whole. `give_up`: `rows` lets go of each of its values
+    once copied (memory: the rows and one column more, not twice the rows)."""
     if not len(later):
         return rows
     later = sort_rows(later)
@@ -261,7 +262,7 @@ def append_later(rows: Rows, later: Rows) -> Rows:
         np.insert(codes, at, extra),
         names.tolist(),
         np.insert(rows.start, at, later.start),
-        {c: np.insert(v, at, later.cols[c]) for c, v in rows.cols.items()},
+        {c: np.insert(rows.cols.pop(c) if give_up else rows.cols[c], at, later.cols[c]) for c in list(rows.cols)},
         np.insert(rows.stamps(), at, later.stamps()) if stamped else None,
     )
 

@@ -197,12 +197,13 @@ class HourWindow:
     def _advance(
         self, conn: Connection, lo: datetime, boundary: datetime, old: datetime, ids: list[str] | None
     ) -> None:
-        """Forget what left the window or the share, read what closed, changed or joined since `old`."""
+        """Forget what left the window or the share, read what closed, changed or joined since `old`. The
+        rows held are let go column by column as each copy is made (a failed round forgets them anyway)."""
         db, rows, newly = self.db, self._rows, []
         if ids is not None and self._scope is not None:  # a share: GPUs given up, GPUs newly held
             now = frozenset(ids)
             newly = sorted(now - self._scope)
-            rows = keep(rows, ~of_gpus(rows, self._scope - now))
+            rows = keep(rows, ~of_gpus(rows, self._scope - now), give_up=True)
             self._over &= now
             self._scope = now
         held = None if self._scope is None else sorted(self._scope - set(newly) - self._over)
@@ -217,12 +218,12 @@ class HourWindow:
                 self._rows = slid
                 return
         if boundary > old:
-            rows = keep(rows, rows.start >= lo_us)
+            rows = keep(rows, rows.start >= lo_us, give_up=True)
         if len(changed):
             rows = sort_rows(combine([replace(rows, changed), joined]))
         elif len(joined):  # GPUs new to the rows, sorted: each put in its place, no sort of the whole
-            rows = append_later(rows, joined)
-        self._rows = append_later(rows, closed)  # the hours that closed come after every hour held
+            rows = append_later(rows, joined, give_up=True)
+        self._rows = append_later(rows, closed, give_up=True)  # the hours that closed come after every hour held
 
     def _mine(self, rows: Rows) -> Rows:
         """The rows read for every GPU, without those of the GPUs read every round."""

@@ -106,3 +106,16 @@ def test_a_tail_put_in_gives_the_rows_up_and_says_where_it_is() -> None:
     back = keep(got, whole, give_up=True)
     assert not got.cols and back.gpus == ["GPU-a", "GPU-c"]
     _same(back, _rows({"GPU-a": [10, 11], "GPU-c": [10, 11, 12]}))
+
+
+def test_rows_given_up_as_they_are_copied_give_the_same_rows() -> None:
+    def held() -> Rows:
+        return _rows({"GPU-a": [10, 11, 12], "GPU-c": [11, 12]})
+
+    later = _rows({"GPU-b": [10, 11, 12], "GPU-c": [13]}, seed=4)
+    rows = held()
+    _same(append_later(rows, later, give_up=True), append_later(held(), later))
+    assert not rows.cols
+    rows = held()
+    _same(keep(rows, rows.start >= 11 * H, give_up=True), keep(held(), held().start >= 11 * H))
+    assert not rows.cols
