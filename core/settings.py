@@ -200,13 +200,13 @@ class Settings(BaseSettings):
         default=None, description="/metrics without a token; unset: as read_open (Prometheus can send the token)."
     )
     score_interval: str = Field(default="5m", description="How often every GPU is scored.")
-    # The scorer keeps its 31 days of hour rows between rounds (store.window, decision 0090): 2.3 GB per
-    # 10,000 GPUs. 8192 MB holds about 35,000; past it the rest are read every round, as before.
+    # The scorer keeps its 31 days of hour rows between rounds (store.window, decision 0090), the 29 values
+    # a round reads: 1.3 GB per 10,000 GPUs. 8192 MB holds about 60,000; past it the rest are read every round.
     score_window_mb: int = Field(
         default=8192,
         ge=0,
         description=(
-            "Memory for the hour rows the scorer keeps between rounds (about 2.3 GB per 10,000 GPUs); "
+            "Memory for the hour rows the scorer keeps between rounds (about 1.3 GB per 10,000 GPUs); "
             "the GPUs past it are read every round."
         ),
     )
