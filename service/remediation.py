@@ -175,7 +175,7 @@ def forget_before_return(frame: pd.DataFrame, returned: Mapping[str, datetime]) 
     before[mine] = ts[mine] <= limits[pos[mine]]
     if not before.any():
         return frame
-    out = frame.copy()
+    out = frame.copy(deep=False)  # the other columns shared (copy on write): the frame may be the scorer's window
     xid = out["xid"].to_numpy(copy=True)
     xid[before & ~np.isnan(xid.astype(np.float64))] = 0
     out["xid"] = xid

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -73,3 +74,12 @@ def test_forget_before_return_leaves_other_gpus_and_later_rows() -> None:
     assert set(a.loc[a["xid"] > 0, "xid"]) == {120.0}
     assert set(b.loc[b["xid"] > 0, "xid"]) == {119.0, 120.0}
     assert forget_before_return(both, {}) is both and forget_before_return(both, {"GPU-z": RETURNED}) is both
+
+
+def test_forget_before_return_copies_only_the_xids() -> None:
+    """The frame is the scorer's window (`store.window`): a round with a returned GPU must not copy it whole."""
+    f = samples({XID_AT: 119.0}).astype({"gpu_uuid": "category"})
+    temp = f["gpu_temp_c"].to_numpy()
+    out = forget_before_return(f, {"GPU-a": RETURNED})
+    assert (out["xid"] == 0).all() and (f["xid"] == 119.0).any()  # the frame given is as it was
+    assert np.shares_memory(out["gpu_temp_c"].to_numpy(), temp)
