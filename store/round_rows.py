@@ -87,6 +87,28 @@ def staged_active_decisions(conn: Connection) -> dict[str, tuple[int, str]]:
         return {str(u): (int(i), str(d)) for i, u, d in cur.fetchall()}
 
 
+def close_decisions(conn: Connection, ids: Sequence[int], at: datetime) -> None:
+    """Close the decisions `ids` at `at` (one statement)."""
+    if ids:
+        with _cursor(conn) as cur:
+            cur.execute(
+                "UPDATE decisions SET state = 'closed', closed_at = %(t)s, updated_at = %(t)s WHERE id = ANY(%(i)s)",
+                {"t": at, "i": list(ids)},
+            )
+
+
+def refresh_decisions(conn: Connection, refresh: Sequence[tuple[int, Sequence[str]]], at: datetime) -> None:
+    """Give the decisions their new reasons (id, reasons), updated `at` (one statement); the reasons as
+    the JSON text SQLAlchemy's JSON type writes (`json.dumps`), as `stage_round` copies them."""
+    if refresh:
+        with _cursor(conn) as cur:
+            cur.execute(
+                "UPDATE decisions AS d SET reasons = v.r::json, updated_at = %(t)s "
+                "FROM unnest(%(i)s::int8[], %(r)s::text[]) AS v(i, r) WHERE d.id = v.i",
+                {"t": at, "i": [i for i, _ in refresh], "r": [json.dumps(list(r)) for _, r in refresh]},
+            )
+
+
 def read_rounds(
     conn: Connection, uuids: Sequence[str], lo: datetime, hi: datetime, of: Sequence[str]
 ) -> list[tuple[str, datetime, tuple[float | None, ...]]]:

@@ -25,14 +25,14 @@ pytestmark = pytest.mark.integration
 def _records(k: int) -> list[ScoreRecord]:
     out: list[ScoreRecord] = []
     for i in range(7 - (k % 2) + 2 * (k == 3)):  # GPU 2 (i = 6) only in even rounds and 3; GPU 7 new in round 3
-        bad = (i + k) % 3 == 0
+        bad = (i + k) % 3 == 0 or i == 5  # GPU 4 (i = 5) stays bad: its reasons change, its decision refreshed
         uuid = f"GPU-{(5 * i) % 7}" if i < 7 else "GPU-7\\\t"  # the text COPY escapes
         out.append(
             {"gpu_uuid": uuid, "hostname": f"node-{i // 2}", "model_name": None if i == 3 else "H100",
              "risk": None if i == 2 else 0.1 * i + k / 100, "risk_ecc": 1e-300 if i == 1 else 0.5,
              "risk_thermal": float("nan") if i == 4 else -0.0, "risk_pcie": 1 / 3, "heat_z": None,
              "heat_vs_node_z": 2.5 if bad else None, "decision": "demote" if bad else "ok",
-             "reasons": ['heat "high" é\t\\N\n', "risk"] if bad else [], "remedy": "reset" if bad else None,
+             "reasons": ['heat "high" é\t\\N\n', f"risk {k % 2}"] if bad else [], "remedy": "reset" if bad else None,
              "remedy_when": "now" if bad else None}
         )  # fmt: skip
     return out
@@ -62,7 +62,7 @@ def _dump(store: Store) -> dict[str, list[Any]]:
                 "risk_scores": "SELECT id, gpu_uuid, scored_at, risk, risk_ecc, risk_thermal, risk_pcie, heat_z,"
                 " heat_vs_node_z, decision, reasons::text, remedy, remedy_when FROM risk_scores ORDER BY id",
                 "gpus": "SELECT uuid, hostname, model_name, latest_score_id FROM gpus ORDER BY uuid",
-                "decisions": "SELECT id, gpu_uuid, decision, reasons::text, state, created_at, closed_at"
+                "decisions": "SELECT id, gpu_uuid, decision, reasons::text, state, created_at, updated_at, closed_at"
                 " FROM decisions ORDER BY id",
             }.items()
         }
@@ -75,10 +75,13 @@ def test_rounds_written_through_the_driver_equal_cores(
     opened = [driver.decisions.write_scores(_records(k), at, rule=decision_changes) for k, at in ROUNDS]
     with monkeypatch.context() as m:
         m.setattr(decisions, "_store_round", decisions._store_round_core)
+        m.setattr(decisions, "_persist_changes", lambda db, *a: decisions._persist_changes_core(*a))
         opened_core = [core.decisions.write_scores(_records(k), at, rule=decision_changes) for k, at in ROUNDS]
     assert opened == opened_core
     got, want = _dump(driver), _dump(core)
     assert len(got["risk_scores"]) == 28
+    decided = got["decisions"]  # closed, and refreshed (new reasons, updated later than opened), both ways
+    assert any(r[4] == "closed" for r in decided) and any(r[4] == "open" and r[6] > r[5] for r in decided)
     assert got == want
     # Each GPU points at its newest round's score (round 3's, not round 2's written after it).
     newest = {r[1]: r[0] for r in sorted(got["risk_scores"], key=lambda r: r[2])}
