@@ -10,33 +10,40 @@ reads or writes an empty array's elements, so predictions are the same.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
 
 
-def share_empty_arrays(root: Any) -> int:
-    """Make the empty array attributes of every TreePredictor under `root` (estimators, lists, dicts)
-    one object per dtype and shape, in place. Returns how many attributes now name a shared array."""
-    shared: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+def tree_predictors(root: Any) -> Iterator[TreePredictor]:
+    """Every TreePredictor under `root` (estimators, lists, tuples, dicts, objects' attributes), each once."""
     seen: set[int] = set()
     stack = [root]
-    replaced = 0
     while stack:
         obj = stack.pop()
         if id(obj) in seen or isinstance(obj, np.ndarray | str | bytes | int | float):
             continue
         seen.add(id(obj))
         if isinstance(obj, TreePredictor):
-            for name, value in vars(obj).items():
-                if isinstance(value, np.ndarray) and value.size == 0:
-                    setattr(obj, name, shared.setdefault((value.dtype.str, value.shape), value))
-                    replaced += 1
+            yield obj
         elif isinstance(obj, dict):
             stack.extend(obj.values())
         elif isinstance(obj, list | tuple):
             stack.extend(obj)
         elif hasattr(obj, "__dict__"):
             stack.extend(vars(obj).values())
+
+
+def share_empty_arrays(root: Any) -> int:
+    """Make the empty array attributes of every TreePredictor under `root` (estimators, lists, dicts)
+    one object per dtype and shape, in place. Returns how many attributes now name a shared array."""
+    shared: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+    replaced = 0
+    for tree in tree_predictors(root):
+        for name, value in vars(tree).items():
+            if isinstance(value, np.ndarray) and value.size == 0:
+                setattr(tree, name, shared.setdefault((value.dtype.str, value.shape), value))
+                replaced += 1
     return replaced

@@ -16,13 +16,13 @@ import sklearn
 import skops.io as sio
 from sklearn.linear_model import LogisticRegression
 
+from predictor.explanation import WEEK_OF, describe
 from predictor.features import FEATURES, USED_COLUMNS, build_features, feature_label
 from predictor.model import (
     MODES,
     MeanOfHeads,
     ModelError,
     RiskModel,
-    _describe,
     data_hash,
     head_features,
     make_head,
@@ -133,9 +133,9 @@ def naive_reasons(model: RiskModel, x: pd.DataFrame, r: pd.DataFrame, rows: np.n
         drop = np.where(x[names].iloc[pos].isna().to_numpy(), -np.inf, drop)
         order = np.argsort(-drop)
         picked = [names[k] for k in order[:3] if drop[k] > 0.01] or [names[order[0]]]
-        week = {"sbe_rate_1d": "sbe_rate_7d", "replay_rate_1d": "replay_rate_7d"}
         out[pos] = [
-            _describe(n, x[n].iloc[pos], usual[n].iloc[pos], x[week[n]].iloc[pos] if n in week else 0) for n in picked
+            describe(n, x[n].iloc[pos], usual[n].iloc[pos], x[WEEK_OF[n]].iloc[pos] if n in WEEK_OF else 0)
+            for n in picked
         ]
     return out
 

@@ -13,30 +13,9 @@ from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
 from predictor.features import build_features
 from predictor.model import RiskModel
 from predictor.score import default_model_path
-from predictor.shared_arrays import share_empty_arrays
+from predictor.shared_arrays import share_empty_arrays, tree_predictors
 from simulator.fleet import SimConfig
 from simulator.run import simulate
-
-
-def trees(root: object) -> list[TreePredictor]:
-    """Every TreePredictor under `root`, found as `share_empty_arrays` walks."""
-    found: list[TreePredictor] = []
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, np.ndarray | str):
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, TreePredictor):
-            found.append(obj)
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif isinstance(obj, list | tuple):
-            stack.extend(obj)
-        elif hasattr(obj, "__dict__"):
-            stack.extend(vars(obj).values())
-    return found
 
 
 def empty_bitsets(archive: bytes) -> int:
@@ -60,7 +39,7 @@ def test_the_shipped_model_holds_one_empty_array_per_kind() -> None:
 def test_a_model_saved_with_each_trees_own_empty_arrays_stores_one(features: pd.DataFrame) -> None:
     model = RiskModel.load(default_model_path())
     want = model.predict(features)
-    every = trees(model.heads)
+    every = list(tree_predictors(model.heads))
     assert len(every) > 100
     for t in every:  # as training makes them: an empty array of its own in each tree
         t.binned_left_cat_bitsets = np.zeros((0, 8), dtype=np.uint32)
@@ -70,7 +49,7 @@ def test_a_model_saved_with_each_trees_own_empty_arrays_stores_one(features: pd.
     assert empty_bitsets(archive) == 1
     again = RiskModel.from_bytes(archive)
     pd.testing.assert_frame_equal(again.predict(features), want, check_exact=True)
-    assert len({id(t.raw_left_cat_bitsets) for t in trees(again.heads)}) == 1
+    assert len({id(t.raw_left_cat_bitsets) for t in tree_predictors(again.heads)}) == 1
 
 
 def test_only_empty_arrays_of_trees_are_shared() -> None:
