@@ -105,12 +105,15 @@ class HourWindow:
         """The store's revision read before the last round's reads: rows stamped later are re-read."""
         self._said_over = False
         self._tail_at = np.empty(0, np.int64)
-        """Where the rows held have the last round's tail (the frame's rows, shared with it): let go next round."""
+        """Where the rows held have the last round's tail (the frame's rows, shared with it): let go next
+        round, or written over in place where the next tail has the same GPUs (`_tail_fits`)."""
+        self._tail_only = 0
+        """GPUs of the rows held that have only the tail's rows (not held between rounds)."""
 
     def forget(self) -> None:
         """Hold nothing: the next round reads the whole window."""
         self._rows, self._scope, self._over, self._boundary = no_rows(self.values), None, set(), None
-        self._tail_at = np.empty(0, np.int64)
+        self._tail_at, self._tail_only = np.empty(0, np.int64), 0
         self.stats = WindowStats(full_reads=self.stats.full_reads)
 
     def frame(self, *, until: datetime, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
@@ -126,10 +129,11 @@ class HourWindow:
                 if ids is not None and not ids:
                     self.forget()
                     return history.empty(())
-                self._rows = self._whole_hours()
-                self._update(conn, lo, boundary, ids, revision)
+                self._update(conn, lo, boundary, ids, revision)  # lets the last tail go where the rows change
                 over = read_hours(db, conn, lo, boundary, sorted(self._over), values) if self._over else no_rows(values)
-                tail = read_tail(db, conn, boundary, t1, ids, values)
+                tail = sort_rows(read_tail(db, conn, boundary, t1, ids, values))
+                if len(over) or not self._tail_fits(tail):
+                    self._whole_hours()
                 ident = _identities(conn, sorted(set(self._rows.gpus) | set(over.gpus) | set(tail.gpus)))
             frame = self._framed(over, tail, ident)
         except BaseException:  # a round cut short (the database went away) may have updated half the window
@@ -145,24 +149,41 @@ class HourWindow:
             return _columns_frame(rows.codes, rows.gpus, rows.stamps(), dict(rows.cols), ident)
         # The window is in (uuid, hour) order and the tail goes after each GPU's rows. The frame takes the
         # window's arrays, the tail put in as they move (one copy, the window's let go column by column), and
-        # the window keeps them: during the round its rows are held once, not once more for the frame.
-        rows, self._tail_at, stamps = with_tail(self._rows, tail)
-        self._rows = rows
+        # the window keeps them: during the round its rows are held once, not once more for the frame. Where
+        # the last round's tail is still in (the same GPUs' tail again, nothing else changed), its rows are
+        # written over in place: a steady round copies no column of the window.
+        if len(self._tail_at):
+            rows, stamps = self._rows, tail.stamps()
+            for c, v in rows.cols.items():
+                v.flags.writeable = True  # the window's own arrays (made by `with_tail`), read-only to the frame
+                v[self._tail_at] = tail.cols[c]
+        else:
+            before = len(self._rows.gpus)
+            rows, self._tail_at, stamps = with_tail(self._rows, tail)
+            self._rows, self._tail_only = rows, len(rows.gpus) - before
         ts = rows.start + hourly.HOUR_US
         ts[self._tail_at] = stamps
         for v in rows.cols.values():
             v.flags.writeable = False  # shared: a write to the frame's values raises instead of changing the window
         return _columns_frame(rows.codes, rows.gpus, ts, dict(rows.cols), ident, ordered=True)
 
-    def _whole_hours(self) -> Rows:
-        """The rows held without the last round's tail (let go with the frame's arrays)."""
+    def _tail_fits(self, tail: Rows) -> bool:
+        """Whether the rows held have the last round's tail where `tail` (sorted) goes: the same GPUs' rows
+        of the same hours, so the new tail's values are written over the old (`_framed`)."""
+        at = self._tail_at
+        if not len(at) or len(at) != len(tail) or not np.array_equal(self._rows.start[at], tail.start):
+            return False
+        held, gpus = self._rows.gpus, tail.gpus
+        return [held[k] for k in self._rows.codes[at].tolist()] == [gpus[k] for k in tail.codes.tolist()]
+
+    def _whole_hours(self) -> None:
+        """Let the last round's tail go from the rows held (a copy of each column; the frame's arrays)."""
         rows, at = self._rows, self._tail_at
-        self._tail_at = np.empty(0, np.int64)
-        if not len(at):
-            return rows
-        mask = np.ones(len(rows), dtype=bool)
-        mask[at] = False
-        return keep(rows, mask, give_up=True)
+        self._tail_at, self._tail_only = np.empty(0, np.int64), 0
+        if len(at):
+            mask = np.ones(len(rows), dtype=bool)
+            mask[at] = False
+            self._rows = keep(rows, mask, give_up=True)
 
     def _update(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None, revision: int) -> None:
         """Bring the rows held to [lo, boundary) of `ids`' GPUs as the store has them now."""
@@ -177,6 +198,7 @@ class HourWindow:
 
     def _reload(self, conn: Connection, lo: datetime, boundary: datetime, ids: list[str] | None) -> None:
         self._rows = no_rows(self.values)  # what was held goes before the new window is read
+        self._tail_at, self._tail_only = np.empty(0, np.int64), 0
         self._rows = self._read_whole(conn, lo, boundary, hour_gpus(self.db, conn) if ids is None else ids)
         self._scope = None if ids is None else frozenset(ids)
         self._over = set()
@@ -198,12 +220,12 @@ class HourWindow:
         self, conn: Connection, lo: datetime, boundary: datetime, old: datetime, ids: list[str] | None
     ) -> None:
         """Forget what left the window or the share, read what closed, changed or joined since `old`. The
-        rows held are let go column by column as each copy is made (a failed round forgets them anyway)."""
-        db, rows, newly = self.db, self._rows, []
+        rows held are let go column by column as each copy is made (a failed round forgets them anyway); where
+        nothing changed, the rows held stay as they are, the last round's tail in them."""
+        db, newly, gone = self.db, [], frozenset[str]()
         if ids is not None and self._scope is not None:  # a share: GPUs given up, GPUs newly held
             now = frozenset(ids)
-            newly = sorted(now - self._scope)
-            rows = keep(rows, ~of_gpus(rows, self._scope - now), give_up=True)
+            newly, gone = sorted(now - self._scope), self._scope - now
             self._over &= now
             self._scope = now
         held = None if self._scope is None else sorted(self._scope - set(newly) - self._over)
@@ -212,6 +234,10 @@ class HourWindow:
         changed = self._mine(read_hours(db, conn, lo, old, held, values, after=self._revision))
         closed = self._mine(read_hours(db, conn, old, boundary, held, values)) if boundary > old else no_rows(values)
         joined = self._read_whole(conn, lo, boundary, newly)
+        if boundary == old and not (gone or len(changed) or len(joined)):
+            return
+        self._whole_hours()
+        rows = keep(self._rows, ~of_gpus(self._rows, gone), give_up=True) if gone else self._rows
         if boundary > old and not len(changed) and not len(joined):
             slid = slide(rows, lo_us, closed, give_up=True)  # an hour closed over every GPU held: one copy
             if slid is not None:
@@ -225,6 +251,10 @@ class HourWindow:
             rows = append_later(rows, joined, give_up=True)
         self._rows = append_later(rows, closed, give_up=True)  # the hours that closed come after every hour held
 
+    def _held_bytes(self) -> int:
+        """Memory of the hour rows held between rounds (the last round's tail, if still in, left out)."""
+        return (len(self._rows) - len(self._tail_at)) * self._rows.row_bytes
+
     def _mine(self, rows: Rows) -> Rows:
         """The rows read for every GPU, without those of the GPUs read every round."""
         return keep(rows, ~of_gpus(rows, self._over)) if self._over else rows
@@ -235,10 +265,13 @@ class HourWindow:
             return
         oldest = conn.exec_driver_sql(f"SELECT {self.db.ts_us('min(hour)')} FROM samples_hourly").scalar()
         if oldest is not None and int(oldest) > int(self._rows.start.min()):
+            self._whole_hours()
             self._rows = keep(self._rows, self._rows.start >= int(oldest))
 
     def _cap(self) -> None:
         """Past `max_bytes`, read the GPUs that do not fit (the last in uuid order) every round."""
+        if self.max_bytes is not None and self._held_bytes() > self.max_bytes:
+            self._whole_hours()
         rows = self._rows
         if self.max_bytes is not None and rows.nbytes > self.max_bytes:
             per_gpu = np.bincount(rows.codes, minlength=len(rows.gpus)) * rows.row_bytes
@@ -247,7 +280,9 @@ class HourWindow:
             out = {rows.gpus[k] for k in order[fit:]}
             self._over |= out
             self._rows = rows = keep(rows, ~of_gpus(rows, out))
-        self.stats = WindowStats(len(rows.gpus), len(self._over), rows.nbytes, self.stats.full_reads)
+        self.stats = WindowStats(
+            len(rows.gpus) - self._tail_only, len(self._over), self._held_bytes(), self.stats.full_reads
+        )
         if self._over and not self._said_over:
             log.warning(
                 "score window: %d GPUs held in memory (%.0f MB, the cap is %.0f MB); the hours of %d more "

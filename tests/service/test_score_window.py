@@ -411,3 +411,27 @@ def test_the_frame_takes_the_windows_rows_and_cannot_change_them(tmp_path: Path,
         same_frame(window, store, t + timedelta(hours=1))
     finally:
         store.close()
+
+
+def test_a_steady_round_writes_the_new_tail_over_the_last(tmp_path: Path, events: Scenario) -> None:
+    """In a round of the same hour whose tail has the same GPUs as the last round's, the tail's values are
+    written over the last tail's rows in place: no column of the window is copied, and the frame is still
+    the full read's. A tail with a GPU more, or an hour closed, takes the copy again."""
+    store = Store.open(f"sqlite:///{tmp_path / 'a.db'}")
+    window = HourWindow(store.samples.db, SPAN, columns=ROUND_COLUMNS)
+    t = events.rounds[1]  # :37, the tail (:00, :37] of every GPU
+    try:
+        store_events(store, [events.first, *events.before[0], *events.before[1]])
+        frame = window.frame(until=t)
+        temp = frame["gpu_temp_c"].to_numpy()
+        at = window._tail_at.copy()
+        before = temp[at].copy()
+        store_events(store, events.before[2])  # (:37, :07]: two samples more of each GPU in this hour
+        later = t + timedelta(minutes=15)
+        bit_for_bit(window.frame(until=later), full_read(store, window.values)(until=later))
+        assert np.shares_memory(temp, window._rows.cols["gpu_temp_c"])  # the same arrays, not a copy
+        assert np.array_equal(window._tail_at, at) and not np.array_equal(temp[at], before, equal_nan=True)
+        same_frame(window, store, t + timedelta(minutes=30))  # the hour closed: the general path
+        assert not np.shares_memory(temp, window._rows.cols["gpu_temp_c"])
+    finally:
+        store.close()
