@@ -24,6 +24,7 @@ import pandas as pd
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.memory import keep_long_lived
 from core.worker import Worker
 from predictor.fabric import COLUMNS as FINDING_COLUMNS
 from predictor.fabric import with_node_findings
@@ -267,6 +268,7 @@ class Scorer(Worker):
         while not self._stop.is_set():
             try:
                 self.run_once()
+                keep_long_lived()  # once, after the first round: the imports, the model and the store are in
             except StoreUnavailable as err:
                 self.state.failures += 1
                 self.state.last_error = str(err)

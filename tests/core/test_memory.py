@@ -37,3 +37,23 @@ def test_a_freed_big_array_is_reused_without_new_page_faults() -> None:
     assert all(int(f) > 10 for f in fresh["faults"])  # type: ignore[attr-defined]
     # With it the first array grows the heap; the next ones reuse the freed block.
     assert reused["faults"][1:] == [0, 0]  # type: ignore[index]
+
+
+FREEZE_CHILD = """
+import gc, json
+from core.memory import keep_long_lived
+import pandas  # a module's worth of long-lived objects
+before = len(gc.get_objects())
+first, again = keep_long_lived(), keep_long_lived()
+print(json.dumps({"first": first, "again": again, "before": before, "walked": len(gc.get_objects()),
+                  "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_long_lived_objects_are_left_out_of_later_collections_once() -> None:
+    out = subprocess.run([sys.executable, "-c", FREEZE_CHILD], capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["first"] is True and got["again"] is False  # once per process
+    # What a full collection walks afterwards: what came since, not pandas' objects.
+    assert got["before"] > 10_000 and got["walked"] < got["before"] // 10
+    assert got["frozen"] >= got["before"] // 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -110,3 +111,19 @@ def test_the_service_metrics_name_the_model(store: Store, models: dict[str, Risk
     text = loops.extra_metrics().decode()
     assert 'gpuhealth_model_info{source="file",version=""} 1.0' in text
     assert "gpuhealth_model_load_failures_total 0.0" in text
+
+
+def test_the_loop_leaves_what_it_started_with_out_of_later_collections(
+    store: Store, models: dict[str, RiskModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After each round the loop asks `keep_long_lived` (which acts once per process): the imports and the
+    model stay out of the full collections a round's allocations set off (decision 0090, run 8)."""
+    asked = threading.Event()
+    monkeypatch.setattr("service.scorer.keep_long_lived", asked.set)
+    scorer = scorer_on(store, models["file"])
+    scorer.start()
+    try:
+        assert asked.wait(60)
+        assert scorer.state.runs >= 1  # asked after a round
+    finally:
+        scorer.stop(timeout=30)
