@@ -55,7 +55,9 @@ def group_medians(
 def _placed_medians(key: np.ndarray, values: np.ndarray, slot: np.ndarray, min_count: int) -> np.ndarray | None:
     """`group_medians` with each key's values placed in a row of a (keys x slots) table by their slot:
     the network sorts each row's values whatever their places, so the medians are the same. None
-    where a slot is negative or too wide, the keys too sparse, or two rows of a key share a slot."""
+    where a slot is negative or too wide, or the keys too sparse. The few keys in which two rows share
+    a slot (a GPU's last whole hour, stamped at its end, and its current hour's tail fall in one hour)
+    are left out of the table and sorted apart: every median is still computed from all of its key's values."""
     if not np.issubdtype(slot.dtype, np.integer):
         return None
     least, width = int(key.min()), int(slot.max()) + 1
@@ -65,10 +67,23 @@ def _placed_medians(key: np.ndarray, values: np.ndarray, slot: np.ndarray, min_c
     group = key - least
     cell = group * width + slot
     owner = np.full(span * width, -1, dtype=np.int64)
-    owner[cell] = np.arange(len(cell))
-    if not np.array_equal(owner[cell], np.arange(len(cell))):
-        return None  # a slot taken twice in a key
-    del owner
+    rows = np.arange(len(cell))
+    owner[cell] = rows
+    shared = owner[cell] != rows  # a row whose slot a later row of its key took
+    del owner, rows
+    if shared.any():  # those keys' rows: out of the table, their medians by a sort
+        apart = np.zeros(span, dtype=bool)
+        apart[group[shared]] = True
+        apart = apart[group]
+        if int(np.count_nonzero(apart)) * 2 > len(key):
+            return None  # most rows: the sort of the whole is no dearer
+        placed = _placed_medians(key[~apart], values[~apart], slot[~apart], min_count)
+        if placed is None:
+            return None
+        out = np.empty(len(key))
+        out[~apart] = placed
+        out[apart] = group_medians(key[apart], values[apart], min_count)
+        return out
     nan = np.isnan(values)
     table = np.full(span * width, np.inf)
     table[cell] = np.where(nan, np.inf, values)

@@ -247,7 +247,7 @@ def test_stable_argsort_is_numpys() -> None:
 
 def test_medians_placed_by_slot_are_the_sorted_ones() -> None:
     """Keys whose rows lie apart, each row with a slot of its own in its key: the values placed by
-    slot give the medians a sort gives (and pandas'); a slot taken twice falls back to the sort."""
+    slot give the medians a sort gives (and pandas')."""
     rng = np.random.default_rng(9)
     for trial in range(300):
         width = int(rng.integers(1, 17))
@@ -266,8 +266,29 @@ def test_medians_placed_by_slot_are_the_sorted_ones() -> None:
         by = pd.Series(v).groupby(key)
         want = np.where(by.transform("count") >= min_count, by.transform("median"), np.nan)
         assert np.array_equal(sorted_, want, equal_nan=True), trial
-    twice = np.array([0, 0, 1, 1, 1])
+    twice = np.array([0, 0, 1, 1, 1])  # every key has a slot taken twice: the sort of the whole instead
     assert MEDIANS._placed_medians(np.array([0, 0, 0, 1, 1]), np.arange(5.0), twice, 1) is None
+
+
+def test_medians_placed_by_slot_sort_the_few_keys_with_a_slot_taken_twice_apart() -> None:
+    """A node's GPU with two rows in one hour (its last whole hour, stamped at its end, and its current
+    hour's tail): those keys' medians, of all their rows, come from a sort, the rest from the table."""
+    rng = np.random.default_rng(12)
+    for trial in range(200):
+        width, n_keys = int(rng.integers(2, 17)), int(rng.integers(8, 60))
+        cells = [(k, j) for k in range(n_keys) for j in range(width) if rng.random() < 0.8]
+        again = [(k, j) for k, j in cells if k % 7 == 3 and rng.random() < 0.5]  # a few keys: a slot twice
+        if not again:
+            continue
+        key, slot = np.array(cells + again, dtype=np.int64)[rng.permutation(len(cells) + len(again))].T
+        v = rng.normal(size=len(key)).round(int(rng.integers(0, 3)))
+        v[rng.random(len(key)) < 0.2] = np.nan
+        min_count = int(rng.integers(1, 4))
+        placed = MEDIANS._placed_medians(key, v, slot, min_count)
+        by = pd.Series(v).groupby(key)
+        want = np.where(by.transform("count") >= min_count, by.transform("median"), np.nan)
+        assert placed is not None and np.array_equal(placed, want, equal_nan=True), trial
+        assert np.array_equal(group_medians(key, v, min_count, slot=slot), want, equal_nan=True), trial
 
 
 @pytest.mark.parametrize("fleet", ["hourly", "15min"])
