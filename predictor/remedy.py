@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from core.decisions import REMEDIES, REMEDY_WHEN
@@ -57,7 +58,7 @@ def _sources(hits: pd.DataFrame, index: pd.Index) -> list[list[RemedyRef]]:
     """Per features row: every remedy a rule that fired asks for (in RULES order)."""
     refs: list[list[RemedyRef]] = [[] for _ in range(len(index))]
     rows = index.get_indexer(pd.Index(hits["row"]))
-    for pos, rule in zip(rows, hits["rule"].astype(str), strict=True):
+    for pos, rule in zip(rows.tolist(), hits["rule"].astype(str).tolist(), strict=True):
         if rule in RULE_REMEDIES and pos >= 0:
             refs[pos].append(RULE_REMEDIES[rule])
     return refs
@@ -72,12 +73,15 @@ def slot_lines(features: pd.DataFrame) -> list[list[str]]:
         return [[] for _ in range(len(features))]
     lost = features[SLOT_LOST].to_numpy(dtype=float)
     buses = features.attrs.get(BUS_IDS_ATTR) or {}
-    uuids = features["gpu_uuid"].astype(str) if "gpu_uuid" in features.columns else [""] * len(features)
-    out: list[list[str]] = []
-    for u, h, i, n in zip(uuids, features["hostname"].astype(str), features["gpu_index"], lost, strict=True):
+    out: list[list[str]] = [[] for _ in range(len(features))]
+    with np.errstate(invalid="ignore"):
+        rows = np.flatnonzero(lost >= REPEAT_REMEDIES)  # NaN: none lost that we know of
+    for k in rows.tolist():
+        u = str(features["gpu_uuid"].iat[k]) if "gpu_uuid" in features.columns else ""
+        h, i, n = str(features["hostname"].iat[k]), features["gpu_index"].iat[k], lost[k]
         slot = f"slot {buses[u]} of {h}" if u in buses else f"slot of GPU {i} on {h}" if i >= 0 else ""
-        said = f"{slot} has lost {n:.0f} GPUs in {SLOT_WINDOW_DAYS} days: check its riser, cable and slot"
-        out.append([said] if n >= REPEAT_REMEDIES and slot else [])  # an unknown index names no slot
+        if slot:  # an unknown index names no slot
+            out[k] = [f"{slot} has lost {n:.0f} GPUs in {SLOT_WINDOW_DAYS} days: check its riser, cable and slot"]
     return out
 
 

@@ -10,6 +10,7 @@ They are also the "rule baseline" the evaluation compares the risk model with.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -129,7 +130,7 @@ def _rate(v: Any) -> str:
 
 
 def _known(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and np.isnan(v))
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
 def _ge(s: pd.Series, x: float) -> pd.Series:
@@ -512,8 +513,10 @@ def evaluate_rules(features: pd.DataFrame, rules: tuple[Rule, ...] = RULES) -> p
         if not hit.any():
             continue
         fired = features.reindex(columns=list(rule.inputs)).loc[hit]
-        # Reasons only for rows that fired: formatting is per row, predicates are not.
-        reasons = [rule.reason(rec) for rec in fired.to_dict("records")]
+        # Reasons only for rows that fired: formatting is per row, predicates are not. Each row as a dict of
+        # Python values (`to_dict("records")`'s), built from whole columns.
+        names, values = list(fired.columns), [fired[c].tolist() for c in fired.columns]
+        reasons = [rule.reason(dict(zip(names, rec, strict=True))) for rec in zip(*values, strict=True)]
         parts.append(
             pd.DataFrame(
                 {"row": fired.index, "rule": rule.name, "action": rule.action, "reason": reasons},

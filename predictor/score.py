@@ -117,7 +117,8 @@ def score(
         out[col] = judged
     extra = _data_notes(seen, x, model.meta.get("inputs_seen"), model.meta.get("model_names"))
     if extra:
-        out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"], out["model_name"], strict=True)]
+        models = out["model_name"].astype(str).tolist()  # a list: a pandas string column iterates slowly
+        out["reasons"] = [[*r, *extra.get(m, [])] for r, m in zip(out["reasons"].tolist(), models, strict=True)]
     out = out[[*OUTPUT_COLUMNS, "cutoff", *HEAT_COLUMNS]]
     return out.sort_values("risk", ascending=False, na_position="last", kind="stable")
 
@@ -168,14 +169,14 @@ def _carried_over(
             return None
         with np.errstate(invalid="ignore"):
             asked = could & ~thin & (r >= level)
-        return _per_row(x, question([str(u) for u in x.loc[asked, "gpu_uuid"]], cutoff) if asked.any() else {})
+        return _per_row(x, question(x.loc[asked, "gpu_uuid"].astype(str).tolist(), cutoff) if asked.any() else {})
 
     # With no wait no earlier round matters; the probation and the hold need no drain or RMA now.
     since = ask(past.risk_since if th.longest_wait > pd.Timedelta(0) else None, th.demote, np.ones(len(x), dtype=bool))
     released = ask(past.released if th.probation_for_s > 0 else None, th.probation_risk, ~out_now)
     demoted = ask(past.demoted, th.release_level, ~out_now)
     hot = heat_alone(x, th)
-    warm = past.heat_since([str(u) for u in x.loc[hot, "gpu_uuid"]], cutoff) if hot.any() else None
+    warm = past.heat_since(x.loc[hot, "gpu_uuid"].astype(str).tolist(), cutoff) if hot.any() else None
     return CarriedOver(risk_since=since, released=released, demoted=demoted, heat_since=_per_row(x, warm or {}),
                        ecc_since=ecc_since, drained=drained)  # fmt: skip
 
@@ -200,9 +201,11 @@ def _remap_history(
 
 def _per_row(x: pd.DataFrame, times: Mapping[str, pd.Timestamp]) -> np.ndarray:
     """Per feature row, its GPU's time in `times` as naive UTC datetime64[ns] (NaT where absent)."""
+    if not times:
+        return np.full(len(x), np.datetime64("NaT", "ns"))
     return np.array(
         [times[u].tz_convert(None).as_unit("ns").to_datetime64() if u in times else np.datetime64("NaT")
-         for u in x["gpu_uuid"].astype(str)], dtype="datetime64[ns]",
+         for u in x["gpu_uuid"].astype(str).tolist()], dtype="datetime64[ns]",
     )  # fmt: skip
 
 
@@ -260,19 +263,13 @@ def _data_notes(
 def to_records(scored: pd.DataFrame, heat: bool = False) -> list[dict[str, Any]]:
     """The JSON contract: a list of objects with OUTPUT_COLUMNS (NaN risk as null); with `heat`, each
     also with HEAT_COLUMNS (`conditions.judged_heats`, NaN as null), which the service stores with its rounds."""
-    recs = []
     extra = list(HEAT_COLUMNS) if heat else []
-    for row in scored[[*OUTPUT_COLUMNS, *extra]].itertuples(index=False):
-        d = row._asdict()
-        for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie", *extra):
-            v = d[k]
-            d[k] = None if v != v else float(v)
-        d["reasons"] = [str(r) for r in d["reasons"]]
-        d["remedy"], d["remedy_when"] = str(d["remedy"]), str(d["remedy_when"])
-        d["gpu_uuid"], d["hostname"], d["model_name"] = (
-            str(d["gpu_uuid"]),
-            str(d["hostname"]),
-            str(d["model_name"]),
-        )
-        recs.append(d)
-    return recs
+    names = [*OUTPUT_COLUMNS, *extra]
+    # Column by column as Python lists (a pandas string column iterates an item at a time).
+    cols: dict[str, list[Any]] = {c: scored[c].tolist() for c in names}
+    for k in ("risk", "risk_ecc", "risk_thermal", "risk_pcie", *extra):
+        cols[k] = [None if v != v else float(v) for v in cols[k]]
+    cols["reasons"] = [[str(r) for r in said] for said in cols["reasons"]]
+    for k in ("remedy", "remedy_when", "gpu_uuid", "hostname", "model_name"):
+        cols[k] = [str(v) for v in cols[k]]
+    return [dict(zip(names, row, strict=True)) for row in zip(*(cols[c] for c in names), strict=True)]
