@@ -95,6 +95,20 @@ def json_list(values: Sequence[Any]) -> str:
     return json.dumps(list(values))
 
 
+def gpu_identities(conn: Connection, uuids: Sequence[str]) -> list[tuple[Any, ...]]:
+    """(uuid, hostname, gpu_index, model_name, ib_rail, pci_bus_id) of these GPUs in the gpus table, as
+    stored (NULL as None), in no order: `store.samples._identities`' read, in one statement."""
+    if not uuids:
+        return []
+    with _cursor(conn) as cur:
+        cur.execute(
+            "SELECT uuid, hostname, gpu_index, model_name, ib_rail, pci_bus_id FROM gpus "
+            "WHERE uuid = ANY(ARRAY(SELECT json_array_elements_text(%s::json)))",
+            [json_list(uuids)],
+        )
+        return list(cur.fetchall())
+
+
 def close_decisions(conn: Connection, ids: Sequence[int], at: datetime) -> None:
     """Close the decisions `ids` at `at` (one statement)."""
     if ids:

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from core import history, hourly, identity
 from core.history import HistoryError
 from core.infiniband import RAILS_ATTR, Rails
+from store import round_rows
 from store.engine import Database, quote
 from store.errors import StoreError
 from store.gpus import GpuSighting, upsert_gpu_rows
@@ -231,17 +232,18 @@ def _identities(conn: Connection, uuids: list[str]) -> dict[str, tuple[str, int,
     `history.BUS_IDS_ATTR` (`_columns_frame`), not as columns."""
     out: dict[str, tuple[str, int, str, str, str]] = {}
     g = T_GPUS.c
-    for start in range(0, len(uuids), 1000):
-        part = uuids[start : start + 1000]
-        q = sa.select(g.uuid, g.hostname, g.gpu_index, g.model_name, g.ib_rail, g.pci_bus_id).where(g.uuid.in_(part))
-        for row in conn.execute(q):
-            out[row.uuid] = (
-                row.hostname,
-                -1 if row.gpu_index is None else int(row.gpu_index),
-                row.model_name or "unknown",
-                row.ib_rail or "",
-                row.pci_bus_id or "",
+    if conn.dialect.name == "postgresql":  # one query through the driver: Core's 10 IN lists took 0.28 s a round
+        rows = round_rows.gpu_identities(conn, uuids)
+    else:
+        rows = []
+        for start in range(0, len(uuids), 1000):
+            part = uuids[start : start + 1000]
+            q = sa.select(g.uuid, g.hostname, g.gpu_index, g.model_name, g.ib_rail, g.pci_bus_id).where(
+                g.uuid.in_(part)
             )
+            rows += [tuple(r) for r in conn.execute(q)]
+    for uuid, hostname, index, model, rail, bus in rows:
+        out[uuid] = (hostname, -1 if index is None else int(index), model or "unknown", rail or "", bus or "")
     return out
 
 

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from predictor.policy import decision_changes
 from store import Store, decisions, round_rows
+from store import samples as samples_mod
 from store.decisions import ROUND_VALUES, ScoreRecord
 from store.errors import StoreError
 from tests.postgres import PostgresServer
@@ -123,3 +124,30 @@ def test_round_columns_are_recent_rounds_as_columns(two_stores: tuple[Store, Sto
     assert [x.shape for x in empty] == [(0,), (0,), (0, len(ROUND_VALUES))]
     with pytest.raises(StoreError, match="not 'gpu_uuid'"):
         store.decisions.round_columns(uuids, lo, hi, of=("gpu_uuid",))
+
+
+def test_gpu_identities_through_the_driver_are_cores(two_stores: tuple[Store, Store]) -> None:
+    """The window's identities of GPUs (`samples._identities`) on PostgreSQL come through the driver in one
+    statement; they are Core's: NULL index, model, ports and bus id as Core reads them, odd uuids, unknown ones."""
+    store, _ = two_stores
+    store.gpus.upsert(
+        [
+            {"uuid": "GPU-a", "hostname": "node-0", "gpu_index": 0, "model_name": "H100", "ib_rail": "mlx5_0:1",
+             "pci_bus_id": "00000000:18:00.0", "seen_at": T0},
+            {"uuid": 'GPU-b\t\\"é', "hostname": "node-0", "seen_at": T0},
+            {"uuid": "GPU-c", "hostname": "node-1", "gpu_index": 7, "seen_at": T0},
+        ]
+    )  # fmt: skip
+    asked = ["GPU-a", 'GPU-b\t\\"é', "GPU-c", "GPU-unknown"]
+    g = decisions.T_GPUS.c
+    with store.decisions.db.tx() as conn:
+        core = conn.execute(
+            sa.select(g.uuid, g.hostname, g.gpu_index, g.model_name, g.ib_rail, g.pci_bus_id).where(g.uuid.in_(asked))
+        )
+        want = sorted(tuple(r) for r in core)
+        got = sorted(round_rows.gpu_identities(conn, asked))
+        assert len(want) == 3 and got == want
+        assert round_rows.gpu_identities(conn, []) == []
+        ident = samples_mod._identities(conn, asked)
+    assert ident['GPU-b\t\\"é'] == ("node-0", -1, "unknown", "", "")
+    assert ident["GPU-a"] == ("node-0", 0, "H100", "mlx5_0:1", "00000000:18:00.0") and "GPU-unknown" not in ident
