@@ -60,3 +60,20 @@ def test_a_schema_newer_than_this_release_is_a_one_line_error(store: Store) -> N
         store.upgrade()
     with pytest.raises(StoreError, match=r"0099.*newer"):
         Store.open(store.url).close()
+
+
+def test_the_tables_a_round_updates_keep_room_on_postgresql(store: Store, backend: str) -> None:
+    """Migration 0017: `gpus` and `decisions` keep half of each page free on PostgreSQL (a round's updates
+    stay on their page, no index entry each); SQLite has no such setting and is left as it is."""
+    if backend != "postgresql":
+        assert store.revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+        return
+    with store._engine.connect() as conn:
+        got = dict(
+            conn.execute(
+                sa.text(
+                    "SELECT relname, reloptions FROM pg_class WHERE relname IN ('gpus', 'decisions', 'risk_scores')"
+                )
+            ).all()
+        )
+    assert got == {"gpus": ["fillfactor=50"], "decisions": ["fillfactor=50"], "risk_scores": None}
