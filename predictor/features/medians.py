@@ -71,23 +71,25 @@ def _placed_medians(key: np.ndarray, values: np.ndarray, slot: np.ndarray, min_c
     owner[cell] = rows
     shared = owner[cell] != rows  # a row whose slot a later row of its key took
     del owner, rows
-    if shared.any():  # those keys' rows: out of the table, their medians by a sort
-        apart = np.zeros(span, dtype=bool)
-        apart[group[shared]] = True
-        apart = apart[group]
+    apart = None  # the rows of the keys with a slot taken twice: out of the table, their medians by a sort
+    if shared.any():
+        with_shared = np.zeros(span, dtype=bool)
+        with_shared[group[shared]] = True
+        apart = with_shared[group]
+        del with_shared
         if int(np.count_nonzero(apart)) * 2 > len(key):
             return None  # most rows: the sort of the whole is no dearer
-        placed = _placed_medians(key[~apart], values[~apart], slot[~apart], min_count)
-        if placed is None:
-            return None
-        out = np.empty(len(key))
-        out[~apart] = placed
-        out[apart] = group_medians(key[apart], values[apart], min_count)
-        return out
+    del shared
     nan = np.isnan(values)
     table = np.full(span * width, np.inf)
-    table[cell] = np.where(nan, np.inf, values)
-    count = np.bincount(group[~nan], minlength=span)
+    if apart is None:
+        table[cell] = np.where(nan, np.inf, values)
+        count = np.bincount(group[~nan], minlength=span)
+    else:
+        placed = ~apart
+        table[cell[placed]] = np.where(nan, np.inf, values)[placed]
+        count = np.bincount(group[placed & ~nan], minlength=span)  # 0 for the keys apart: NaN, then theirs
+    del cell
     size = 1 << (width - 1).bit_length()
     cols = [np.ascontiguousarray(table[j::width]) for j in range(width)]
     del table
@@ -98,7 +100,10 @@ def _placed_medians(key: np.ndarray, values: np.ndarray, slot: np.ndarray, min_c
         cols[i] = low
     med = _median(lambda j: np.choose(np.clip(j, 0, size - 1), cols), count)
     med[count < min_count] = np.nan
-    return med[group]
+    out = med[group]
+    if apart is not None:
+        out[apart] = group_medians(key[apart], values[apart], min_count)
+    return out
 
 
 def _median(pick: Callable[[np.ndarray], np.ndarray], count: np.ndarray) -> np.ndarray:
