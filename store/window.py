@@ -118,7 +118,8 @@ class HourWindow:
 
     def frame(self, *, until: datetime, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
         """`store.samples.scoring_history(since=until - span, until=until, hostnames=hostnames, columns=...)`,
-        from memory and what changed since the last round."""
+        from memory and what changed since the last round. The frame is the round's: its arrays are the
+        window's (read-only), and the next call may write its tail's rows over in place."""
         t1 = utc(until, "until")
         boundary, lo = _hour(t1), _hour(t1 - self.span)
         db, values = self.db, self.values
