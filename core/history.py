@@ -60,6 +60,11 @@ def metric_dtype(name: str) -> np.dtype:
     return np.dtype(np.float64 if f is None or f.kind == "counter" else np.float32)
 
 
+def all_nan(x: np.ndarray) -> bool:
+    """Whether a float array holds no value (True when empty); a value near its end answers at once."""
+    return bool(np.isnan(x[-64:]).all() and np.isnan(x).all())
+
+
 def metric_columns(frame: pd.DataFrame) -> list[str]:
     """The frame's metric columns: everything but the identity columns."""
     return [c for c in frame.columns if c not in IDENTITY_COLUMNS]

@@ -95,6 +95,12 @@ def json_list(values: Sequence[Any]) -> str:
     return json.dumps(list(values))
 
 
+def any_of_json(param: str, cast: str = "") -> str:
+    """`ANY(…)` of the values of a `json_list` parameter (`cast`: e.g. "::int8"), as an array built once
+    (an initplan), so `col = any_of_json(…)` keeps the index scan an array parameter had."""
+    return f"ANY(ARRAY(SELECT json_array_elements_text({param}::json){cast}))"
+
+
 def gpu_identities(conn: Connection, uuids: Sequence[str]) -> list[tuple[Any, ...]]:
     """(uuid, hostname, gpu_index, model_name, ib_rail, pci_bus_id) of these GPUs in the gpus table, as
     stored (NULL as None), in no order: `store.samples._identities`' read, in one statement."""
@@ -103,7 +109,7 @@ def gpu_identities(conn: Connection, uuids: Sequence[str]) -> list[tuple[Any, ..
     with _cursor(conn) as cur:
         cur.execute(
             "SELECT uuid, hostname, gpu_index, model_name, ib_rail, pci_bus_id FROM gpus "
-            "WHERE uuid = ANY(ARRAY(SELECT json_array_elements_text(%s::json)))",
+            f"WHERE uuid = {any_of_json('%s')}",
             [json_list(uuids)],
         )
         return list(cur.fetchall())
@@ -115,7 +121,7 @@ def close_decisions(conn: Connection, ids: Sequence[int], at: datetime) -> None:
         with _cursor(conn) as cur:
             cur.execute(
                 "UPDATE decisions SET state = 'closed', closed_at = %(t)s, updated_at = %(t)s "
-                "WHERE id = ANY(ARRAY(SELECT json_array_elements_text(%(i)s::json)::int8))",
+                f"WHERE id = {any_of_json('%(i)s', '::int8')}",
                 {"t": at, "i": json_list([int(i) for i in ids])},
             )
 
@@ -141,7 +147,7 @@ def read_rounds(
     cols = ", ".join(quote(c) for c in of)
     stmt = (
         f"SELECT gpu_uuid, scored_at, {cols} FROM risk_scores "
-        "WHERE gpu_uuid = ANY(ARRAY(SELECT json_array_elements_text(%s::json))) AND scored_at >= %s AND scored_at < %s "
+        f"WHERE gpu_uuid = {any_of_json('%s')} AND scored_at >= %s AND scored_at < %s "
         "ORDER BY gpu_uuid, scored_at"
     )
     with _cursor(conn) as cur:

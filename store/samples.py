@@ -218,7 +218,7 @@ def _columns_frame(
     for name in list(cols):
         col = cols.pop(name)
         col = (col if order is None else np.take(col, order)).astype(history.metric_dtype(name), copy=False)
-        if not (np.isnan(col[-64:]).all() and np.isnan(col).all()):  # a value near the end answers at once
+        if not history.all_nan(col):
             data[name] = col
     frame = pd.DataFrame(data, index=pd.RangeIndex(len(codes)), copy=False)
     frame.attrs[RAILS_ATTR] = Rails((x, i[3]) for x, i in zip(names, info, strict=True) if i[3])  # the rail findings'

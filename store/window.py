@@ -272,15 +272,15 @@ class HourWindow:
     def _cap(self) -> None:
         """Past `max_bytes`, read the GPUs that do not fit (the last in uuid order) every round."""
         if self.max_bytes is not None and self._held_bytes() > self.max_bytes:
-            self._whole_hours()
-        rows = self._rows
-        if self.max_bytes is not None and rows.nbytes > self.max_bytes:
+            self._whole_hours()  # the rows held alone: their bytes are then all of `nbytes`
+            rows = self._rows
             per_gpu = np.bincount(rows.codes, minlength=len(rows.gpus)) * rows.row_bytes
             order = np.argsort(np.asarray(rows.gpus, dtype=object))
             fit = int(np.searchsorted(np.cumsum(per_gpu[order]), self.max_bytes, side="right"))
             out = {rows.gpus[k] for k in order[fit:]}
             self._over |= out
-            self._rows = rows = keep(rows, ~of_gpus(rows, out))
+            self._rows = keep(rows, ~of_gpus(rows, out))
+        rows = self._rows
         self.stats = WindowStats(
             len(rows.gpus) - self._tail_only, len(self._over), self._held_bytes(), self.stats.full_reads
         )

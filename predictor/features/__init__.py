@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from core import hourly
-from core.history import BUS_IDS_ATTR, BusIds, HistoryError
+from core.history import BUS_IDS_ATTR, BusIds, HistoryError, all_nan
 from predictor.features.context import Family, FeatureContext
 from predictor.features.errors import (
     XID_FEATURES,
@@ -394,10 +394,7 @@ def missing_inputs(frame: pd.DataFrame) -> list[str]:
 def _all_missing(s: pd.Series) -> bool:
     """Whether a column holds no value; a float column with a value near its end answers at once."""
     if s.dtype in (np.float32, np.float64):
-        x = s.to_numpy()
-        if len(x) and not np.isnan(x[-64:]).all():
-            return False
-        return bool(np.isnan(x).all())
+        return all_nan(s.to_numpy())
     return bool(s.isna().all())
 
 

@@ -304,3 +304,11 @@ def test_xid_between_interval_codes_and_dcgm_last_seen_gauge() -> None:
     assert list(back) == list(f["xid"]), "per-interval codes survive the round trip through the gauge"
     # A GPU whose first sample already shows a code: it may be old, so it is not counted.
     assert list(history.xid_from_last_seen(f.iloc[:3], np.array([95.0, 95.0, 95.0]))) == [0.0, 0.0, 0.0]
+
+
+def test_all_nan_looks_at_every_value_not_only_the_end() -> None:
+    x = np.full(1000, np.nan, dtype=np.float32)
+    assert history.all_nan(x) and history.all_nan(np.empty(0))
+    x[3] = 1.0  # far from the end: the end alone would say "no value"
+    assert not history.all_nan(x)
+    assert not history.all_nan(np.array([np.nan, 2.0]))
