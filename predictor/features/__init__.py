@@ -12,6 +12,7 @@ more than one. Adding a feature: a row here and its column in its family's funct
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ from predictor.features.errors import (
     xid_counts,
 )
 from predictor.features.frame import OrderedFrame
-from predictor.features.heat import heat
+from predictor.features.heat import heat, memory_spread, node_relative_heat
 from predictor.features.history import repeat_offenders
 from predictor.features.telemetry import peers, power_use, reporting, thermal, throttle_shares, violations
 from predictor.features.windows import Queries
@@ -44,6 +45,9 @@ MODES = ("ecc", "thermal", "pcie", "any")
 XID_RISING = (48, 63, 64, 79, 92, 94, 95)
 """XIDs whose count never lowers risk: every one of them is an error of the GPU or its memory."""
 WINDOW_NAMES = ("6h", "1d", "7d", "30d", "60d", "180d", "last", "all")
+LANES = min(2, len(os.sched_getaffinity(0)))
+"""Threads the feature families run in: two where the process may use two cores. The heat family
+is about half of the work, so a third lane would shorten little and hold more arrays at once."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,13 @@ SPECS: tuple[FeatureSpec, ...] = (
         1,
     ),
     FeatureSpec(
-        "mem_spread_z", "memory-core spread vs its own 30 days, in its own σ", "σ", "thermal", "6h/30d", heat, 1
+        "mem_spread_z",
+        "memory-core spread vs its own 30 days, in its own σ",
+        "σ",
+        "thermal",
+        "6h/30d",
+        memory_spread,
+        1,
     ),
     FeatureSpec(
         "throttle_new_1d",
@@ -162,7 +172,7 @@ SPECS: tuple[FeatureSpec, ...] = (
         "σ",
         "thermal",
         "6h/30d",
-        heat,
+        node_relative_heat,
         head=False,
     ),
     FeatureSpec(
@@ -327,6 +337,7 @@ def build_features(
     cutoffs: pd.Timestamp | Sequence[pd.Timestamp] | pd.DatetimeIndex,
     stale_s: int = STALE_S,
     failures: pd.DataFrame | None = None,
+    lanes: int | None = None,
 ) -> pd.DataFrame:
     """Features of every GPU still reporting at each cutoff, using only data up to it.
 
@@ -335,6 +346,8 @@ def build_features(
 
     `failures`: the failures and RMAs recorded so far (gpu_uuid, hostname, failed_at; e.g. the
     store's or a simulation's); only those before each cutoff count (repeat offenders).
+    `lanes`: threads the feature families run in (`FeatureContext.run_all`; default LANES); the
+    values are the same whatever the number.
 
     Returns one row per (GPU, cutoff) with the identity columns `gpu_uuid, hostname,
     gpu_index, model_name, cutoff, last_seen` followed by FEATURES (NaN where the
@@ -376,10 +389,10 @@ def build_features(
             "last_seen": pd.to_datetime(last_seen[keep] * 1e9 + f.t0_ns, utc=True),
         }
     )
-    # Each family runs once, when the table first reaches one of its features; big
-    # per-row arrays live only while their family runs.
+    # Each family runs once; big per-row arrays live only while their family runs.
     ctx = FeatureContext(f, q, ident, {s.name: s.family for s in SPECS}, failures)
-    feats = pd.DataFrame({name: ctx.feature(name) for name in FEATURES}, columns=list(FEATURES))
+    done = ctx.run_all(LANES if lanes is None else lanes)
+    feats = pd.DataFrame({name: done[name] for name in FEATURES}, columns=list(FEATURES))
     out = pd.concat([ident, feats], axis=1)
     if buses:
         out.attrs[BUS_IDS_ATTR] = buses

@@ -8,7 +8,9 @@ family may read another's features (`feature`) whatever their order in the table
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +32,8 @@ class Family:
 
     compute: Callable[[FeatureContext], Columns]
     inputs: tuple[str, ...]
+    heavy: bool = False
+    """Started first when families run side by side (`FeatureContext.run_all`): about half of the work."""
 
     @property
     def name(self) -> str:
@@ -37,17 +41,24 @@ class Family:
         return self.compute.__name__
 
 
-def family(*inputs: str) -> Callable[[Callable[[FeatureContext], Columns]], Family]:
+def family(*inputs: str, heavy: bool = False) -> Callable[[Callable[[FeatureContext], Columns]], Family]:
     """Declare a function as a feature family that reads the given history columns."""
 
     def wrap(compute: Callable[[FeatureContext], Columns]) -> Family:
-        return Family(compute, inputs)
+        return Family(compute, inputs, heavy)
 
     return wrap
 
 
 class FeatureContext:
-    """One build's ordered history and (GPU, cutoff) queries, with the helpers families share."""
+    """One build's ordered history and (GPU, cutoff) queries, with the helpers families share.
+
+    Families may run side by side in threads (`run_all`): numpy does their work with the GIL
+    released. What they share is read only (the frame's columns in order are not writeable) or
+    memoised (a value two threads both compute is the same value), and each family runs once,
+    under its own lock, so one that reads another's features waits for it rather than running
+    it again.
+    """
 
     def __init__(
         self,
@@ -66,6 +77,8 @@ class FeatureContext:
         self.nan = np.full(len(q.c), np.nan)
         self._family_of = family_of
         self._done: Columns = {}
+        self._ran: set[Family] = set()
+        self._locks = {fam: threading.Lock() for fam in family_of.values()}
         self._latest: dict[str, np.ndarray] = {}
         self._days: dict[int, np.ndarray] = {}
 
@@ -75,14 +88,36 @@ class FeatureContext:
             self._run(self._family_of[name])
         return self._done[name]
 
+    def run_all(self, lanes: int = 1) -> Columns:
+        """Every family's features, the families run by `lanes` threads (heavy ones first, then
+        in the table's order). A family's error is raised once the families running then have
+        stopped; those still queued are not started."""
+        families = sorted(dict.fromkeys(self._family_of.values()), key=lambda fam: not fam.heavy)
+        if lanes <= 1:
+            for fam in families:
+                self._run(fam)
+            return self._done
+        pool = ThreadPoolExecutor(lanes, thread_name_prefix="features")
+        try:
+            finished, _ = wait([pool.submit(self._run, fam) for fam in families], return_when=FIRST_EXCEPTION)
+            for one in finished:
+                one.result()  # raises the family's error
+        finally:
+            pool.shutdown(cancel_futures=True)
+        return self._done
+
     def _run(self, fam: Family) -> None:
-        names = [n for n, f in self._family_of.items() if f is fam]
-        cols = fam.compute(self)
-        stray = sorted(set(cols) - set(names))
-        if stray:
-            raise ValueError(f"feature family {fam.name} made {stray}, which no spec names it for")
-        for n in names:
-            self._done[n] = cols.get(n, self.nan)
+        with self._locks[fam]:
+            if fam in self._ran:  # another thread ran it while this one waited
+                return
+            names = [n for n, f in self._family_of.items() if f is fam]
+            cols = fam.compute(self)
+            stray = sorted(set(cols) - set(names))
+            if stray:
+                raise ValueError(f"feature family {fam.name} made {stray}, which no spec names it for")
+            for n in names:
+                self._done[n] = cols.get(n, self.nan)
+            self._ran.add(fam)
 
     def days(self, w: int) -> np.ndarray:
         """Days of window w each query's GPU was around for (the denominator of its rates)."""

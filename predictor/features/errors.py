@@ -90,7 +90,7 @@ def retired_pages(ctx: FeatureContext) -> Columns:
     return out
 
 
-@family("pcie_replay_count", *RESET_COUNTERS[1:], "energy_mj")
+@family("pcie_replay_count", *RESET_COUNTERS[1:], "energy_mj", heavy=True)
 def pcie_replays(ctx: FeatureContext) -> Columns:
     """PCIe replays per hour, their growth, and how many samples saw new ones, once the link
     has settled after a reset.

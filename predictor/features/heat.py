@@ -196,14 +196,14 @@ def _minus(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.nda
     return tuple(x - y for x, y in zip(a, b, strict=True))
 
 
-@family("gpu_temp_c", "power_w", "memory_temp_c")
+@family("gpu_temp_c", "power_w", heavy=True)
 def heat(ctx: FeatureContext) -> Columns:
-    """Excess temperature and memory-core spread in units of the GPU's own σ, and against its node."""
+    """Excess temperature in units of the GPU's own σ, and against its node."""
     temp = ctx.f.col("gpu_temp_c", native=True)
     res = None if temp is None else _residuals(ctx, temp)
     if res is None or temp is None:
         return {}
-    young = (ctx.q.c - ctx.f.first_t[ctx.q.gpu_pos]) < MIN_AGE_S
+    young = _young(ctx)
     e6, sd6 = res.excess(6 * HOUR)
     e1, sd1 = res.excess(DAY)
     e6, e1 = np.where(young, np.nan, e6), np.where(young, np.nan, e1)
@@ -222,15 +222,38 @@ def heat(ctx: FeatureContext) -> Columns:
     # usual heat standing out (the node only). The heads learn from the lesser of the two, and
     # only from heat: a GPU running cooler than both is no less healthy for it (0).
     out["heat_excess_z"] = _excess_over_both(own6, out["temp_excess_vs_node_z"])
-    out["heat_vs_node_own_z"] = _node_relative_z(ctx, temp)  # NaN for a GPU under 8 days, past `young`'s 4
     out["heat_excess_z_1d"] = _excess_over_both(own1, out["temp_excess_vs_node_z_1d"])
-    # A memory sensor that reads nothing leaves the spread unknown (NaN), not "no change" (0): the
-    # trees route a missing value on their own, and training fleets lack the sensor on up to
-    # TRAINING_MEMTEMP_MISSING of their GPUs (simulator.families), so they learn to judge such a
-    # GPU by its core. With 0 they could not tell a GPU without the sensor from one whose
-    # memory runs as it always did, and a sensorless GPU's failing cooler stayed at risk 0.4-0.6.
-    out["mem_spread_z"] = np.where(young, np.nan, _memory_spread(ctx))
     return out
+
+
+def _young(ctx: FeatureContext) -> np.ndarray:
+    """Per query, whether its GPU is younger than MIN_AGE_S at the cutoff (no heat z-scores)."""
+    return np.asarray((ctx.q.c - ctx.f.first_t[ctx.q.gpu_pos]) < MIN_AGE_S)
+
+
+@family("gpu_temp_c", "power_w", heavy=True)
+def node_relative_heat(ctx: FeatureContext) -> Columns:
+    """The core's heat over its node's, hour by hour, against its own 30 days of that (`_node_relative_z`).
+
+    A family of its own (not `heat`'s), so that the two run side by side (`FeatureContext.run_all`)."""
+    temp = ctx.f.col("gpu_temp_c", native=True)
+    if temp is None or ctx.f.col("power_w", native=True) is None:
+        return {}
+    return {"heat_vs_node_own_z": _node_relative_z(ctx, temp)}  # NaN for a GPU under 8 days, past `young`'s 4
+
+
+@family("memory_temp_c", "gpu_temp_c", "power_w")
+def memory_spread(ctx: FeatureContext) -> Columns:
+    """The memory-core spread beyond what the GPU's power explains, in its own σ (`_memory_spread`).
+
+    A memory sensor that reads nothing leaves the spread unknown (NaN), not "no change" (0): the
+    trees route a missing value on their own, and training fleets lack the sensor on up to
+    TRAINING_MEMTEMP_MISSING of their GPUs (simulator.families), so they learn to judge such a
+    GPU by its core. With 0 they could not tell a GPU without the sensor from one whose
+    memory runs as it always did, and a sensorless GPU's failing cooler stayed at risk 0.4-0.6."""
+    if ctx.f.col("gpu_temp_c", native=True) is None or ctx.f.col("power_w", native=True) is None:
+        return {}
+    return {"mem_spread_z": np.where(_young(ctx), np.nan, _memory_spread(ctx))}
 
 
 def _excess_over_both(own: np.ndarray, vs_node: np.ndarray) -> np.ndarray:
