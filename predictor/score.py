@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,18 @@ def default_model_path() -> Path:
 def load_model(path: str | Path | None = None) -> RiskModel:
     """The given model, or the shipped default."""
     return RiskModel.load(path or default_model_path())
+
+
+def load_model_soon(path: str | Path | None = None) -> Future[RiskModel]:
+    """`load_model` started now in a thread of its own; `.result()` gives the model or raises its error.
+
+    skops builds a model in Python while a Parquet read does its work outside the GIL, so a model
+    loaded beside the history's read costs little of the wall time it costs alone."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="model")
+    try:
+        return pool.submit(load_model, path)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends once the model is loaded
 
 
 def read_history(path: str | Path) -> pd.DataFrame:

@@ -249,7 +249,7 @@ def score(
     from predictor.fabric import with_node_findings
     from predictor.history_rounds import HistoryRounds
     from predictor.model import ModelError
-    from predictor.score import SCORE_COLUMNS, load_model, to_records
+    from predictor.score import SCORE_COLUMNS, load_model_soon, to_records
     from predictor.score import score as run_score
     from predictor.thresholds import Thresholds
 
@@ -259,10 +259,11 @@ def score(
         when = pd.Timestamp(at) if at else None
     except ValueError:
         raise fail(f"--at {at!r} is not a time: use ISO 8601, e.g. 2026-04-01T12:00:00Z") from None
+    loading = load_model_soon(model)  # beside the read
     frame, records = _read_inputs(history, failures, columns=(*SCORE_COLUMNS, *NODE_FINDING_COLUMNS))
     try:
         s = Settings()
-        m = load_model(model)
+        m = loading.result()
         th = Thresholds.from_settings(s)
         result = run_score(m, frame, when, th, failures=records, past=HistoryRounds(m, frame, th, failures=records))
     except (ModelError, HistoryError, ValueError) as e:

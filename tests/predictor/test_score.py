@@ -289,3 +289,17 @@ def test_the_drivers_recovery_action_drains_for_its_remedy(shipped_model: RiskMo
     assert (got["decision"].iat[0], got["remedy"].iat[0], got["remedy_when"].iat[0]) == ("drain", "reboot", "now")
     assert got["reasons"].iat[0][0].startswith("driver's recovery action 2 (node reboot): drain and reboot")
     assert got["reasons"].iat[0][-1].startswith("remedy: reboot now (driver's recovery action: node reboot")
+
+
+def test_a_model_loaded_beside_the_read_is_the_model(
+    shipped_model: RiskModel, fleet: pd.DataFrame, tmp_path: Path
+) -> None:
+    from predictor.model import ModelError
+    from predictor.score import load_model_soon
+
+    loaded = load_model_soon().result(timeout=120)
+    assert loaded.meta == shipped_model.meta
+    pd.testing.assert_frame_equal(score(loaded, fleet), score(shipped_model, fleet), check_exact=True)
+    missing = load_model_soon(tmp_path / "m.skops")
+    with pytest.raises(ModelError, match="no such model file"):
+        missing.result(timeout=120)
