@@ -210,6 +210,18 @@ class Settings(BaseSettings):
             "the GPUs past it are read every round."
         ),
     )
+    # A round's feature families in two threads: 0.86x the steady round at 10,000 GPUs, for 0.2 GB more in
+    # use and 0.5 GB more resident per 10,000 GPUs (decision 0091). One replica of 100,000 GPUs on 32 GB
+    # needs 1, so that is the default; `gpuhealth score` uses both cores.
+    score_lanes: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description=(
+            "Threads a scoring round computes its feature families in; 2 is about 15 % faster and needs "
+            "about 0.5 GB more per 10,000 GPUs."
+        ),
+    )
     model: str | None = Field(default=None, description="Risk model file (.skops); unset: the shipped model.")
     max_request_bytes: int = Field(default=1_048_576, description="Larger request bodies get 413.")
     # Slow or many clients (api/server.py): a request head must arrive within header_timeout and a

@@ -69,6 +69,7 @@ def score(
     thresholds: Thresholds | None = None,
     failures: pd.DataFrame | None = None,
     past: PastRounds | None = None,
+    lanes: int | None = None,
 ) -> pd.DataFrame:
     """One row per GPU that reported within 24 h before `at` (default: the latest sample).
 
@@ -80,7 +81,8 @@ def score(
     GPU a drain or RMA let go is on probation, a standing demote is held, the core's heat alone
     demotes once it has held `thermal_heat_for_s`, and a pending remap's drain may wait at watch.
     None: this round decides alone (no wait, no probation, no hold; the heat alone only where
-    `thermal_heat_for_s` is 0; NVIDIA's drain at once).
+    `thermal_heat_for_s` is 0; NVIDIA's drain at once). `lanes`: threads the features are computed in
+    (`build_features`; default `features.LANES`, both cores).
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and HEAT_COLUMNS (the
     core's heat the round judged, `conditions.judged_heats`: what a later round's `heat_since` reads).
@@ -97,7 +99,7 @@ def score(
             f"--at {cutoff.isoformat()} is before the history begins ({first.isoformat()}): nothing to score"
         )
     seen = up_to(frame, cutoff)  # the history as it stood at the cutoff
-    x = build_features(seen, cutoff, stale_s=STALE_S, failures=failures)
+    x = build_features(seen, cutoff, stale_s=STALE_S, failures=failures, lanes=lanes)
     risk = model.predict(x)
     # Too little history: no model score, the rules still decide.
     age_s = x["age_days"].to_numpy() * 86400

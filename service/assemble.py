@@ -54,6 +54,8 @@ class LoopConfig:
     score_interval_s: float = 300.0
     score_window_mb: float | None = None
     """Memory for the hour rows the scorer keeps between rounds; None: no bound (`store.window`)."""
+    score_lanes: int = 1
+    """Threads a scoring round computes its feature families in (`features.build_features`)."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     buffer_samples: int = 200_000
     """The ingest buffer's bound: samples held in memory while the database is away."""
@@ -213,7 +215,7 @@ def build_loops(
     now = replica.now if replica is not None else lambda: data_now(clock_of)
     scorer = Scorer(
         store, model, config.thresholds, config.score_interval_s, now=now, retention=config.retention, replica=replica,
-        window_mb=config.score_window_mb,
+        window_mb=config.score_window_mb, lanes=config.score_lanes,
     )  # fmt: skip
     actuator = None
     if actuation is not None:

@@ -100,6 +100,7 @@ class Scorer(Worker):
         on_scored: Callable[[list[dict[str, Any]], datetime], list[dict[str, Any]]] | None = None,
         replica: Replica | None = None,
         window_mb: float | None = None,
+        lanes: int = 1,
     ) -> None:
         self.store = store
         self.model = model
@@ -111,6 +112,8 @@ class Scorer(Worker):
         self.retention = retention
         self.replica = replica
         """Several replicas: score only this one's share, in rounds aligned on the database's clock."""
+        self.lanes = lanes
+        """Threads a round computes its feature families in (1: memory sizes a replica, decision 0091)."""
         self._pruned_at: datetime | None = None
         self.window = HourWindow(
             store.samples.db, SCORE_WINDOW, None if window_mb is None else int(window_mb * 1e6), ROUND_COLUMNS
@@ -191,6 +194,7 @@ class Scorer(Worker):
                 thresholds=self.thresholds,
                 failures=self.store.labels.failures_frame(),  # repeat offenders: the fleet's own record
                 past=StoredRounds(self.store, self.thresholds),  # the rounds before, under this round's hold
+                lanes=self.lanes,
             )
             cutoff = scored["cutoff"].max()
             scored_at = cutoff.to_pydatetime() if isinstance(cutoff, pd.Timestamp) else until

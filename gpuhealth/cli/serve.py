@@ -303,6 +303,7 @@ def serve(
         interval_s=opened.interval_s if opened else 10.0,
         score_interval_s=score_s,
         score_window_mb=s.score_window_mb,
+        score_lanes=s.score_lanes,
         thresholds=thresholds,
         buffer_samples=s.buffer_samples,
         hostname_label=opened.hostname_label if opened else s.hostname_label,

@@ -6,10 +6,12 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from predictor import score as score_module
 from predictor.model import RiskModel
 from predictor.thresholds import Thresholds
 from service.assemble import LoopConfig, build_loops
@@ -127,3 +129,25 @@ def test_the_loop_leaves_what_it_started_with_out_of_later_collections(
         assert scorer.state.runs >= 1  # asked after a round
     finally:
         scorer.stop(timeout=30)
+
+
+def test_the_scorer_takes_its_lanes_from_the_settings(
+    store: Store, models: dict[str, RiskModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPUHEALTH_SCORE_LANES reaches the scorer's rounds (`build_features`), one lane unless set."""
+    from core.settings import Settings
+
+    assert Settings().score_lanes == 1
+    monkeypatch.setenv("GPUHEALTH_SCORE_LANES", "2")
+    lanes = Settings().score_lanes
+    loops = build_loops(store, models["file"], LoopConfig(score_interval_s=3600, score_lanes=lanes))
+    asked: list[int | None] = []
+    real = score_module.build_features
+
+    def build(*args: Any, lanes: int | None = None, **kw: Any) -> Any:
+        asked.append(lanes)
+        return real(*args, lanes=lanes, **kw)
+
+    monkeypatch.setattr(score_module, "build_features", build)
+    assert loops.scorer.run_once(at=store.samples.newest_time())  # as of the simulated day
+    assert asked == [2]

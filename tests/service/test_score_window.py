@@ -184,7 +184,10 @@ def shares(k: int) -> tuple[list[str], list[str]]:
 def test_every_round_is_the_full_reads_frame_and_records(two_stores: tuple[Store, Store], events: Scenario) -> None:
     a, b = two_stores
     model = tiny_model()
-    kept, full = (Scorer(s, model, Thresholds(), STEP.total_seconds(), window_mb=None) for s in (a, b))
+    # The kept window's scorer computes its features in two threads (`score_lanes`), the full read's in one.
+    kept, full = (
+        Scorer(s, model, Thresholds(), STEP.total_seconds(), window_mb=None, lanes=n) for s, n in ((a, 2), (b, 1))
+    )
     kept.window.span, kept.window.read_gpus = SPAN, 3  # the whole window read three GPUs at a time
     assert kept.window.values == values_of(ROUND_COLUMNS) and len(kept.window.values) < len(values_of(None))
     full.window.frame = full_read(b)  # type: ignore[method-assign]  # every column: the decisions are the same
