@@ -92,3 +92,28 @@ def test_an_error_in_a_family_is_raised_once_the_running_families_stopped() -> N
         context(fams).run_all(2)
     assert ended == ["slow"]  # nothing of the build runs on after the error is raised
     assert not [t for t in threading.enumerate() if t.name.startswith("features")]
+
+
+def test_a_small_history_runs_in_one_lane_unless_told(
+    fleets: dict[str, pd.DataFrame],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Below LANE_MIN_ROWS hour rows threads cost more than they give: one lane, unless `lanes` is given."""
+    import predictor.features as features
+
+    asked: list[int] = []
+    real = FeatureContext.run_all
+
+    def run_all(self: FeatureContext, lanes: int = 1) -> Columns:
+        asked.append(lanes)
+        return real(self, lanes)
+
+    monkeypatch.setattr(FeatureContext, "run_all", run_all)
+    monkeypatch.setattr(features, "LANES", 2)
+    frame = fleets["hourly"]
+    cut = frame["timestamp"].max()
+    build_features(frame, cut)
+    build_features(frame, cut, lanes=2)
+    monkeypatch.setattr(features, "LANE_MIN_ROWS", 1000)
+    build_features(frame, cut)
+    assert len(frame) < 300_000 and asked == [1, 2, 2]
