@@ -212,7 +212,7 @@ class Settings(BaseSettings):
     )
     # A round's feature families in two threads: 0.86x the steady round at 10,000 GPUs, for 0.2 GB more in
     # use and 0.5 GB more resident per 10,000 GPUs (decision 0091). One replica of 100,000 GPUs on 32 GB
-    # needs 1, so that is the default; `gpuhealth score` uses both cores.
+    # needs 1, so that is the default; `gpuhealth score` uses both cores for a big history.
     score_lanes: int = Field(
         default=1,
         ge=1,

@@ -82,7 +82,7 @@ def score(
     demotes once it has held `thermal_heat_for_s`, and a pending remap's drain may wait at watch.
     None: this round decides alone (no wait, no probation, no hold; the heat alone only where
     `thermal_heat_for_s` is 0; NVIDIA's drain at once). `lanes`: threads the features are computed in
-    (`build_features`; default `features.LANES`, both cores).
+    (`build_features`; default: both cores for a history of `features.LANE_MIN_ROWS` hour rows or more).
 
     Only data at or before `at` is used. Columns: OUTPUT_COLUMNS plus `cutoff` and HEAT_COLUMNS (the
     core's heat the round judged, `conditions.judged_heats`: what a later round's `heat_since` reads).

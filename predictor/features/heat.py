@@ -237,7 +237,7 @@ def node_relative_heat(ctx: FeatureContext) -> Columns:
 
     A family of its own (not `heat`'s), so that the two run side by side (`FeatureContext.run_all`)."""
     temp = ctx.f.col("gpu_temp_c", native=True)
-    if temp is None or ctx.f.col("power_w", native=True) is None:
+    if temp is None:
         return {}
     return {"heat_vs_node_own_z": _node_relative_z(ctx, temp)}  # NaN for a GPU under 8 days, past `young`'s 4
 
@@ -250,9 +250,8 @@ def memory_spread(ctx: FeatureContext) -> Columns:
     trees route a missing value on their own, and training fleets lack the sensor on up to
     TRAINING_MEMTEMP_MISSING of their GPUs (simulator.families), so they learn to judge such a
     GPU by its core. With 0 they could not tell a GPU without the sensor from one whose
-    memory runs as it always did, and a sensorless GPU's failing cooler stayed at risk 0.4-0.6."""
-    if ctx.f.col("gpu_temp_c", native=True) is None or ctx.f.col("power_w", native=True) is None:
-        return {}
+    memory runs as it always did, and a sensorless GPU's failing cooler stayed at risk 0.4-0.6.
+    `_memory_spread` is NaN without a memory or core temperature or power."""
     return {"mem_spread_z": np.where(_young(ctx), np.nan, _memory_spread(ctx))}
 
 

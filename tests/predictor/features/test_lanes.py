@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -36,11 +37,11 @@ def test_families_side_by_side_give_the_features_one_by_one_gives(
             return fam.compute(ctx)
 
         run.__name__ = fam.name
-        return Family(run, fam.inputs, fam.heavy)
+        return replace(fam, compute=run)
 
     one = build_features(frame, cut, lanes=1)
     wrapped = {id(s.family): seen(s.family) for s in SPECS}
-    specs = tuple(s.__class__(**{**s.__dict__, "family": wrapped[id(s.family)]}) for s in SPECS)
+    specs = tuple(replace(s, family=wrapped[id(s.family)]) for s in SPECS)
     monkeypatch.setattr("predictor.features.SPECS", specs)
     for lanes in (2, 4):
         threads.clear()
